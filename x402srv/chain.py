@@ -1,0 +1,200 @@
+"""Read-only chain access for deciding what happened to a payment.
+
+A few JSON-RPC reads over one shared ``httpx.AsyncClient``: receipts, logs,
+``authorizationState``, the latest block. The core uses it to confirm a
+facilitator's word and to resolve SETTLING records (SPEC 5.2); settler plugins
+get the same reader so "what does the chain say" has one implementation.
+
+RPC failures raise ``ChainUnavailable`` whose message never contains the RPC
+URL (it may carry an API key).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from eth_utils.crypto import keccak
+
+__all__ = [
+    "AUTHORIZATION_CANCELED_TOPIC",
+    "AUTHORIZATION_USED_TOPIC",
+    "TRANSFER_TOPIC",
+    "ChainReader",
+    "ChainUnavailable",
+    "Log",
+    "Receipt",
+]
+
+TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
+AUTHORIZATION_USED_TOPIC = "0x" + keccak(text="AuthorizationUsed(address,bytes32)").hex()
+AUTHORIZATION_CANCELED_TOPIC = "0x" + keccak(text="AuthorizationCanceled(address,bytes32)").hex()
+_AUTHORIZATION_STATE_SELECTOR = keccak(text="authorizationState(address,bytes32)")[:4].hex()
+
+
+class ChainUnavailable(Exception):
+    """The RPC endpoint could not answer (network, HTTP or JSON-RPC error)."""
+
+
+def address_topic(address: str) -> str:
+    return "0x" + "0" * 24 + address[2:].lower()
+
+
+def topic_address(topic: str) -> str:
+    return "0x" + topic[-40:].lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    address: str
+    topics: tuple[str, ...]
+    data: str
+    tx_hash: str
+    block_number: int
+
+    @classmethod
+    def from_rpc(cls, raw: dict[str, Any]) -> Log:
+        return cls(
+            address=str(raw["address"]).lower(),
+            topics=tuple(str(t).lower() for t in raw.get("topics", ())),
+            data=str(raw.get("data", "0x")),
+            tx_hash=str(raw.get("transactionHash", "")).lower(),
+            block_number=int(raw.get("blockNumber") or "0x0", 16),
+        )
+
+    def is_transfer(self, asset: str, payer: str, pay_to: str, value: int) -> bool:
+        return (
+            self.address == asset.lower()
+            and len(self.topics) == 3
+            and self.topics[0] == TRANSFER_TOPIC
+            and topic_address(self.topics[1]) == payer.lower()
+            and topic_address(self.topics[2]) == pay_to.lower()
+            and int(self.data, 16) == value
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    tx_hash: str
+    status: int
+    block_number: int
+    logs: tuple[Log, ...]
+
+    def has_transfer(self, asset: str, payer: str, pay_to: str, value: int) -> bool:
+        """The receipt succeeded and moved exactly ``value`` from payer to pay_to."""
+        return self.status == 1 and any(
+            log.is_transfer(asset, payer, pay_to, value) for log in self.logs
+        )
+
+
+class ChainReader:
+    """Async JSON-RPC reads. Open it once per process; share it."""
+
+    def __init__(
+        self,
+        rpc_url: str,
+        *,
+        timeout: float = 10.0,
+        log_lookback_blocks: int = 10_000,
+        log_chunk_blocks: int = 2_000,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._url = rpc_url
+        self._timeout = timeout
+        self._client = client
+        self._owns_client = client is None
+        self._ids = itertools.count(1)
+        self.log_lookback_blocks = log_lookback_blocks
+        self.log_chunk_blocks = log_chunk_blocks
+
+    async def open(self) -> None:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout)
+
+    async def close(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+        self._client = None
+
+    async def call(self, method: str, params: list[Any]) -> Any:
+        if self._client is None:
+            await self.open()
+        assert self._client is not None
+        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
+        try:
+            response = await self._client.post(self._url, json=body)
+            response.raise_for_status()
+            answer = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ChainUnavailable(f"{method}: RPC request failed ({type(exc).__name__})") from None
+        if not isinstance(answer, dict):
+            raise ChainUnavailable(f"{method}: malformed RPC answer")
+        if answer.get("error"):
+            error = answer["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise ChainUnavailable(f"{method}: {message}")
+        return answer.get("result")
+
+    async def chain_id(self) -> int:
+        return int(await self.call("eth_chainId", []), 16)
+
+    async def latest_block(self) -> tuple[int, int]:
+        """(number, timestamp) of the latest block."""
+        block = await self.call("eth_getBlockByNumber", ["latest", False])
+        return int(block["number"], 16), int(block["timestamp"], 16)
+
+    async def receipt(self, tx_hash: str) -> Receipt | None:
+        raw = await self.call("eth_getTransactionReceipt", [tx_hash])
+        if not raw:
+            return None
+        return Receipt(
+            tx_hash=str(raw["transactionHash"]).lower(),
+            status=int(raw.get("status") or "0x0", 16),
+            block_number=int(raw["blockNumber"], 16),
+            logs=tuple(Log.from_rpc(log) for log in raw.get("logs", ())),
+        )
+
+    async def authorization_state(self, asset: str, payer: str, nonce: str) -> bool:
+        data = (
+            "0x"
+            + _AUTHORIZATION_STATE_SELECTOR
+            + address_topic(payer)[2:]
+            + nonce[2:].lower().rjust(64, "0")
+        )
+        result = await self.call("eth_call", [{"to": asset, "data": data}, "latest"])
+        return int(result or "0x0", 16) != 0
+
+    async def logs(
+        self, address: str, topics: list[Any], from_block: int, to_block: int
+    ) -> list[Log]:
+        found: list[Log] = []
+        start = from_block
+        while start <= to_block:
+            end = min(to_block, start + self.log_chunk_blocks - 1)
+            raw = await self.call(
+                "eth_getLogs",
+                [
+                    {
+                        "address": address,
+                        "topics": topics,
+                        "fromBlock": hex(start),
+                        "toBlock": hex(end),
+                    }
+                ],
+            )
+            found.extend(Log.from_rpc(log) for log in raw or ())
+            start = end + 1
+        return found
+
+    async def authorization_events(self, asset: str, payer: str, nonce: str) -> list[Log]:
+        """AuthorizationUsed / AuthorizationCanceled logs of (payer, nonce), newest window only."""
+        latest, _ = await self.latest_block()
+        topics = [
+            [AUTHORIZATION_USED_TOPIC, AUTHORIZATION_CANCELED_TOPIC],
+            address_topic(payer),
+            nonce.lower(),
+        ]
+        start = max(0, latest - self.log_lookback_blocks)
+        return await self.logs(asset, topics, start, latest)

@@ -1,0 +1,515 @@
+"""The seller's TOML, validated into pydantic models (SPEC 2).
+
+Unknown keys are errors, and every error names its key path
+(``plans[1].unit_amount: ...``). Secrets are a string or ``{env = "NAME"}`` /
+``{file = "path"}`` and become ``Secret`` objects whose ``repr`` and
+serialisation never show the value. Prices are turned into the token's atomic
+units here, once, with the decimals of the configured network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from eth_utils.address import is_checksum_address, to_checksum_address
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .errors import ConfigError
+from .networks import KNOWN_NETWORKS, NetworkInfo, canonical_network_name
+
+__all__ = [
+    "Config",
+    "CredentialsConfig",
+    "NetworkConfig",
+    "Plan",
+    "PlanConfig",
+    "Secret",
+    "SellerConfig",
+    "ServerConfig",
+    "SettlementConfig",
+    "StoreConfig",
+    "load_config",
+    "parse_config",
+    "redact_url",
+]
+
+
+class Secret:
+    """A secret value that never shows itself in repr, logs or ``check`` output."""
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str = "inline") -> None:
+        self._value = value
+        self.source = source
+
+    def reveal(self) -> str:
+        return self._value
+
+    def describe(self) -> str:
+        return f"<secret: {self.source}>"
+
+    def __repr__(self) -> str:
+        return f"Secret({self.source})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def _context(info: ValidationInfo) -> tuple[Path, Mapping[str, str]]:
+    ctx = info.context or {}
+    return Path(ctx.get("base_dir", ".")), ctx.get("env", os.environ)
+
+
+def _parse_secret(value: Any, info: ValidationInfo) -> Secret:
+    if isinstance(value, Secret):
+        return value
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("must not be empty")
+        return Secret(value, "inline")
+    if isinstance(value, dict) and len(value) == 1:
+        base_dir, env = _context(info)
+        if "env" in value and isinstance(value["env"], str):
+            name = value["env"]
+            found = env.get(name)
+            if not found:
+                raise ValueError(f"environment variable {name} is not set")
+            return Secret(found, f"env {name}")
+        if "file" in value and isinstance(value["file"], str):
+            path = Path(value["file"])
+            path = path if path.is_absolute() else base_dir / path
+            try:
+                text = path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+            if not text:
+                raise ValueError(f"secret file {path} is empty")
+            return Secret(text, f"file {value['file']}")
+    raise ValueError('must be a string, { env = "NAME" } or { file = "path" }')
+
+
+SecretValue = Annotated[
+    Secret,
+    PlainValidator(_parse_secret),
+    PlainSerializer(lambda s: s.describe(), return_type=str),
+]
+
+
+def redact_url(url: str) -> str:
+    """Scheme, host and port only: RPC and facilitator URLs often carry API keys."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    hidden = parts.username or parts.password or parts.path.strip("/") or parts.query
+    return f"{parts.scheme}://{host}{port}" + ("/<redacted>" if hidden else "")
+
+
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
+_PLAN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_PRICE = re.compile(r"^\$(\d+)(?:\.(\d+))?$")
+_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")
+
+
+def _checksum(value: str) -> str:
+    if not _ADDRESS.match(value):
+        raise ValueError("must be a 0x-prefixed 20-byte hex address")
+    body = value[2:]
+    if body != body.lower() and body != body.upper() and not is_checksum_address(value):
+        raise ValueError("mixed-case address with a wrong EIP-55 checksum")
+    return str(to_checksum_address(value))
+
+
+def _http_url(value: str, *, trailing_slash: bool = True) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http(s) URL")
+    if not trailing_slash and value.endswith("/"):
+        raise ValueError("must not end with '/'")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _PluginTables(_Model):
+    """A section whose extra keys are option tables of plugins (``[store.redis]``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="after")
+    def _extra_keys_are_tables(self) -> _PluginTables:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"unknown key {key!r} (only plugin option tables may be added here)"
+                )
+        return self
+
+    def plugin_options(self, name: str) -> dict[str, Any]:
+        value = (self.model_extra or {}).get(name)
+        return dict(value) if isinstance(value, dict) else {}
+
+    def plugin_tables(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+
+class SellerConfig(_Model):
+    agent_name: str = Field(min_length=1)
+    agent_description: str = Field(min_length=1)
+    agent_url: str
+    provider_name: str = Field(min_length=1)
+    provider_url: str
+    wallet_address: str
+    network: str
+    agent_version: str = "1.0.0"
+
+    @field_validator("agent_url")
+    @classmethod
+    def _agent_url(cls, value: str) -> str:
+        return _http_url(value, trailing_slash=False)
+
+    @field_validator("provider_url")
+    @classmethod
+    def _provider_url(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("wallet_address")
+    @classmethod
+    def _wallet(cls, value: str) -> str:
+        return _checksum(value)
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        name = canonical_network_name(value)
+        if name in KNOWN_NETWORKS or re.fullmatch(r"eip155:[1-9][0-9]{0,18}", name):
+            return name
+        known = ", ".join([*KNOWN_NETWORKS, "mainnet", "testnet", "eip155:<chain id>"])
+        raise ValueError(f"unknown network {value!r} (known: {known})")
+
+
+class PlanConfig(_Model):
+    plan_id: str
+    unit_amount: str
+    description: str = Field(min_length=1)
+    token_ttl_seconds: int = Field(default=3600, gt=0)
+
+    @field_validator("plan_id")
+    @classmethod
+    def _plan_id(cls, value: str) -> str:
+        if not _PLAN_ID.match(value):
+            raise ValueError("must match [A-Za-z0-9._-]{1,64}")
+        return value
+
+    @field_validator("unit_amount")
+    @classmethod
+    def _unit_amount(cls, value: str) -> str:
+        if not _PRICE.match(value):
+            raise ValueError('must look like "$0.10" (a dollar sign and a decimal)')
+        return value
+
+
+class ServerConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8402, ge=1, le=65535)
+    workers: int = Field(default=1, ge=1, le=256)
+    base_path: str = ""
+    a2a_path: str = "/a2a"
+    challenge_ttl_seconds: int = Field(default=900, gt=0)
+    max_timeout_seconds: int = Field(default=300, ge=10, le=86_400)
+
+    @field_validator("base_path")
+    @classmethod
+    def _base_path(cls, value: str) -> str:
+        if value and not _PATH.match(value):
+            raise ValueError('must be "" or a path like "/pay" (no trailing slash)')
+        return value
+
+    @field_validator("a2a_path")
+    @classmethod
+    def _a2a_path(cls, value: str) -> str:
+        if not _PATH.match(value):
+            raise ValueError('must be a path like "/a2a" (no trailing slash)')
+        return value
+
+
+class StoreConfig(_PluginTables):
+    backend: str = "sqlite"
+    path: str = "x402srv.db"
+    url: SecretValue | None = None
+
+
+class SettlementConfig(_PluginTables):
+    strategy: str | None = None
+    facilitator_url: SecretValue | None = None
+    facilitator_auth: SecretValue | None = None
+    gas_wallet_private_key: SecretValue | None = None
+    rpc_url: SecretValue | None = None
+    lease_seconds: int = Field(default=120, ge=5, le=3600)
+
+    @property
+    def selected_strategy(self) -> str:
+        """The seed's rule: a gas wallet key without a strategy selects ``gas-wallet``."""
+        if self.strategy:
+            return self.strategy
+        return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
+
+
+class CredentialsConfig(_PluginTables):
+    issuer: str = "jwt"
+    secret: SecretValue | None = None
+    algorithm: Literal["HS256", "EdDSA"] = "HS256"
+    private_key: SecretValue | None = None
+    audience: str | None = None
+    kid: str | None = Field(default=None, min_length=1, max_length=128)
+    callback: str | None = None
+
+
+class NetworkConfig(_Model):
+    """``[network]``: the token and chain of a custom ``eip155:<id>`` network."""
+
+    asset: str | None = None
+    asset_name: str | None = None
+    asset_version: str | None = None
+    decimals: int = Field(default=6, ge=0, le=36)
+    rpc_url: SecretValue | None = None
+    explorer_tx_url: str | None = None
+
+    @field_validator("asset")
+    @classmethod
+    def _asset(cls, value: str | None) -> str | None:
+        return None if value is None else _checksum(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A plan with its price in atomic units of the configured token."""
+
+    plan_id: str
+    unit_amount: str
+    description: str
+    token_ttl_seconds: int
+    amount: int
+
+
+class Config(_Model):
+    seller: SellerConfig
+    plans: list[PlanConfig] = Field(min_length=1)
+    server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
+    settlement: SettlementConfig = SettlementConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
+    network: NetworkConfig | None = None
+
+    _network_info: NetworkInfo = PrivateAttr()
+    _plans: dict[str, Plan] = PrivateAttr()
+    _base_dir: Path = PrivateAttr(default=Path("."))
+
+    @model_validator(mode="after")
+    def _resolve(self, info: ValidationInfo) -> Config:
+        self._base_dir, _ = _context(info)
+        self._network_info = self._resolve_network()
+        self._plans = self._resolve_plans(self._network_info.decimals)
+        return self
+
+    def _resolve_network(self) -> NetworkInfo:
+        name = self.seller.network
+        override = self.settlement.rpc_url.reveal() if self.settlement.rpc_url else None
+        table = self.network
+        if name in KNOWN_NETWORKS:
+            known = KNOWN_NETWORKS[name]
+            if table is not None and (
+                table.asset
+                or table.asset_name
+                or table.asset_version
+                or "decimals" in (table.model_fields_set)
+            ):
+                raise ValueError(
+                    f"network: the token of {name} is fixed; [network] asset keys are only "
+                    "for custom eip155:<id> networks"
+                )
+            rpc = table.rpc_url.reveal() if table and table.rpc_url else known.rpc_url
+            explorer = table.explorer_tx_url if table and table.explorer_tx_url else None
+            return NetworkInfo(
+                name=known.name,
+                caip2=known.caip2,
+                chain_id=known.chain_id,
+                asset=known.asset,
+                asset_name=known.asset_name,
+                asset_version=known.asset_version,
+                decimals=known.decimals,
+                rpc_url=override or rpc,
+                explorer_tx_url=explorer or known.explorer_tx_url,
+                default_facilitator_url=known.default_facilitator_url,
+            )
+        if table is None:
+            raise ValueError(f"network: a custom network {name} needs a [network] table")
+        missing = [k for k in ("asset", "asset_name", "asset_version") if not getattr(table, k)]
+        if missing:
+            raise ValueError(f"network: {', '.join(missing)} required for {name}")
+        return NetworkInfo(
+            name=name,
+            caip2=name,
+            chain_id=int(name.split(":", 1)[1]),
+            asset=str(table.asset),
+            asset_name=str(table.asset_name),
+            asset_version=str(table.asset_version),
+            decimals=table.decimals,
+            rpc_url=override or (table.rpc_url.reveal() if table.rpc_url else None),
+            explorer_tx_url=table.explorer_tx_url,
+            default_facilitator_url=None,
+        )
+
+    def _resolve_plans(self, decimals: int) -> dict[str, Plan]:
+        plans: dict[str, Plan] = {}
+        for index, plan in enumerate(self.plans):
+            path = f"plans[{index}]"
+            if plan.plan_id in plans:
+                raise ValueError(f"{path}.plan_id: duplicate plan id {plan.plan_id!r}")
+            amount = _atomic_amount(plan.unit_amount, decimals, f"{path}.unit_amount")
+            plans[plan.plan_id] = Plan(
+                plan_id=plan.plan_id,
+                unit_amount=plan.unit_amount,
+                description=plan.description,
+                token_ttl_seconds=plan.token_ttl_seconds,
+                amount=amount,
+            )
+        return plans
+
+    @property
+    def network_info(self) -> NetworkInfo:
+        return self._network_info
+
+    @property
+    def plan_map(self) -> dict[str, Plan]:
+        return self._plans
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory of the config file; relative paths in it are resolved from here."""
+        return self._base_dir
+
+    @property
+    def access_url(self) -> str:
+        return f"{self.seller.agent_url}{self.server.base_path}/x402/access"
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved config for ``x402srv check``: no secret, no credentialed URL."""
+        data = self.model_dump(mode="json")
+        for section in ("store", "settlement", "credentials"):
+            tables = getattr(self, section).plugin_tables()
+            for table in tables:
+                data[section][table] = _redact_options(data[section][table])
+        info = self._network_info
+        data["settlement"]["strategy"] = self.settlement.selected_strategy
+        data["resolved"] = {
+            "network": {
+                "name": info.name,
+                "caip2": info.caip2,
+                "chain_id": info.chain_id,
+                "asset": info.asset,
+                "eip712": {"name": info.asset_name, "version": info.asset_version},
+                "decimals": info.decimals,
+                "rpc_url": redact_url(info.rpc_url) if info.rpc_url else None,
+            },
+            "access_url": self.access_url,
+            "plans": {p.plan_id: {"amount": str(p.amount)} for p in self._plans.values()},
+        }
+        return data
+
+
+_SECRET_KEY = re.compile(r"url|password|secret|key|token|auth", re.IGNORECASE)
+
+
+def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Plugin tables are opaque to the core: hide whatever looks like a secret."""
+    shown: dict[str, Any] = {}
+    for key, value in options.items():
+        if isinstance(value, dict) and len(value) == 1 and ("env" in value or "file" in value):
+            kind, name = next(iter(value.items()))
+            shown[key] = f"<secret: {kind} {name}>"
+        elif isinstance(value, dict):
+            shown[key] = _redact_options(value)
+        elif isinstance(value, str) and _SECRET_KEY.search(key):
+            shown[key] = redact_url(value) if "://" in value else "<redacted>"
+        else:
+            shown[key] = value
+    return shown
+
+
+def _atomic_amount(price: str, decimals: int, path: str) -> int:
+    match = _PRICE.match(price)
+    assert match is not None  # checked by PlanConfig
+    fraction = match.group(2) or ""
+    if len(fraction) > decimals:
+        raise ValueError(f"{path}: {price} has more decimals than the token's {decimals}")
+    amount = int(Decimal(price[1:]).scaleb(decimals))
+    if amount <= 0:
+        raise ValueError(f"{path}: must be greater than zero")
+    return amount
+
+
+def _format_error(error: Mapping[str, Any]) -> str:
+    path = ""
+    for part in error.get("loc", ()):
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    kind = error.get("type")
+    if kind == "extra_forbidden":
+        message = "unknown key"
+    elif kind == "missing":
+        message = "required key is missing"
+    else:
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{path}: {message}" if path else message
+
+
+def parse_config(
+    data: Mapping[str, Any], *, base_dir: Path | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Validate an already-parsed TOML document."""
+    context = {"base_dir": base_dir or Path("."), "env": os.environ if env is None else env}
+    try:
+        return Config.model_validate(data, context=context)
+    except ValidationError as exc:
+        lines = [_format_error(e) for e in exc.errors(include_url=False, include_input=False)]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Config:
+    """Read and validate a TOML config file."""
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    return parse_config(data, base_dir=file.resolve().parent, env=env)

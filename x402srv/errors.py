@@ -1,0 +1,228 @@
+"""One exception tree for x402srv, with stable problem codes (SPEC 4.4).
+
+Two families are kept apart on purpose (as pyjwt keeps ``InvalidKeyError``
+apart from ``InvalidTokenError``): the *seller* misconfigured something, or a
+*client* sent something we refuse. The first stops the server at start-up; the
+second becomes an RFC 9457 problem document and never a 500.
+
+    X402SrvError
+    ├── ConfigError                  server misconfigured (exit code 2); names the key path
+    │   └── PluginNotFound           the TOML names a plugin nobody registered
+    └── ProblemError                 answered to the client as problem+json
+        ├── InvalidRequest           400 INVALID_REQUEST
+        │   └── UnsupportedMediaType 415 INVALID_REQUEST
+        ├── TierNotFound             400 TIER_NOT_FOUND
+        ├── InvalidToken             401 INVALID_TOKEN
+        │   └── TokenExpired         401 TOKEN_EXPIRED
+        ├── PaymentFailed            402 PAYMENT_FAILED (+ x402 ``reason``)
+        ├── NotFound                 404 NOT_FOUND
+        ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
+        ├── TxAlreadyRedeemed        409 TX_ALREADY_REDEEMED
+        ├── RequestIdConflict        409 REQUEST_ID_CONFLICT
+        ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
+        ├── ChallengeExpired         410 CHALLENGE_EXPIRED
+        ├── InternalError            500 INTERNAL_ERROR
+        │   └── CredentialPending    500 INTERNAL_ERROR, paid but no credential yet (+ Retry-After)
+        ├── SettlementPending        502 SETTLEMENT_PENDING (+ Retry-After)
+        └── StoreUnavailable         503 STORE_UNAVAILABLE (+ Retry-After)
+
+Plugins convert their library's exceptions (web3, redis, jwt, httpx) into
+these at their boundary; nothing else may reach a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "ChallengeExpired",
+    "ConfigError",
+    "CredentialPending",
+    "InternalError",
+    "InvalidRequest",
+    "InvalidToken",
+    "MethodNotAllowed",
+    "NotFound",
+    "PaymentFailed",
+    "PluginNotFound",
+    "ProblemError",
+    "RequestIdConflict",
+    "SettlementInProgress",
+    "SettlementPending",
+    "StoreUnavailable",
+    "TierNotFound",
+    "TokenExpired",
+    "TxAlreadyRedeemed",
+    "UnsupportedMediaType",
+    "X402SrvError",
+]
+
+
+class X402SrvError(Exception):
+    """Root of every error x402srv raises on purpose."""
+
+
+class ConfigError(X402SrvError):
+    """The seller's configuration is unusable; the message names the key path."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class PluginNotFound(ConfigError):
+    """The TOML selects a plugin name that no installed plugin registered."""
+
+
+class ProblemError(X402SrvError):
+    """An error answered to the client as RFC 9457 problem details.
+
+    ``detail`` is written for the client: it must never hold secrets, RPC URLs,
+    stack traces or raw upstream bodies.
+    """
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        retry_after: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.detail = detail or self.title
+        self.retry_after = retry_after
+        self.extra: dict[str, Any] = dict(extra or {})
+        self._headers = dict(headers or {})
+        super().__init__(self.detail)
+
+    def to_problem(self) -> dict[str, Any]:
+        """The problem document; extension members come after the standard ones."""
+        body: dict[str, Any] = {
+            "type": "about:blank",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+        }
+        for key, value in self.extra.items():
+            body.setdefault(key, value)
+        return body
+
+    def headers(self) -> dict[str, str]:
+        """Response headers that carry part of the answer (Retry-After, WWW-Authenticate)."""
+        headers = dict(self._headers)
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, int(self.retry_after)))
+        return headers
+
+
+class InvalidRequest(ProblemError):
+    status = 400
+    code = "INVALID_REQUEST"
+    title = "Invalid request"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
+    title = "Unsupported media type"
+
+
+class TierNotFound(ProblemError):
+    status = 400
+    code = "TIER_NOT_FOUND"
+    title = "Plan not found"
+
+
+class InvalidToken(ProblemError):
+    status = 401
+    code = "INVALID_TOKEN"
+    title = "Invalid access token"
+
+    def headers(self) -> dict[str, str]:
+        headers = super().headers()
+        headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+        return headers
+
+
+class TokenExpired(InvalidToken):
+    code = "TOKEN_EXPIRED"
+    title = "Access token expired"
+
+
+class PaymentFailed(ProblemError):
+    """Verification or settlement refused the payment; ``reason`` is the x402 reason string."""
+
+    status = 402
+    code = "PAYMENT_FAILED"
+    title = "Payment failed"
+
+    def __init__(self, reason: str, detail: str | None = None, **kwargs: Any) -> None:
+        self.reason = reason
+        extra = dict(kwargs.pop("extra", None) or {})
+        extra["reason"] = reason
+        super().__init__(detail, extra=extra, **kwargs)
+
+
+class NotFound(ProblemError):
+    status = 404
+    code = "NOT_FOUND"
+    title = "Not found"
+
+
+class MethodNotAllowed(ProblemError):
+    status = 405
+    code = "METHOD_NOT_ALLOWED"
+    title = "Method not allowed"
+
+
+class TxAlreadyRedeemed(ProblemError):
+    status = 409
+    code = "TX_ALREADY_REDEEMED"
+    title = "Payment already redeemed"
+
+
+class RequestIdConflict(ProblemError):
+    status = 409
+    code = "REQUEST_ID_CONFLICT"
+    title = "Request id conflict"
+
+
+class SettlementInProgress(ProblemError):
+    status = 409
+    code = "SETTLEMENT_IN_PROGRESS"
+    title = "Settlement in progress"
+
+
+class ChallengeExpired(ProblemError):
+    status = 410
+    code = "CHALLENGE_EXPIRED"
+    title = "Challenge expired"
+
+
+class InternalError(ProblemError):
+    status = 500
+    code = "INTERNAL_ERROR"
+    title = "Internal error"
+
+
+class CredentialPending(InternalError):
+    """Paid on-chain, but the issuer failed: the record stays PAID and a retry delivers."""
+
+    title = "Credential not issued yet"
+
+
+class SettlementPending(ProblemError):
+    status = 502
+    code = "SETTLEMENT_PENDING"
+    title = "Settlement pending"
+
+
+class StoreUnavailable(ProblemError):
+    status = 503
+    code = "STORE_UNAVAILABLE"
+    title = "Store unavailable"

@@ -1,0 +1,280 @@
+"""What plugins implement: stores, settlers and credential issuers.
+
+The pipeline only talks to these protocols. Every method is async; plugins
+open their clients in ``open``/``start`` (called from Sanic's
+``before_server_start``) and close them in ``close``.
+
+Stores change records only through compare-and-set transitions whose side
+effects (payment claims, txHash ownership) happen in the same atomic step; see
+``TransitionRequest``. ``x402srv.testing.store_contract`` is the one test-suite
+every store runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .networks import NetworkInfo
+from .records import ChallengeRecord, PaymentKey, RecordChanges, State
+
+__all__ = [
+    "Authorization",
+    "Clock",
+    "CredentialIssuer",
+    "GrantRequest",
+    "IssuedCredential",
+    "Lease",
+    "PaymentClaimed",
+    "Rejected",
+    "Settled",
+    "SettlementHooks",
+    "SettlementOutcome",
+    "SettlementRequest",
+    "Settler",
+    "StateMismatch",
+    "Store",
+    "TransitionApplied",
+    "TransitionRequest",
+    "TransitionResult",
+    "TxClaimed",
+    "Unknown",
+    "system_clock",
+]
+
+#: Seconds since the epoch. Injected everywhere so tests freeze time instead of sleeping.
+Clock = Callable[[], float]
+
+
+def system_clock() -> float:
+    return time.time()
+
+
+# ---------------------------------------------------------------- stores
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRequest:
+    """A compare-and-set move of one record, with its atomic side effects.
+
+    The store applies it only if the record is in ``expect`` (and, when
+    ``attempt_id`` is given, the SETTLING attempt is still that one). In the same
+    atomic step it may claim the payment key, release it, or claim a txHash.
+    """
+
+    challenge_id: str
+    expect: State
+    to: State
+    at: float
+    reason: str
+    changes: RecordChanges = field(default_factory=RecordChanges)
+    attempt_id: str | None = None
+    claim_payment: PaymentKey | None = None
+    release_payment: bool = False
+    claim_tx_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionApplied:
+    record: ChallengeRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StateMismatch:
+    """The record was not in the expected state (or attempt); ``record`` is how it is now."""
+
+    record: ChallengeRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentClaimed:
+    """The payment key already belongs to another challenge."""
+
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class TxClaimed:
+    """The txHash already belongs to another challenge."""
+
+    owner: str
+
+
+TransitionResult = TransitionApplied | StateMismatch | PaymentClaimed | TxClaimed
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A named lock with an expiry and a fencing value.
+
+    ``fence`` grows with every acquisition, so a holder whose lease ran out
+    cannot overwrite what a later holder wrote. ``value`` is what the previous
+    holder left on release (the gas wallet keeps its next nonce there).
+    """
+
+    name: str
+    holder: str
+    fence: int
+    expires_at: float
+    value: str | None = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable challenge records, payment claims, txHash ownership and leases."""
+
+    name: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise ``StoreUnavailable`` when the backing service cannot be reached."""
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        """Insert ``record`` unless its requestId exists; return (stored record, created).
+
+        With ``claim_payment`` the insert and the claim happen together or not at
+        all (discovery-first purchases create their challenge already SETTLING).
+        """
+
+    async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None: ...
+
+    async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None: ...
+
+    async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
+        """The challenge that currently owns this payment claim, if any."""
+
+    async def transition(self, request: TransitionRequest) -> TransitionResult: ...
+
+    async def list_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        updated_before: float | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        """Records oldest-updated first (operators and the reconciler page through them)."""
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        """Take the named lease if it is free or expired; ``None`` when someone holds it."""
+
+    async def release_lease(self, lease: Lease, value: str | None) -> bool:
+        """Release and leave ``value`` for the next holder; False if the lease was lost."""
+
+
+# ---------------------------------------------------------------- settlement
+
+
+@dataclass(frozen=True, slots=True)
+class Authorization:
+    """A parsed EIP-3009 ``transferWithAuthorization`` (already checked by the pipeline)."""
+
+    payer: str
+    to: str
+    value: int
+    valid_after: int
+    valid_before: int
+    nonce: str
+    signature: str
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementRequest:
+    """Everything a settler needs; ``payload`` and ``requirements`` are x402 v2 wire dicts."""
+
+    challenge_id: str
+    attempt_id: str
+    authorization: Authorization
+    payload: Mapping[str, Any]
+    requirements: Mapping[str, Any]
+    network: NetworkInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The transfer is on-chain (receipt checked): txHash and payer."""
+
+    tx_hash: str
+    payer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Definitely nothing moved on-chain; the buyer may pay again."""
+
+    reason: str
+    detail: str = "The payment could not be settled."
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """The outcome is not known (timeout, dropped connection): resolve from the chain later."""
+
+    reason: str
+    tx_hash: str | None = None
+
+
+SettlementOutcome = Settled | Rejected | Unknown
+
+
+class SettlementHooks(Protocol):
+    async def note_broadcast(self, tx_hash: str) -> None:
+        """Persist a txHash as soon as it is broadcast, before waiting for the receipt."""
+
+
+@runtime_checkable
+class Settler(Protocol):
+    """Moves the buyer's authorization on-chain. Must not raise: exceptions count as Unknown."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def settle(
+        self, request: SettlementRequest, hooks: SettlementHooks
+    ) -> SettlementOutcome: ...
+
+
+# ---------------------------------------------------------------- credentials
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRequest:
+    """What an issuer learns about a paid challenge (SPEC 4.2 step 10)."""
+
+    request_id: str
+    challenge_id: str
+    plan_id: str
+    resource_id: str
+    tx_hash: str
+    payer: str
+    token_ttl_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedCredential:
+    token: str
+    token_type: str
+    expires_at: float
+
+
+@runtime_checkable
+class CredentialIssuer(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def issue(self, request: GrantRequest) -> IssuedCredential: ...
+
+    def jwks(self) -> dict[str, Any] | None:
+        """Public keys to serve at /.well-known/jwks.json, or None when there are none."""

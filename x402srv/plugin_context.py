@@ -1,0 +1,49 @@
+"""What a plugin factory receives when the TOML selects it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .chain import ChainReader
+from .config import Config
+from .errors import ConfigError
+from .interfaces import Clock, Store, system_clock
+
+__all__ = ["PluginContext"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """The whole config, the plugin's own option table, and what was built before it.
+
+    Stores are built first, then the settler (which may use the store's leases and
+    the chain reader), then the credential issuer.
+    """
+
+    config: Config
+    name: str
+    key_path: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    clock: Clock = system_clock
+    store: Store | None = None
+    chain: ChainReader | None = None
+
+    def parse_options(self, model: type[M]) -> M:
+        """Validate the plugin's option table; errors name ``<key_path>.<key>``."""
+        try:
+            return model.model_validate(
+                dict(self.options), context={"base_dir": self.config.base_dir}
+            )
+        except ValidationError as exc:
+            lines = []
+            for error in exc.errors(include_url=False, include_input=False):
+                where = ".".join(str(p) for p in error["loc"])
+                message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+                lines.append(f"{self.key_path}.{where}: {message}")
+            raise ConfigError("invalid plugin options:\n  " + "\n  ".join(lines)) from None

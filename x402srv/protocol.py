@@ -1,0 +1,272 @@
+"""x402 v2 on the wire: body and header codecs, requirements, and the payment check.
+
+No I/O here. Everything a client sends is decoded by a function of this module,
+which either returns a typed value or raises ``InvalidRequest`` (malformed) or
+``PaymentFailed`` (well-formed but not an acceptable payment, SPEC 4.2 step 5).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from .eip712 import Eip3009Domain, TransferAuthorization, recover_signer
+from .errors import InvalidRequest, PaymentFailed, UnsupportedMediaType
+from .interfaces import Authorization
+from .networks import NetworkInfo
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_HEADER_CHARS",
+    "AccessBody",
+    "PaymentPayload",
+    "check_payment",
+    "decode_payment_header",
+    "encode_header",
+    "parse_access_body",
+    "requirement",
+]
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_HEADER_CHARS = 8 * 1024
+
+# x402 reason strings (as the official SDK reports them)
+REASON_REQUIREMENTS = "invalid_payment_requirements"
+REASON_SCHEME = "unsupported_scheme"
+REASON_NETWORK = "invalid_network"
+REASON_RECIPIENT = "invalid_exact_evm_payload_recipient_mismatch"
+REASON_VALUE = "invalid_exact_evm_payload_authorization_value_mismatch"
+REASON_VALID_AFTER = "invalid_exact_evm_payload_authorization_valid_after"
+REASON_VALID_BEFORE = "invalid_exact_evm_payload_authorization_valid_before"
+REASON_SIGNATURE = "invalid_exact_evm_payload_signature"
+
+_RESOURCE_ID = re.compile(r"^[A-Za-z0-9._:/-]{1,256}$")
+
+HexAddress = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
+Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$")]
+Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
+HexBytes = Annotated[str, StringConstraints(pattern=r"^0x(?:[0-9a-fA-F]{2}){1,2048}$")]
+ShortText = Annotated[str, StringConstraints(max_length=256)]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="allow", populate_by_name=True)
+
+
+class WireAuthorization(_Wire):
+    from_: HexAddress = Field(alias="from")
+    to: HexAddress
+    value: Uint
+    validAfter: Uint
+    validBefore: Uint
+    nonce: Bytes32
+
+
+class ExactPayload(_Wire):
+    signature: HexBytes
+    authorization: WireAuthorization
+
+
+class WireRequirements(_Wire):
+    scheme: ShortText
+    network: ShortText
+    asset: ShortText
+    amount: Uint
+    payTo: ShortText
+    maxTimeoutSeconds: int = Field(ge=0, le=10**9)
+    extra: dict[str, Any] | None = None
+
+
+class PaymentPayload(_Wire):
+    """The decoded ``PAYMENT-SIGNATURE`` header (seed 2.5)."""
+
+    x402Version: Literal[2]
+    payload: ExactPayload
+    accepted: WireRequirements
+
+    def extra_str(self, key: str) -> str | None:
+        value = (self.accepted.extra or {}).get(key)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class AccessBody:
+    plan_id: str | None
+    request_id: str | None
+    resource_id: str
+
+
+def _loads(raw: bytes | str, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        raise InvalidRequest(f"{what} is not valid JSON") from None
+
+
+def parse_access_body(raw: bytes, content_type: str | None) -> AccessBody:
+    """The body of ``POST /x402/access``: a JSON object, maybe empty, at most 64 KiB."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise InvalidRequest(f"request body is larger than {MAX_BODY_BYTES} bytes")
+    if not raw.strip():
+        return AccessBody(None, None, "default")
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise UnsupportedMediaType("the body must be JSON (Content-Type: application/json)")
+    data = _loads(raw, "request body")
+    if not isinstance(data, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    plan_id = _optional_str(data, "planId", 64)
+    request_id = _optional_str(data, "requestId", 64)
+    if request_id is not None:
+        try:
+            request_id = str(uuid.UUID(request_id))
+        except ValueError:
+            raise InvalidRequest("requestId must be a UUID") from None
+    resource_id = _optional_str(data, "resourceId", 256) or "default"
+    if not _RESOURCE_ID.match(resource_id):
+        raise InvalidRequest("resourceId must match [A-Za-z0-9._:/-]{1,256}")
+    return AccessBody(plan_id, request_id, resource_id)
+
+
+def _optional_str(data: dict[str, Any], key: str, max_length: int) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > max_length:
+        raise InvalidRequest(f"{key} must be a non-empty string of at most {max_length} chars")
+    return value
+
+
+def decode_payment_header(value: str) -> PaymentPayload:
+    """``PAYMENT-SIGNATURE``: base64url or standard base64, padded or not (step 1)."""
+    text = value.strip()
+    if len(text) > MAX_HEADER_CHARS:
+        raise InvalidRequest(f"PAYMENT-SIGNATURE is longer than {MAX_HEADER_CHARS} characters")
+    if not text:
+        raise InvalidRequest("PAYMENT-SIGNATURE is empty")
+    text = text.replace("-", "+").replace("_", "/").rstrip("=")
+    try:
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("PAYMENT-SIGNATURE is not base64") from None
+    data = _loads(raw, "PAYMENT-SIGNATURE")
+    if not isinstance(data, dict):
+        raise InvalidRequest("PAYMENT-SIGNATURE must hold a JSON object")
+    try:
+        payload = PaymentPayload.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "payload"
+        raise InvalidRequest(f"PAYMENT-SIGNATURE {where}: {first['msg']}") from None
+    for key in ("planId", "challengeId", "requestId"):
+        raw_value = (payload.accepted.extra or {}).get(key)
+        if raw_value is not None and not isinstance(raw_value, str):
+            raise InvalidRequest(f"PAYMENT-SIGNATURE accepted.extra.{key} must be a string")
+    return payload
+
+
+def encode_header(document: Any) -> str:
+    """Standard base64 of compact JSON, as ``PAYMENT-REQUIRED``/``PAYMENT-RESPONSE`` carry."""
+    compact = json.dumps(document, separators=(",", ":"))
+    return base64.b64encode(compact.encode()).decode("ascii")
+
+
+def requirement(
+    *,
+    network: NetworkInfo,
+    amount: int | str,
+    pay_to: str,
+    max_timeout_seconds: int,
+    plan_id: str,
+    challenge_id: str | None = None,
+    request_id: str | None = None,
+    asset: str | None = None,
+) -> dict[str, Any]:
+    """One x402 v2 ``PaymentRequirements`` for the ``exact`` scheme."""
+    extra: dict[str, Any] = {
+        "name": network.asset_name,
+        "version": network.asset_version,
+        "planId": plan_id,
+    }
+    if challenge_id:
+        extra["challengeId"] = challenge_id
+    if request_id:
+        extra["requestId"] = request_id
+    return {
+        "scheme": "exact",
+        "network": network.caip2,
+        "amount": str(amount),
+        "asset": asset or network.asset,
+        "payTo": pay_to,
+        "maxTimeoutSeconds": max_timeout_seconds,
+        "extra": extra,
+    }
+
+
+def check_payment(
+    payment: PaymentPayload,
+    offered: dict[str, Any],
+    network: NetworkInfo,
+    domain: Eip3009Domain,
+    now: float,
+) -> Authorization:
+    """Step 5: the payment against the server's own requirement, never the client's."""
+    accepted = payment.accepted
+    auth = payment.payload.authorization
+    if accepted.scheme != "exact":
+        raise PaymentFailed(REASON_SCHEME, "only the exact scheme is accepted")
+    if accepted.network != network.caip2:
+        raise PaymentFailed(REASON_NETWORK, f"this server settles on {network.caip2} only")
+    if accepted.asset.lower() != network.asset.lower():
+        raise PaymentFailed(REASON_REQUIREMENTS, "accepted.asset is not the configured token")
+    if (
+        accepted.amount != offered["amount"]
+        or accepted.payTo.lower() != str(offered["payTo"]).lower()
+        or accepted.maxTimeoutSeconds != offered["maxTimeoutSeconds"]
+        or accepted.asset.lower() != str(offered["asset"]).lower()
+    ):
+        raise PaymentFailed(REASON_REQUIREMENTS, "accepted does not match the offered requirement")
+    if auth.to.lower() != str(offered["payTo"]).lower():
+        raise PaymentFailed(REASON_RECIPIENT, "authorization.to is not the seller's wallet")
+    value = int(auth.value)
+    if value != int(offered["amount"]):
+        raise PaymentFailed(REASON_VALUE, "authorization.value is not the plan's amount")
+    valid_after, valid_before = int(auth.validAfter), int(auth.validBefore)
+    if valid_after > now:
+        raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
+    if valid_before < now + 6:
+        raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
+    if valid_before > now + int(offered["maxTimeoutSeconds"]) + 60:
+        raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+    signature = bytes.fromhex(payment.payload.signature[2:])
+    transfer = TransferAuthorization(
+        payer=auth.from_,
+        to=auth.to,
+        value=value,
+        valid_after=valid_after,
+        valid_before=valid_before,
+        nonce=bytes.fromhex(auth.nonce[2:]),
+    )
+    try:
+        digest = transfer.digest(domain)
+    except ValueError:
+        raise PaymentFailed(REASON_VALUE, "authorization numbers exceed uint256") from None
+    signer = recover_signer(digest, signature)
+    if signer is None or signer.lower() != auth.from_.lower():
+        raise PaymentFailed(REASON_SIGNATURE, "the signature does not recover authorization.from")
+    return Authorization(
+        payer=signer,
+        to=auth.to,
+        value=value,
+        valid_after=valid_after,
+        valid_before=valid_before,
+        nonce=auth.nonce.lower(),
+        signature=payment.payload.signature,
+    )

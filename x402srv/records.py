@@ -1,0 +1,169 @@
+"""Challenge records and their state machine (SPEC 5).
+
+    PENDING ──► SETTLING ──► PAID ──► DELIVERED
+       │  ▲         │
+       │  └─────────┘  definite settlement failure (claim released)
+       ├──► EXPIRED     past expiresAt
+       └──► CANCELLED   operator
+
+Records are plain dataclasses with a JSON form (``to_dict``/``from_dict``) that
+every store keeps verbatim, so a record written by one store plugin reads the
+same in another and in ``x402srv challenges show``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "ChallengeRecord",
+    "PaymentDetails",
+    "PaymentKey",
+    "RecordChanges",
+    "State",
+    "Transition",
+]
+
+
+class State(StrEnum):
+    PENDING = "PENDING"
+    SETTLING = "SETTLING"
+    PAID = "PAID"
+    DELIVERED = "DELIVERED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+
+
+#: Moves the state machine allows; stores refuse nothing else (SETTLING → SETTLING
+#: is a lease update by the attempt that holds it).
+ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
+    {
+        (State.PENDING, State.SETTLING),
+        (State.PENDING, State.EXPIRED),
+        (State.PENDING, State.CANCELLED),
+        (State.SETTLING, State.SETTLING),
+        (State.SETTLING, State.PENDING),
+        (State.SETTLING, State.PAID),
+        (State.PAID, State.DELIVERED),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentKey:
+    """Identity of an EIP-3009 authorization: the chain spends it at most once.
+
+    Keyed by the authorization, not the signature, so a re-encoded (malleated)
+    signature of the same authorization is the same payment.
+    """
+
+    chain_id: int
+    asset: str
+    payer: str
+    nonce: str
+
+    def __str__(self) -> str:
+        return f"{self.chain_id}:{self.asset.lower()}:{self.payer.lower()}:{self.nonce.lower()}"
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentDetails:
+    """The authorization being settled, persisted with the SETTLING transition."""
+
+    payer: str
+    nonce: str
+    value: str
+    valid_after: int
+    valid_before: int
+    signature: str
+    key: str
+    attempt_id: str
+    lease_until: float
+    broadcast_tx_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    state: State
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChallengeRecord:
+    """One challenge and everything needed to answer its replays.
+
+    ``amount``/``asset``/``network``/``pay_to``/``max_timeout_seconds`` are the
+    requirement offered when the challenge was created: a replay gets exactly
+    what was offered even if the seller edits prices meanwhile.
+    """
+
+    challenge_id: str
+    request_id: str
+    plan_id: str
+    resource_id: str
+    amount: str
+    network: str
+    asset: str
+    pay_to: str
+    max_timeout_seconds: int
+    state: State
+    created_at: float
+    expires_at: float
+    updated_at: float
+    implicit: bool = False
+    payment: PaymentDetails | None = None
+    payer: str | None = None
+    tx_hash: str | None = None
+    grant: dict[str, Any] | None = None
+    history: tuple[Transition, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        data["history"] = [
+            {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
+        ]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChallengeRecord:
+        values = dict(data)
+        values["state"] = State(values["state"])
+        payment = values.get("payment")
+        values["payment"] = PaymentDetails(**payment) if payment else None
+        values["history"] = tuple(
+            Transition(State(t["state"]), float(t["at"]), str(t["reason"]))
+            for t in values.get("history") or ()
+        )
+        return cls(**values)
+
+    def apply(self, change: RecordChanges, to: State, at: float, reason: str) -> ChallengeRecord:
+        """The record after a transition; stores call this inside their atomic section."""
+        updates: dict[str, Any] = {"state": to, "updated_at": at}
+        for name in ("payer", "tx_hash", "grant"):
+            value = getattr(change, name)
+            if value is not None:
+                updates[name] = value
+        if change.clear_payment:
+            updates["payment"] = None
+        elif change.payment is not None:
+            updates["payment"] = change.payment
+        history = self.history
+        if to != self.state:
+            history = (*history, Transition(to, at, reason))
+        updates["history"] = history
+        return replace(self, **updates)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordChanges:
+    """Fields a transition sets; ``None`` leaves a field as it is."""
+
+    payment: PaymentDetails | None = None
+    clear_payment: bool = False
+    payer: str | None = None
+    tx_hash: str | None = None
+    grant: dict[str, Any] | None = None

@@ -1,0 +1,149 @@
+"""Collects what plugins register and builds what the TOML names.
+
+Built-ins (``default_plugins.DEFAULT_PLUGINS``) are registered exactly like
+third-party plugins found through the ``x402srv`` entry-point group. Names are
+collected into ``name -> factory`` per kind; a name registered twice is an
+error, and selecting an unknown name lists what is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pluggy
+
+from . import hookspecs
+from .chain import ChainReader
+from .config import Config
+from .errors import ConfigError, PluginNotFound
+from .interfaces import Clock, CredentialIssuer, Settler, Store, system_clock
+from .plugin_context import PluginContext
+
+__all__ = ["Built", "Registry"]
+
+Kind = Literal["store", "settler", "credential issuer"]
+_HOOKS: dict[Kind, str] = {
+    "store": "register_stores",
+    "settler": "register_settlers",
+    "credential issuer": "register_credential_issuers",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    factory: Callable[[PluginContext], Any]
+    plugin: str
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """The plugins a config selects, built but not started."""
+
+    store: Store
+    settler: Settler
+    issuer: CredentialIssuer
+    chain: ChainReader | None
+
+
+class Registry:
+    def __init__(self, *, entry_points: bool = True, extra_plugins: Iterable[object] = ()) -> None:
+        from .default_plugins import DEFAULT_PLUGINS
+
+        self._pm = pluggy.PluginManager("x402srv")
+        self._pm.add_hookspecs(hookspecs)
+        for module_name in DEFAULT_PLUGINS:
+            self._pm.register(importlib.import_module(module_name), name=module_name)
+        for plugin in extra_plugins:
+            self._pm.register(plugin)
+        if entry_points:
+            self._pm.load_setuptools_entrypoints("x402srv")
+        self._entries: dict[Kind, dict[str, _Entry]] = {k: self._collect(k) for k in _HOOKS}
+
+    def _collect(self, kind: Kind) -> dict[str, _Entry]:
+        entries: dict[str, _Entry] = {}
+        hook = getattr(self._pm.hook, _HOOKS[kind])
+        for impl in hook.get_hookimpls():
+            plugin_name = impl.plugin_name
+
+            def register(name: str, factory: Any, _plugin: str = plugin_name) -> None:
+                if name in entries:
+                    raise ConfigError(
+                        f"{kind} {name!r} is registered by both {entries[name].plugin} "
+                        f"and {_plugin}"
+                    )
+                entries[name] = _Entry(factory, _plugin)
+
+            impl.function(register=register)
+        return entries
+
+    def names(self, kind: Kind) -> list[str]:
+        return sorted(self._entries[kind])
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One row per plugin: its name, distribution and what it registers."""
+        dists = {
+            self._pm.get_name(plugin): f"{dist.project_name} {dist.version}"
+            for plugin, dist in self._pm.list_plugin_distinfo()
+        }
+        rows: dict[str, dict[str, Any]] = {}
+        for kind, entries in self._entries.items():
+            for name, entry in sorted(entries.items()):
+                row = rows.setdefault(
+                    entry.plugin,
+                    {"plugin": entry.plugin, "distribution": dists.get(entry.plugin, "built-in")},
+                )
+                row.setdefault(kind + "s", []).append(name)
+        return list(rows.values())
+
+    def _context(self, kind: Kind, section: str, name: str, config: Config, **kw: Any) -> Any:
+        entries = self._entries[kind]
+        if name not in entries:
+            raise PluginNotFound(
+                f"no {kind} plugin named {name!r} is installed "
+                f"(installed: {', '.join(sorted(entries)) or 'none'})",
+                path=f"{section}",
+            )
+        tables = getattr(config, section.split(".")[0]).plugin_tables()
+        for table in tables:
+            if table not in entries:
+                raise PluginNotFound(
+                    f"no {kind} plugin named {table!r} is installed "
+                    f"(installed: {', '.join(sorted(entries)) or 'none'})",
+                    path=f"{section.split('.')[0]}.{table}",
+                )
+        options = getattr(config, section.split(".")[0]).plugin_options(name)
+        ctx = PluginContext(
+            config=config,
+            name=name,
+            key_path=f"{section.split('.')[0]}.{name}",
+            options=options,
+            **kw,
+        )
+        return entries[name].factory(ctx)
+
+    def build(self, config: Config, *, clock: Clock = system_clock) -> Built:
+        """Build the store, settler and issuer the config names (nothing is opened yet)."""
+        network = config.network_info
+        chain = ChainReader(network.rpc_url) if network.rpc_url else None
+        store = self._context("store", "store.backend", config.store.backend, config, clock=clock)
+        settler = self._context(
+            "settler",
+            "settlement.strategy",
+            config.settlement.selected_strategy,
+            config,
+            clock=clock,
+            store=store,
+            chain=chain,
+        )
+        issuer = self._context(
+            "credential issuer",
+            "credentials.issuer",
+            config.credentials.issuer,
+            config,
+            clock=clock,
+            store=store,
+        )
+        return Built(store=store, settler=settler, issuer=issuer, chain=chain)
