@@ -1,0 +1,422 @@
+"""The sqlite store: the store contract, its pragmas, its failures, and several processes.
+
+The multi-process tests start real interpreters on one database file: the
+guarantee that matters in production is across worker processes, which no
+amount of asyncio concurrency inside one process can show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from x402srv.config import Config, parse_config
+from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
+from x402srv.errors import ConfigError, StoreUnavailable
+from x402srv.interfaces import Store, TransitionApplied
+from x402srv.plugin_context import PluginContext
+from x402srv.records import State
+from x402srv.registry import Registry
+from x402srv.testing import StoreContract
+from x402srv.testing.builders import make_grant, make_record
+from x402srv.testing.store_contract import settling
+
+
+class TestSqliteStore(StoreContract):
+    durable = True
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteStore]:
+        store = SqliteStore(tmp_path / "store.db")
+        await store.open()
+        yield store
+        await store.close()
+
+    def another_store(self, store: Store) -> Store:
+        assert isinstance(store, SqliteStore)
+        return SqliteStore(store.path, store.options)
+
+
+@pytest.fixture
+async def opened(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "store.db", SqliteOptions(busy_timeout_ms=100))
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def _pragma(store: SqliteStore, name: str) -> Any:
+    """Per-connection pragmas can only be read on the store's own connection."""
+    return await store._run(name, lambda conn: conn.execute(f"PRAGMA {name}").fetchone()[0])
+
+
+# ------------------------------------------------------------ configuration
+
+
+def _config(tmp_path: Path, **store: Any) -> Config:
+    return parse_config(
+        {
+            "seller": {
+                "agent_name": "Weather Oracle",
+                "agent_description": "Paid hourly weather data",
+                "agent_url": "https://api.example.com",
+                "provider_name": "Example Inc",
+                "provider_url": "https://example.com",
+                "wallet_address": "0x" + "11" * 20,
+                "network": "base-sepolia",
+            },
+            "plans": [{"plan_id": "hourly", "unit_amount": "$0.10", "description": "An hour"}],
+            "credentials": {"secret": "s" * 32},
+            "store": store,
+        },
+        base_dir=tmp_path,
+        env={},
+    )
+
+
+def _build(config: Config) -> SqliteStore:
+    ctx = PluginContext(
+        config=config,
+        name="sqlite",
+        key_path="store.sqlite",
+        options=config.store.plugin_options("sqlite"),
+    )
+    return build_sqlite_store(ctx)
+
+
+async def test_registry_builds_it_with_the_path_beside_the_config(tmp_path: Path) -> None:
+    config = _config(tmp_path, backend="sqlite", path="data/sub/x402srv.db")
+    store = Registry(entry_points=False)._context("store", "store.backend", "sqlite", config)
+    assert isinstance(store, SqliteStore)
+    assert store.path == tmp_path / "data" / "sub" / "x402srv.db"
+    await store.open()
+    try:
+        assert store.path.is_file()  # parent directories created on open
+        record = make_record()
+        await store.create_challenge(record)
+        assert await store.get_challenge(record.challenge_id) == record
+    finally:
+        await store.close()
+
+
+def test_default_path_and_absolute_path(tmp_path: Path) -> None:
+    assert _build(_config(tmp_path)).path == tmp_path / "x402srv.db"
+    elsewhere = tmp_path / "elsewhere" / "db.sqlite"
+    assert _build(_config(tmp_path, path=str(elsewhere))).path == elsewhere
+
+
+def test_options_are_validated_with_their_key_path(tmp_path: Path) -> None:
+    store = _build(_config(tmp_path, sqlite={"synchronous": "full", "busy_timeout_ms": 250}))
+    assert store.options == SqliteOptions(synchronous="FULL", busy_timeout_ms=250)
+    with pytest.raises(ConfigError, match=r"store\.sqlite\.journal_mode: unknown key"):
+        _build(_config(tmp_path, sqlite={"journal_mode": "DELETE"}))
+    with pytest.raises(ConfigError, match=r"store\.sqlite\.synchronous"):
+        _build(_config(tmp_path, sqlite={"synchronous": "OFF"}))
+    with pytest.raises(ConfigError, match=r"store\.sqlite\.busy_timeout_ms"):
+        _build(_config(tmp_path, sqlite={"busy_timeout_ms": -1}))
+    with pytest.raises(ConfigError, match=r"store\.path"):
+        _build(_config(tmp_path, path=" "))
+
+
+# ------------------------------------------------------------ pragmas and schema
+
+
+async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) -> None:
+    assert await _pragma(opened, "journal_mode") == "wal"
+    assert await _pragma(opened, "busy_timeout") == 100
+    assert await _pragma(opened, "synchronous") == 1  # NORMAL
+    other = sqlite3.connect(opened.path)
+    try:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
+        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+        tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
+        assert {"challenges", "payment_claims", "tx_claims", "leases"} <= tables
+    finally:
+        other.close()
+
+
+async def test_synchronous_full_and_default_busy_timeout(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "full.db", SqliteOptions(synchronous="FULL"))
+    await store.open()
+    try:
+        assert await _pragma(store, "synchronous") == 2  # FULL
+        assert await _pragma(store, "busy_timeout") == 5000
+    finally:
+        await store.close()
+
+
+async def test_workers_starting_together_on_a_new_file(tmp_path: Path) -> None:
+    """Switching a new file to WAL can answer "locked" at once; every opener must retry."""
+    for trial in range(40):
+        stores = [SqliteStore(tmp_path / f"new-{trial}.db") for _ in range(8)]
+        try:
+            await asyncio.gather(*(store.open() for store in stores))
+            assert [await _pragma(store, "journal_mode") for store in stores] == ["wal"] * 8
+        finally:
+            await asyncio.gather(*(store.close() for store in stores))
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+    with pytest.raises(ConfigError, match="schema version 99") as caught:
+        await SqliteStore(path).open()
+    assert caught.value.path == "store.path"
+
+
+# ------------------------------------------------------------ failures become StoreUnavailable
+
+
+def _assert_hidden(exc: BaseException, path: Path) -> None:
+    """What a client could see: no path, no sqlite message, no chained library error."""
+    assert isinstance(exc, StoreUnavailable)
+    assert str(path) not in str(exc)
+    assert exc.__suppress_context__
+    assert exc.to_problem()["code"] == "STORE_UNAVAILABLE"
+
+
+async def test_a_parent_that_is_a_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("not a directory")
+    store = SqliteStore(tmp_path / "plain-file" / "x402srv.db")
+    with pytest.raises(ConfigError) as caught:
+        await store.open()
+    assert caught.value.path == "store.path"
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+
+
+@pytest.mark.parametrize("kind", ["directory", "corrupt"])
+async def test_unusable_files_are_store_unavailable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    path = tmp_path / "x402srv.db"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"this is not a database file " * 200)
+    store = SqliteStore(path)
+    with (
+        caplog.at_level(logging.ERROR, logger="x402srv.store.sqlite"),
+        pytest.raises(StoreUnavailable) as caught,
+    ):
+        await store.open()
+    _assert_hidden(caught.value, path)
+    assert str(path) in caplog.text  # the operator learns which file
+    with pytest.raises(StoreUnavailable):
+        await store.get_challenge("any")
+    await store.close()
+
+
+async def test_locked_past_the_busy_timeout(opened: SqliteStore) -> None:
+    record = make_record()
+    await opened.create_challenge(record)
+    blocker = sqlite3.connect(opened.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await opened.create_challenge(make_record())
+        _assert_hidden(caught.value, opened.path)
+        with pytest.raises(StoreUnavailable):
+            await opened.transition(settling(record))
+        assert await opened.get_challenge(record.challenge_id) == record  # WAL: reads go on
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (await opened.get_challenge(record.challenge_id)) == record
+    assert isinstance(await opened.transition(settling(record)), TransitionApplied)
+
+
+async def test_disk_full_rolls_back_and_is_store_unavailable(
+    opened: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``max_page_count`` makes sqlite answer SQLITE_FULL exactly as a full disk does."""
+    record = make_record()
+    await opened.create_challenge(record)
+    pages = await _pragma(opened, "page_count")
+    await _pragma(opened, f"max_page_count = {pages}")
+    big = make_record(state=State.DELIVERED)
+    big_grant = make_grant(big, padding="x" * 200_000)
+    with (
+        caplog.at_level(logging.ERROR, logger="x402srv.store.sqlite"),
+        pytest.raises(StoreUnavailable) as caught,
+    ):
+        await opened.create_challenge(dataclasses.replace(big, grant=big_grant))
+    _assert_hidden(caught.value, opened.path)
+    assert "full" in caplog.text
+    assert await opened.list_challenges() == [record]
+
+
+async def test_a_closed_store_is_unavailable(opened: SqliteStore) -> None:
+    await opened.close()
+    await opened.close()
+    with pytest.raises(StoreUnavailable):
+        await opened.get_challenge("any")
+
+
+# ------------------------------------------------------------ several processes
+
+
+_WORKER = r"""
+import asyncio, json, os, sys, time
+from pathlib import Path
+from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.interfaces import TransitionApplied
+from x402srv.testing.builders import make_key, make_record
+from x402srv.testing.store_contract import settling
+
+path, worker, challenge_id, request_id, lock_file = sys.argv[1:6]
+RACERS, ROUNDS = 10, 25
+
+def barrier(phase):
+    print("ready", phase, flush=True)
+    assert sys.stdin.readline().strip() == "go"
+
+async def main():
+    store = SqliteStore(Path(path))
+    await store.open()
+    record = await store.get_challenge(challenge_id)
+    out = {}
+
+    barrier("transition")
+    requests = [settling(record, make_key(), attempt_id=f"{worker}-{i}") for i in range(RACERS)]
+    results = await asyncio.gather(*(store.transition(r) for r in requests))
+    won = [r.record.payment.attempt_id for r in results if isinstance(r, TransitionApplied)]
+    out["won"] = won
+
+    barrier("create")
+    records = [make_record(request_id=request_id) for _ in range(RACERS)]
+    created = await asyncio.gather(*(store.create_challenge(r) for r in records))
+    out["created"] = sum(c[1] for c in created)
+    out["returned"] = sorted({c[0].challenge_id for c in created})
+
+    barrier("lease")
+    fences, overlaps, releases = [], 0, []
+    for _ in range(ROUNDS):
+        while (lease := await store.acquire_lease("gas", worker, 60, time.time())) is None:
+            await asyncio.sleep(0.001)
+        try:
+            fd = os.open(lock_file, os.O_CREAT | os.O_EXCL)
+            os.close(fd)
+        except FileExistsError:
+            overlaps += 1
+        count = int(lease.value or 0)
+        await asyncio.sleep(0.0005)
+        os.remove(lock_file)
+        fences.append(lease.fence)
+        releases.append(await store.release_lease(lease, str(count + 1)))
+    out.update(fences=fences, overlaps=overlaps, releases=releases)
+
+    await store.close()
+    print(json.dumps(out), flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+async def _seed(path: Path) -> tuple[str, str]:
+    store = SqliteStore(path)
+    await store.open()
+    record = make_record()
+    await store.create_challenge(record)
+    await store.close()
+    return record.challenge_id, make_record().request_id
+
+
+async def test_several_processes_on_one_file(
+    tmp_path: Path, workers: list[subprocess.Popen[str]]
+) -> None:
+    """4 processes: one settlement winner, one created record, never two lease holders."""
+    path = tmp_path / "shared.db"
+    challenge_id, request_id = await _seed(path)
+    lock_file = tmp_path / "held"
+    for n in range(4):
+        workers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _WORKER,
+                    str(path),
+                    f"w{n}",
+                    challenge_id,
+                    request_id,
+                    str(lock_file),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+
+    def kill_all() -> None:  # a hung worker must fail the test, not hang it
+        for proc in workers:
+            proc.kill()
+
+    watchdog = threading.Timer(30, kill_all)
+    watchdog.start()
+    try:
+        for phase in ("transition", "create", "lease"):
+            for proc in workers:  # every process is at the barrier ...
+                assert proc.stdout is not None
+                assert proc.stdout.readline().split() == ["ready", phase]
+            for proc in workers:  # ... before any is let go
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        outputs = []
+        for proc in workers:
+            assert proc.stdout is not None
+            outputs.append(json.loads(proc.stdout.readline()))
+            assert proc.wait() == 0
+    finally:
+        watchdog.cancel()
+
+    won = [attempt for out in outputs for attempt in out["won"]]
+    assert len(won) == 1
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        record = await store.get_challenge(challenge_id)
+        assert record is not None
+        assert record.state is State.SETTLING
+        assert record.payment is not None
+        assert record.payment.attempt_id == won[0]
+        assert sum(out["created"] for out in outputs) == 1
+        stored = await store.get_by_request_id(request_id)
+        assert stored is not None
+        assert all(out["returned"] == [stored.challenge_id] for out in outputs)
+
+        fences = sorted(f for out in outputs for f in out["fences"])
+        assert fences == list(range(1, len(fences) + 1)) == list(range(1, 4 * 25 + 1))
+        assert sum(out["overlaps"] for out in outputs) == 0
+        assert all(all(out["releases"]) for out in outputs)
+        last = await store.acquire_lease("gas", "checker", 60, 0)
+        assert last is not None
+        assert last.value == str(len(fences))  # every holder saw its predecessor's value
+    finally:
+        await store.close()

@@ -1,0 +1,208 @@
+"""Built-in plugin: the ``memory`` store, for tests and single-process trials.
+
+Everything lives in dicts of this process, so records vanish on restart and
+each worker process would see its own copy: the factory refuses
+``server.workers > 1`` rather than let two workers sell the same payment twice.
+
+Every operation runs under one ``asyncio.Lock`` and never awaits inside it, so
+each is atomic with respect to every other, which is the guarantee the sqlite
+and Redis stores give across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import ConfigError
+from ..hookspecs import Register, hookimpl
+from ..interfaces import Lease, PaymentClaimed, TransitionApplied, TransitionRequest
+from ..interfaces import TransitionResult as Result
+from ..plugin_context import PluginContext
+from ..records import ChallengeRecord, PaymentKey, State
+from .store_rules import (
+    check_state,
+    claim_conflict,
+    decode_record,
+    encode_record,
+    key_to_release,
+    tx_claim_key,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Row:
+    """A stored record: its JSON plus the fields lookups and listing need."""
+
+    request_id: str
+    state: State
+    updated_at: float
+    json: str
+
+
+@dataclass(slots=True)
+class _LeaseRow:
+    holder: str
+    fence: int
+    expires_at: float
+    released: bool
+    value: str | None
+
+
+class MemoryStore:
+    """Challenge records, claims and leases in this process's memory."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._rows: dict[str, _Row] = {}
+        self._by_request: dict[str, str] = {}
+        self._payments: dict[str, str] = {}
+        self._txs: dict[str, str] = {}
+        self._leases: dict[str, _LeaseRow] = {}
+
+    async def open(self) -> None:
+        """Nothing to connect to."""
+
+    async def close(self) -> None:
+        """Records stay until the object is dropped, so a reopened store still has them."""
+
+    async def ping(self) -> None:
+        """Always reachable."""
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        async with self._lock:
+            existing = self._by_request.get(record.request_id)
+            if existing is not None:
+                return decode_record(self._rows[existing].json), False
+            if record.challenge_id in self._rows:
+                raise ValueError(f"challenge_id {record.challenge_id} already exists")
+            key = str(claim_payment) if claim_payment is not None else None
+            owner = self._payments.get(key) if key is not None else None
+            if owner is not None and owner != record.challenge_id:
+                return PaymentClaimed(owner)
+            self._put(record)
+            if key is not None:
+                self._payments[key] = record.challenge_id
+            return record, True
+
+    async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        async with self._lock:
+            return self._get(challenge_id)
+
+    async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        async with self._lock:
+            challenge_id = self._by_request.get(request_id)
+            return self._get(challenge_id) if challenge_id is not None else None
+
+    async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
+        async with self._lock:
+            owner = self._payments.get(str(key))
+            return self._get(owner) if owner is not None else None
+
+    async def transition(self, request: TransitionRequest) -> Result:
+        async with self._lock:
+            record = self._get(request.challenge_id)
+            mismatch = check_state(record, request)
+            if mismatch is not None:
+                return mismatch
+            assert record is not None  # check_state answers for a missing record
+            key = str(request.claim_payment) if request.claim_payment is not None else None
+            tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+            conflict = claim_conflict(
+                record.challenge_id,
+                self._payments.get(key) if key is not None else None,
+                self._txs.get(tx) if tx is not None else None,
+            )
+            if conflict is not None:
+                return conflict
+            updated = record.apply(request.changes, request.to, request.at, request.reason)
+            self._put(updated)
+            released = key_to_release(record, request)
+            if released is not None and self._payments.get(released) == record.challenge_id:
+                del self._payments[released]
+            if key is not None:
+                self._payments[key] = record.challenge_id
+            if tx is not None:
+                self._txs[tx] = record.challenge_id
+            return TransitionApplied(updated)
+
+    async def list_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        updated_before: float | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        async with self._lock:
+            wanted = None if states is None else set(states)
+            rows = [
+                (row.updated_at, challenge_id, row)
+                for challenge_id, row in self._rows.items()
+                if (wanted is None or row.state in wanted)
+                and (updated_before is None or row.updated_at < updated_before)
+            ]
+            rows.sort(key=lambda item: (item[0], item[1]))
+            return [decode_record(row.json) for _, _, row in rows[: max(limit, 0)]]
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        async with self._lock:
+            row = self._leases.get(name)
+            if row is not None and not row.released and row.expires_at > now:
+                return None
+            fence = row.fence + 1 if row is not None else 1
+            value = row.value if row is not None else None
+            self._leases[name] = _LeaseRow(holder, fence, now + ttl, False, value)
+            return Lease(name, holder, fence, now + ttl, value)
+
+    async def release_lease(self, lease: Lease, value: str | None) -> bool:
+        async with self._lock:
+            row = self._leases.get(lease.name)
+            if row is None or row.fence != lease.fence or row.holder != lease.holder:
+                return False
+            row.released = True
+            if value is not None:
+                row.value = value
+            return True
+
+    def _get(self, challenge_id: str) -> ChallengeRecord | None:
+        row = self._rows.get(challenge_id)
+        return decode_record(row.json) if row is not None else None
+
+    def _put(self, record: ChallengeRecord) -> None:
+        self._rows[record.challenge_id] = _Row(
+            record.request_id, record.state, record.updated_at, encode_record(record)
+        )
+        self._by_request[record.request_id] = record.challenge_id
+
+
+class MemoryOptions(BaseModel):
+    """``[store.memory]`` takes no options; the table exists only to reject typos."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def build_memory_store(ctx: PluginContext) -> MemoryStore:
+    """Refuse several workers: each would hold its own records and claims."""
+    ctx.parse_options(MemoryOptions)
+    workers = ctx.config.server.workers
+    if workers > 1:
+        raise ConfigError(
+            f"the memory store lives inside one process, but server.workers = {workers}; "
+            'use backend = "sqlite" (or a shared store such as redis) with several workers',
+            path="store.backend",
+        )
+    return MemoryStore()
+
+
+@hookimpl
+def register_stores(register: Register[object]) -> None:
+    register("memory", build_memory_store)

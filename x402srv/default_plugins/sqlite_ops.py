@@ -1,0 +1,221 @@
+"""The sqlite store's operations, each one transaction on one connection.
+
+These run on the store's own thread (``sqlite_store``), never on the event
+loop. Every read-then-write is wrapped in ``BEGIN IMMEDIATE``: the write lock
+is taken before the read, so two processes cannot both see PENDING and both
+move to SETTLING. A write that needs no prior read is a single autocommit
+statement, which sqlite makes atomic on its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+
+from ..interfaces import Lease, PaymentClaimed, TransitionApplied, TransitionRequest
+from ..interfaces import TransitionResult as Result
+from ..records import ChallengeRecord, State
+from .store_rules import (
+    check_state,
+    claim_conflict,
+    decode_record,
+    encode_record,
+    key_to_release,
+    tx_claim_key,
+)
+
+__all__ = [
+    "acquire_lease",
+    "create_challenge",
+    "get_by_payment",
+    "get_by_request_id",
+    "get_challenge",
+    "list_challenges",
+    "ping",
+    "release_lease",
+    "transition",
+]
+
+_INSERT_CHALLENGE = (
+    "INSERT OR IGNORE INTO challenges (challenge_id, request_id, state, updated_at, record) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_BY_ID = "SELECT record FROM challenges WHERE challenge_id = ?"
+_BY_REQUEST = "SELECT record FROM challenges WHERE request_id = ?"
+_BY_PAYMENT = (
+    "SELECT c.record FROM payment_claims AS p JOIN challenges AS c USING (challenge_id) "
+    "WHERE p.payment_key = ?"
+)
+_PAYMENT_OWNER = "SELECT challenge_id FROM payment_claims WHERE payment_key = ?"
+_TX_OWNER = "SELECT challenge_id FROM tx_claims WHERE tx_hash = ?"
+_CLAIM_PAYMENT = "INSERT OR REPLACE INTO payment_claims (payment_key, challenge_id) VALUES (?, ?)"
+_CLAIM_TX = "INSERT OR REPLACE INTO tx_claims (tx_hash, challenge_id) VALUES (?, ?)"
+_RELEASE_PAYMENT = "DELETE FROM payment_claims WHERE payment_key = ? AND challenge_id = ?"
+_UPDATE_CHALLENGE = (
+    "UPDATE challenges SET state = ?, updated_at = ?, record = ? WHERE challenge_id = ?"
+)
+_LEASE = "SELECT fence, expires_at, released, value FROM leases WHERE name = ?"
+_TAKE_LEASE = (
+    "INSERT OR REPLACE INTO leases (name, holder, fence, expires_at, released, value) "
+    "VALUES (?, ?, ?, ?, 0, ?)"
+)
+_RELEASE_LEASE = (
+    "UPDATE leases SET released = 1, value = coalesce(?, value) "
+    "WHERE name = ? AND fence = ? AND holder = ?"
+)
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: committed when the block ends, rolled back if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        # The first error says more than a failed rollback, and sqlite rolls
+        # back a transaction it could not finish by itself.
+        with suppress(sqlite3.Error):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _record(conn: sqlite3.Connection, sql: str, key: str) -> ChallengeRecord | None:
+    row = conn.execute(sql, (key,)).fetchone()
+    return decode_record(row[0]) if row is not None else None
+
+
+def _owner(conn: sqlite3.Connection, sql: str, key: str | None) -> str | None:
+    if key is None:
+        return None
+    row = conn.execute(sql, (key,)).fetchone()
+    return str(row[0]) if row is not None else None
+
+
+def _challenge_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
+    return (
+        record.challenge_id,
+        record.request_id,
+        record.state.value,
+        record.updated_at,
+        encode_record(record),
+    )
+
+
+def create_challenge(
+    conn: sqlite3.Connection, record: ChallengeRecord, claim_key: str | None
+) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+    """Insert unless the requestId exists; with a claim, both rows or neither."""
+    if claim_key is None:
+        # The hot path: one statement. An ignored insert means the requestId
+        # (or, by a caller's bug, the challengeId) is taken; records are never
+        # deleted, so the row that won is still there to read.
+        if conn.execute(_INSERT_CHALLENGE, _challenge_row(record)).rowcount == 1:
+            return record, True
+        existing = _record(conn, _BY_REQUEST, record.request_id)
+        if existing is None:
+            raise ValueError(f"challenge_id {record.challenge_id} already exists")
+        return existing, False
+    with _immediate(conn):
+        existing = _record(conn, _BY_REQUEST, record.request_id)
+        if existing is not None:
+            return existing, False
+        owner = _owner(conn, _PAYMENT_OWNER, claim_key)
+        if owner is not None and owner != record.challenge_id:
+            return PaymentClaimed(owner)
+        if conn.execute(_INSERT_CHALLENGE, _challenge_row(record)).rowcount != 1:
+            raise ValueError(f"challenge_id {record.challenge_id} already exists")
+        conn.execute(_CLAIM_PAYMENT, (claim_key, record.challenge_id))
+        return record, True
+
+
+def get_challenge(conn: sqlite3.Connection, challenge_id: str) -> ChallengeRecord | None:
+    return _record(conn, _BY_ID, challenge_id)
+
+
+def get_by_request_id(conn: sqlite3.Connection, request_id: str) -> ChallengeRecord | None:
+    return _record(conn, _BY_REQUEST, request_id)
+
+
+def get_by_payment(conn: sqlite3.Connection, key: str) -> ChallengeRecord | None:
+    return _record(conn, _BY_PAYMENT, key)
+
+
+def transition(conn: sqlite3.Connection, request: TransitionRequest) -> Result:
+    """Compare-and-set plus its claims, all in one write transaction."""
+    with _immediate(conn):
+        record = _record(conn, _BY_ID, request.challenge_id)
+        mismatch = check_state(record, request)
+        if mismatch is not None:
+            return mismatch
+        assert record is not None  # check_state answers for a missing record
+        key = str(request.claim_payment) if request.claim_payment is not None else None
+        tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+        conflict = claim_conflict(
+            record.challenge_id, _owner(conn, _PAYMENT_OWNER, key), _owner(conn, _TX_OWNER, tx)
+        )
+        if conflict is not None:
+            return conflict
+        updated = record.apply(request.changes, request.to, request.at, request.reason)
+        conn.execute(
+            _UPDATE_CHALLENGE,
+            (updated.state.value, updated.updated_at, encode_record(updated), record.challenge_id),
+        )
+        released = key_to_release(record, request)
+        if released is not None:
+            conn.execute(_RELEASE_PAYMENT, (released, record.challenge_id))
+        if key is not None:
+            conn.execute(_CLAIM_PAYMENT, (key, record.challenge_id))
+        if tx is not None:
+            conn.execute(_CLAIM_TX, (tx, record.challenge_id))
+        return TransitionApplied(updated)
+
+
+def list_challenges(
+    conn: sqlite3.Connection,
+    states: Sequence[State] | None,
+    updated_before: float | None,
+    limit: int,
+) -> list[ChallengeRecord]:
+    clauses: list[str] = []
+    params: list[str | float | int] = []
+    if states is not None:
+        wanted = list(dict.fromkeys(State(s).value for s in states))
+        if not wanted:
+            return []
+        clauses.append(f"state IN ({', '.join('?' * len(wanted))})")
+        params.extend(wanted)
+    if updated_before is not None:
+        clauses.append("updated_at < ?")
+        params.append(updated_before)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    params.append(max(limit, 0))
+    # Only placeholders are formatted into the statement; every value is bound.
+    sql = f"SELECT record FROM challenges{where} ORDER BY updated_at, challenge_id LIMIT ?"  # noqa: S608
+    return [decode_record(row[0]) for row in conn.execute(sql, params)]
+
+
+def acquire_lease(
+    conn: sqlite3.Connection, name: str, holder: str, ttl: float, now: float
+) -> Lease | None:
+    with _immediate(conn):
+        row = conn.execute(_LEASE, (name,)).fetchone()
+        if row is not None and not row[2] and row[1] > now:
+            return None
+        fence = int(row[0]) + 1 if row is not None else 1
+        value = row[3] if row is not None else None
+        conn.execute(_TAKE_LEASE, (name, holder, fence, now + ttl, value))
+        return Lease(name, holder, fence, now + ttl, value)
+
+
+def release_lease(conn: sqlite3.Connection, lease: Lease, value: str | None) -> bool:
+    """One conditional update: the fence and holder match, or someone took over."""
+    cursor = conn.execute(_RELEASE_LEASE, (value, lease.name, lease.fence, lease.holder))
+    return cursor.rowcount == 1
+
+
+def ping(conn: sqlite3.Connection) -> None:
+    """Reads the file header, so a vanished or unreadable file shows up."""
+    conn.execute("PRAGMA user_version").fetchone()

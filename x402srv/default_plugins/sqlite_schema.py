@@ -1,0 +1,130 @@
+"""Opening the sqlite file: journal mode, pragmas and the schema version.
+
+The tables keep each record's JSON (``ChallengeRecord.to_dict``) beside the
+few columns that are looked up or sorted on, so a new record field needs no
+migration; a new indexed column does, and bumps ``SCHEMA_VERSION``
+(``PRAGMA user_version``). A file written by a newer x402srv is refused
+rather than half understood.
+
+Claims are tables of their own whose primary key *is* the claim: the database,
+not a read-then-write in Python, guarantees one owner per payment and txHash.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ConfigError
+
+__all__ = ["SCHEMA_VERSION", "Synchronous", "connect"]
+
+SCHEMA_VERSION = 1
+
+Synchronous = Literal["NORMAL", "FULL"]
+
+_SCHEMA_V1 = (
+    """CREATE TABLE challenges (
+        challenge_id TEXT PRIMARY KEY NOT NULL,
+        request_id TEXT NOT NULL UNIQUE,
+        state TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        record TEXT NOT NULL
+    )""",
+    "CREATE INDEX challenges_by_updated ON challenges (updated_at)",
+    "CREATE INDEX challenges_by_state ON challenges (state, updated_at)",
+    """CREATE TABLE payment_claims (
+        payment_key TEXT PRIMARY KEY NOT NULL,
+        challenge_id TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE tx_claims (
+        tx_hash TEXT PRIMARY KEY NOT NULL,
+        challenge_id TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE leases (
+        name TEXT PRIMARY KEY NOT NULL,
+        holder TEXT NOT NULL,
+        fence INTEGER NOT NULL,
+        expires_at REAL NOT NULL,
+        released INTEGER NOT NULL,
+        value TEXT
+    ) WITHOUT ROWID""",
+)
+
+
+def connect(path: Path, *, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection ready for the store: WAL, busy timeout, current schema.
+
+    ``isolation_level=None`` turns off the sqlite3 module's implicit
+    transactions; the store issues ``BEGIN IMMEDIATE`` itself wherever it reads
+    and then writes, so the write lock is taken before the read and a
+    concurrent writer in another process makes it wait instead of failing.
+    """
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_ms / 1000, isolation_level=None, cached_statements=64
+    )
+    try:
+        _use_wal(conn, busy_timeout_ms)
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _use_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """Switch to WAL (kept in the file); readers then never block the writer.
+
+    While another process switches a new file at the same moment, sqlite can
+    answer SQLITE_BUSY at once instead of running the busy handler, so workers
+    starting together retry here for up to the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            mode = _journal_mode(conn, "PRAGMA journal_mode")
+            if mode != "wal":
+                mode = _journal_mode(conn, "PRAGMA journal_mode = WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+    if mode != "wal":
+        raise sqlite3.OperationalError(f"the file system refuses WAL (journal mode {mode})")
+
+
+def _journal_mode(conn: sqlite3.Connection, pragma: str) -> str:
+    row = conn.execute(pragma).fetchone()
+    return str(row[0]).lower()
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    if _user_version(conn) == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _user_version(conn)
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"the database has schema version {version}, newer than this x402srv "
+                f"understands ({SCHEMA_VERSION}); upgrade x402srv",
+                path="store.path",
+            )
+        if version < 1:
+            for statement in _SCHEMA_V1:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _user_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])

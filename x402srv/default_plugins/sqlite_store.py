@@ -1,0 +1,212 @@
+"""Built-in plugin: the ``sqlite`` store, the embedded default.
+
+One file shared safely by several worker processes: WAL journal (readers never
+wait for the writer), a busy timeout (a writer waits for another process's
+write instead of failing), and ``BEGIN IMMEDIATE`` around every
+read-then-write (``sqlite_ops``). Tables and pragmas live in ``sqlite_schema``.
+
+sqlite3 calls block, so each store owns one thread that owns its connection;
+every store method is one hop to that thread running one transaction, and the
+event loop never waits on the disk. Operations queue on that thread in the
+order they were called. A caller cancelled while its operation runs does not
+undo it: the transaction still commits or rolls back as a whole.
+
+Any sqlite failure (locked past the busy timeout, disk full, corrupt or
+missing file) becomes ``StoreUnavailable``; the file path and sqlite's message
+go to the log only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import ConfigError, StoreUnavailable
+from ..hookspecs import Register, hookimpl
+from ..interfaces import Lease, PaymentClaimed, TransitionRequest
+from ..interfaces import TransitionResult as Result
+from ..plugin_context import PluginContext
+from ..records import ChallengeRecord, PaymentKey, State
+from . import sqlite_ops as ops
+from .sqlite_schema import Synchronous, connect
+
+__all__ = ["SqliteOptions", "SqliteStore", "build_sqlite_store"]
+
+_log = logging.getLogger("x402srv.store.sqlite")
+
+T = TypeVar("T")
+
+_UNAVAILABLE = "The store could not be reached; retry later."
+
+
+class SqliteOptions(BaseModel):
+    """``[store.sqlite]``.
+
+    ``synchronous = "NORMAL"`` (default) keeps every committed transaction
+    across a crash of the process, which is what WAL guarantees without an
+    fsync per commit; a power loss or OS crash may lose the last commits.
+    ``"FULL"`` fsyncs every commit and survives power loss, at a cost per
+    write. ``busy_timeout_ms`` is how long a write waits for another
+    process's write before the request fails with 503.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    synchronous: Synchronous = "NORMAL"
+    busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000)
+
+    @field_validator("synchronous", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class SqliteStore:
+    """Challenge records, claims and leases in one sqlite file."""
+
+    name = "sqlite"
+
+    def __init__(self, path: Path, options: SqliteOptions | None = None) -> None:
+        self.path = path
+        self.options = options or SqliteOptions()
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None  # used only on the executor thread
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        # Set before the first await: operations called meanwhile queue behind
+        # the connect on the same thread instead of finding no store.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x402srv-sqlite")
+        try:
+            await self._submit("open", self._connect)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
+        finally:
+            executor.shutdown(wait=False)
+
+    async def ping(self) -> None:
+        await self._run("ping", ops.ping)
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        key = str(claim_payment) if claim_payment is not None else None
+        return await self._run("create_challenge", lambda c: ops.create_challenge(c, record, key))
+
+    async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        return await self._run("get_challenge", lambda c: ops.get_challenge(c, challenge_id))
+
+    async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        return await self._run("get_by_request_id", lambda c: ops.get_by_request_id(c, request_id))
+
+    async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
+        text = str(key)
+        return await self._run("get_by_payment", lambda c: ops.get_by_payment(c, text))
+
+    async def transition(self, request: TransitionRequest) -> Result:
+        return await self._run("transition", lambda c: ops.transition(c, request))
+
+    async def list_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        updated_before: float | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        return await self._run(
+            "list_challenges", lambda c: ops.list_challenges(c, states, updated_before, limit)
+        )
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        return await self._run(
+            "acquire_lease", lambda c: ops.acquire_lease(c, name, holder, ttl, now)
+        )
+
+    async def release_lease(self, lease: Lease, value: str | None) -> bool:
+        return await self._run("release_lease", lambda c: ops.release_lease(c, lease, value))
+
+    async def _run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """One hop to the store's thread; ``fn`` runs there with the connection."""
+        return await self._submit(op, lambda: fn(self._connection(op)))
+
+    async def _submit(self, op: str, job: Callable[[], T]) -> T:
+        executor = self._executor
+        if executor is None:
+            _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
+            raise StoreUnavailable(_UNAVAILABLE, retry_after=1)
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(executor, self._guarded, op, job)
+        except RuntimeError:  # closed between the check and the submit
+            _log.error("sqlite store %s: %s called while the store closed", self.path, op)
+            raise StoreUnavailable(_UNAVAILABLE, retry_after=1) from None
+        return await future
+
+    def _guarded(self, op: str, job: Callable[[], T]) -> T:
+        """Runs on the store's thread; converts every sqlite error at the boundary."""
+        try:
+            return job()
+        except sqlite3.Error as exc:
+            _log.error("sqlite store %s: %s failed: %s", self.path, op, exc)
+            raise StoreUnavailable(_UNAVAILABLE, retry_after=1) from None
+
+    def _connection(self, op: str) -> sqlite3.Connection:
+        if self._conn is None:
+            _log.error("sqlite store %s: %s called but the file is not open", self.path, op)
+            raise StoreUnavailable(_UNAVAILABLE, retry_after=1)
+        return self._conn
+
+    def _connect(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the directory for {self.path}: {exc.strerror}", path="store.path"
+            ) from None
+        self._conn = connect(
+            self.path,
+            synchronous=self.options.synchronous,
+            busy_timeout_ms=self.options.busy_timeout_ms,
+        )
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.close()
+        except sqlite3.Error as exc:
+            _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+
+
+def build_sqlite_store(ctx: PluginContext) -> SqliteStore:
+    """``[store] path`` is relative to the config file's directory."""
+    options = ctx.parse_options(SqliteOptions)
+    raw = ctx.config.store.path
+    if not raw.strip():
+        raise ConfigError("must name the sqlite file", path="store.path")
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = ctx.config.base_dir / path
+    return SqliteStore(path.absolute(), options)
+
+
+@hookimpl
+def register_stores(register: Register[object]) -> None:
+    register("sqlite", build_sqlite_store)

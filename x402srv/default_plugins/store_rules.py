@@ -1,0 +1,78 @@
+"""The decisions every built-in store makes inside its atomic step.
+
+The memory and sqlite stores differ in how they make a step atomic (a lock, a
+``BEGIN IMMEDIATE`` transaction), not in what they decide. Keeping the checks
+here, as pure functions over what the store has already loaded, means the two
+cannot drift apart; ``x402srv.testing.store_contract`` pins the same rules for
+third-party stores that cannot reuse this code (Lua on Redis).
+
+Records are kept as the JSON of ``ChallengeRecord.to_dict`` so that every store
+holds the same document, and a grant that is not JSON fails in the memory store
+exactly as it would in a durable one.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..interfaces import PaymentClaimed, StateMismatch, TransitionRequest, TxClaimed
+from ..records import ALLOWED_TRANSITIONS, ChallengeRecord
+
+__all__ = [
+    "check_state",
+    "claim_conflict",
+    "decode_record",
+    "encode_record",
+    "key_to_release",
+    "tx_claim_key",
+]
+
+
+def check_state(record: ChallengeRecord | None, request: TransitionRequest) -> StateMismatch | None:
+    """Compare-and-set precondition: ``None`` means the move may go ahead.
+
+    A disallowed move is a bug in the caller, not a race, so it raises instead
+    of returning a result the pipeline would have to interpret.
+    """
+    if record is None:
+        return StateMismatch(None)
+    if record.state != request.expect:
+        return StateMismatch(record)
+    if request.attempt_id is not None and (
+        record.payment is None or record.payment.attempt_id != request.attempt_id
+    ):
+        return StateMismatch(record)
+    if (request.expect, request.to) not in ALLOWED_TRANSITIONS:
+        raise ValueError(f"transition {request.expect} -> {request.to} is not allowed")
+    return None
+
+
+def claim_conflict(
+    challenge_id: str, payment_owner: str | None, tx_owner: str | None
+) -> PaymentClaimed | TxClaimed | None:
+    """A claim owned by another challenge stops the move; our own claim is fine."""
+    if payment_owner is not None and payment_owner != challenge_id:
+        return PaymentClaimed(payment_owner)
+    if tx_owner is not None and tx_owner != challenge_id:
+        return TxClaimed(tx_owner)
+    return None
+
+
+def key_to_release(record: ChallengeRecord, request: TransitionRequest) -> str | None:
+    """The claim a ``release_payment`` frees: the one of the payment being abandoned."""
+    if not request.release_payment or record.payment is None:
+        return None
+    return record.payment.key.lower()
+
+
+def tx_claim_key(tx_hash: str) -> str:
+    """txHashes are compared case-insensitively (explorers and RPCs disagree on case)."""
+    return tx_hash.lower()
+
+
+def encode_record(record: ChallengeRecord) -> str:
+    return json.dumps(record.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+def decode_record(text: str) -> ChallengeRecord:
+    return ChallengeRecord.from_dict(json.loads(text))

@@ -1,0 +1,34 @@
+"""Test helpers for x402srv and its plugins (need the ``test`` extra).
+
+``StoreContract`` (``store_contract``) is the one test-suite every ``Store``
+runs, built-in or third-party; ``builders`` makes records, payment keys and
+payments for any suite.
+
+Nothing is imported eagerly: helper processes started with
+``python -m x402srv.testing.<module>`` should not pay for pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+if "pytest" in sys.modules:
+    import pytest
+
+    # The contract's asserts live outside test files; have pytest rewrite them
+    # too so a failing check shows both sides instead of a bare "assert".
+    pytest.register_assert_rewrite("x402srv.testing.store_contract")
+
+if TYPE_CHECKING:
+    from .store_contract import Reopen, StoreContract
+
+__all__ = ["Reopen", "StoreContract"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import store_contract
+
+        return getattr(store_contract, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

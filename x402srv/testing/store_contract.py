@@ -1,0 +1,665 @@
+"""The one contract test-suite every ``Store`` runs (SPEC 5, ``interfaces.Store``).
+
+The pipeline's guarantees (one settlement per challenge, one challenge per
+payment and per txHash, nothing lost) rest on these checks holding for
+whichever store the seller picks, so built-in and third-party stores run the
+same tests. Subclass it in a test module and provide a ``store`` fixture that
+yields an opened, empty store and closes it afterwards::
+
+    import pytest
+    from x402srv.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        durable = True  # records survive close/open; other instances share them
+
+        @pytest.fixture
+        async def store(self, tmp_path):
+            store = MyStore(tmp_path / "db")
+            await store.open()
+            yield store
+            await store.close()
+
+        def another_store(self, store):  # durable stores only
+            return MyStore(store.path)  # unopened, same backend
+
+Stores never read a clock: every test passes ``at``/``now`` explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import ClassVar
+
+import pytest
+
+from ..interfaces import (
+    Lease,
+    PaymentClaimed,
+    StateMismatch,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+    TransitionResult,
+    TxClaimed,
+)
+from ..records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
+from .builders import BASE_TIME, make_grant, make_key, make_payment, make_record, new_tx_hash
+
+__all__ = ["Reopen", "StoreContract"]
+
+#: Closes the current store and returns a new opened one on the same backend.
+Reopen = Callable[[], Awaitable[Store]]
+
+RACERS = 20
+#: Programming errors raise ValueError with a message; the contract leaves the wording to the store.
+WORDED = r"\w"
+
+
+def settling(
+    record: ChallengeRecord,
+    key: PaymentKey | None = None,
+    *,
+    attempt_id: str | None = None,
+    claim: bool = True,
+    at: float = BASE_TIME + 10,
+) -> TransitionRequest:
+    """PENDING -> SETTLING for ``key`` as pipeline step 7 asks for it."""
+    key = key or make_key()
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.SETTLING,
+        at=at,
+        reason="settling",
+        changes=RecordChanges(payment=make_payment(key, attempt_id=attempt_id)),
+        claim_payment=key if claim else None,
+    )
+
+
+def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -> TransitionRequest:
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.SETTLING,
+        to=State.PAID,
+        at=at,
+        reason="settled",
+        changes=RecordChanges(tx_hash=tx_hash, payer="0x" + "ab" * 20),
+        claim_tx_hash=tx_hash,
+    )
+
+
+def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
+    """SETTLING -> PENDING after a definite failure: the claim is released."""
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.SETTLING,
+        to=State.PENDING,
+        at=at,
+        reason="settlement rejected",
+        changes=RecordChanges(clear_payment=True),
+        release_payment=True,
+    )
+
+
+def applied(result: TransitionResult) -> ChallengeRecord:
+    assert isinstance(result, TransitionApplied), result
+    return result.record
+
+
+async def created(store: Store, record: ChallengeRecord, key: PaymentKey | None = None) -> None:
+    result = await store.create_challenge(record, claim_payment=key)
+    assert result == (record, True)
+
+
+async def tx_is_free(store: Store, tx_hash: str) -> None:
+    """Proves no claim on ``tx_hash`` was written: a fresh challenge can take it."""
+    probe = make_record()
+    await created(store, probe)
+    applied(await store.transition(settling(probe)))
+    applied(await store.transition(paid(probe, tx_hash)))
+
+
+def full_record() -> tuple[ChallengeRecord, PaymentKey]:
+    """A record with every field away from its default, and the key it claims."""
+    key = make_key()
+    record = make_record(
+        state=State.SETTLING,
+        at=BASE_TIME + 0.125,
+        implicit=True,
+        payer=key.payer,
+        tx_hash=new_tx_hash(),
+        history=(
+            Transition(State.PENDING, BASE_TIME + 0.125, "created"),
+            Transition(State.SETTLING, BASE_TIME + 1.000001, "settling: attempt 1"),
+        ),
+    )
+    return (
+        dataclasses.replace(
+            record,
+            updated_at=BASE_TIME + 1.000001,
+            payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
+            grant=make_grant(record),
+        ),
+        key,
+    )
+
+
+class StoreContract:
+    """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
+
+    #: True when data outlives ``close()`` and every instance built by
+    #: ``another_store`` sees the same data (sqlite file, Redis server).
+    durable: ClassVar[bool] = False
+
+    def another_store(self, store: Store) -> Store:
+        """A new, unopened store on the same backend as ``store`` (durable stores)."""
+        raise NotImplementedError("durable stores implement another_store()")
+
+    @pytest.fixture
+    async def reopen(self, store: Store) -> AsyncIterator[Reopen]:
+        if not self.durable:
+            pytest.skip("the store keeps nothing across close()")
+        opened: list[Store] = []
+
+        async def _reopen() -> Store:
+            await (opened[-1] if opened else store).close()
+            fresh = self.another_store(store)
+            await fresh.open()
+            opened.append(fresh)
+            return fresh
+
+        yield _reopen
+        for each in opened:
+            await each.close()
+
+    @pytest.fixture
+    async def second(self, store: Store) -> AsyncIterator[Store]:
+        """Another instance, open at the same time as ``store``, on the same backend."""
+        if not self.durable:
+            pytest.skip("the store has no shared backend")
+        other = self.another_store(store)
+        await other.open()
+        yield other
+        await other.close()
+
+    # ------------------------------------------------------------ open, ping
+
+    async def test_ping_and_open_again(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        await store.ping()
+        await store.open()
+        assert await store.get_challenge(record.challenge_id) == record
+
+    # ------------------------------------------------------------ create and read
+
+    async def test_create_then_read_by_id_and_request_id(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        assert await store.get_challenge(record.challenge_id) == record
+        assert await store.get_by_request_id(record.request_id) == record
+
+    async def test_missing_reads_return_none(self, store: Store) -> None:
+        assert await store.get_challenge("no-such-challenge") is None
+        assert await store.get_by_request_id("no-such-request") is None
+        assert await store.get_by_payment(make_key()) is None
+
+    async def test_every_field_round_trips(self, store: Store) -> None:
+        record, key = full_record()
+        for field in dataclasses.fields(ChallengeRecord):
+            assert getattr(record, field.name) not in (None, (), False), field.name
+        assert record.payment is not None
+        for field in dataclasses.fields(record.payment):
+            assert getattr(record.payment, field.name) is not None, field.name
+        await created(store, record, key)
+        assert await store.get_challenge(record.challenge_id) == record
+        assert await store.get_by_request_id(record.request_id) == record
+        assert await store.get_by_payment(key) == record
+        assert await store.list_challenges() == [record]
+
+    async def test_same_request_id_returns_the_existing_record(self, store: Store) -> None:
+        first = make_record()
+        await created(store, first)
+        again = make_record(request_id=first.request_id, plan_id="other")
+        assert await store.create_challenge(again) == (first, False)
+        assert await store.get_challenge(again.challenge_id) is None
+        assert await store.get_by_request_id(first.request_id) == first
+
+    async def test_existing_request_id_wins_over_a_claimed_payment(self, store: Store) -> None:
+        key = make_key()
+        owner, first = make_record(), make_record()
+        await created(store, owner, key)
+        await created(store, first)
+        again = make_record(request_id=first.request_id)
+        assert await store.create_challenge(again, claim_payment=key) == (first, False)
+        assert await store.get_by_payment(key) == owner
+
+    async def test_duplicate_challenge_id_is_refused(self, store: Store) -> None:
+        first = make_record()
+        await created(store, first)
+        clash = make_record(challenge_id=first.challenge_id)
+        with pytest.raises(ValueError, match=WORDED):
+            await store.create_challenge(clash)
+        with pytest.raises(ValueError, match=WORDED):
+            await store.create_challenge(clash, claim_payment=make_key())
+        assert await store.get_by_request_id(clash.request_id) is None
+        assert await store.get_challenge(first.challenge_id) == first
+
+    async def test_create_with_claim_takes_record_and_claim_together(self, store: Store) -> None:
+        key = make_key()
+        record = make_record(state=State.SETTLING, implicit=True, payment=make_payment(key))
+        await created(store, record, key)
+        assert await store.get_by_payment(key) == record
+
+    async def test_create_with_a_claimed_payment_inserts_nothing(self, store: Store) -> None:
+        key = make_key()
+        owner, loser = make_record(), make_record()
+        await created(store, owner, key)
+        assert await store.create_challenge(loser, claim_payment=key) == PaymentClaimed(
+            owner.challenge_id
+        )
+        assert await store.get_challenge(loser.challenge_id) is None
+        assert await store.get_by_request_id(loser.request_id) is None
+        assert await store.get_by_payment(key) == owner
+
+    async def test_payment_keys_ignore_case(self, store: Store) -> None:
+        key = make_key(payer="0x" + "AbCdEf" * 6 + "0A0B", nonce="0x" + "FE" * 32)
+        record = make_record()
+        await created(store, record, key)
+        lower = PaymentKey(key.chain_id, key.asset.lower(), key.payer.lower(), key.nonce.lower())
+        upper = PaymentKey(key.chain_id, key.asset.upper(), key.payer.upper(), key.nonce.upper())
+        assert await store.get_by_payment(lower) == record
+        assert await store.create_challenge(make_record(), claim_payment=upper) == PaymentClaimed(
+            record.challenge_id
+        )
+
+    async def test_concurrent_creates_with_one_request_id_create_one(self, store: Store) -> None:
+        request_id = make_record().request_id
+        records = [make_record(request_id=request_id) for _ in range(RACERS)]
+        results = await asyncio.gather(*(store.create_challenge(r) for r in records))
+        winners = [r for r in results if isinstance(r, tuple) and r[1]]
+        assert len(winners) == 1
+        winner = winners[0][0]
+        assert all(r == (winner, False) for r in results if r is not winners[0])
+        assert await store.get_by_request_id(request_id) == winner
+        assert await store.list_challenges() == [winner]
+
+    async def test_concurrent_creates_racing_for_one_payment(self, store: Store) -> None:
+        key = make_key()
+        records = [make_record() for _ in range(RACERS)]
+        results = await asyncio.gather(
+            *(store.create_challenge(r, claim_payment=key) for r in records)
+        )
+        winners = [r for r in results if isinstance(r, tuple)]
+        assert len(winners) == 1
+        assert winners[0][1]
+        winner = winners[0][0]
+        assert results.count(PaymentClaimed(winner.challenge_id)) == RACERS - 1
+        assert await store.get_by_payment(key) == winner
+        assert await store.list_challenges() == [winner]
+
+    # ------------------------------------------------------------ transitions
+
+    async def test_transition_applies_changes_and_appends_history(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        key, tx = make_key(), new_tx_hash()
+        settling_req = settling(record, key)
+        one = applied(await store.transition(settling_req))
+        assert one.state is State.SETTLING
+        assert one.payment == settling_req.changes.payment
+        assert one.updated_at == BASE_TIME + 10
+        two = applied(await store.transition(paid(record, tx)))
+        assert (two.tx_hash, two.payer, two.payment) == (tx, "0x" + "ab" * 20, one.payment)
+        grant = make_grant(two)
+        three = applied(
+            await store.transition(
+                TransitionRequest(
+                    challenge_id=record.challenge_id,
+                    expect=State.PAID,
+                    to=State.DELIVERED,
+                    at=BASE_TIME + 40,
+                    reason="delivered",
+                    changes=RecordChanges(grant=grant),
+                )
+            )
+        )
+        assert three.grant == grant
+        assert three.history == (
+            Transition(State.SETTLING, BASE_TIME + 10, "settling"),
+            Transition(State.PAID, BASE_TIME + 20, "settled"),
+            Transition(State.DELIVERED, BASE_TIME + 40, "delivered"),
+        )
+        expected = record.apply(settling_req.changes, State.SETTLING, BASE_TIME + 10, "settling")
+        expected = expected.apply(paid(record, tx).changes, State.PAID, BASE_TIME + 20, "settled")
+        expected = expected.apply(
+            RecordChanges(grant=grant), State.DELIVERED, BASE_TIME + 40, "delivered"
+        )
+        assert three == expected
+        assert await store.get_challenge(record.challenge_id) == three
+        assert await store.get_by_payment(key) == three
+
+    async def test_transition_of_a_missing_record(self, store: Store) -> None:
+        missing = make_record()
+        assert await store.transition(settling(missing)) == StateMismatch(None)
+        assert await store.get_challenge(missing.challenge_id) is None
+
+    async def test_wrong_state_is_a_mismatch_and_writes_nothing(self, store: Store) -> None:
+        record = make_record(state=State.EXPIRED)
+        await created(store, record)
+        request = dataclasses.replace(settling(record), claim_tx_hash=new_tx_hash())
+        assert await store.transition(request) == StateMismatch(record)
+        assert await store.get_challenge(record.challenge_id) == record
+        assert request.claim_payment is not None
+        assert await store.get_by_payment(request.claim_payment) is None
+        assert request.claim_tx_hash is not None
+        await tx_is_free(store, request.claim_tx_hash)
+
+    async def test_attempt_id_must_match_the_settling_attempt(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        key = make_key()
+        settled = applied(await store.transition(settling(record, key, attempt_id="attempt-1")))
+        assert settled.payment is not None
+        renewed_payment = dataclasses.replace(settled.payment, lease_until=BASE_TIME + 500)
+        renew = TransitionRequest(
+            challenge_id=record.challenge_id,
+            expect=State.SETTLING,
+            to=State.SETTLING,
+            at=BASE_TIME + 15,
+            reason="lease renewed",
+            changes=RecordChanges(payment=renewed_payment),
+            attempt_id="attempt-2",
+        )
+        assert await store.transition(renew) == StateMismatch(settled)
+        assert await store.get_challenge(record.challenge_id) == settled
+        renewed = applied(
+            await store.transition(dataclasses.replace(renew, attempt_id="attempt-1"))
+        )
+        assert renewed.payment == renewed_payment
+        assert renewed.updated_at == BASE_TIME + 15
+        assert renewed.history == settled.history  # same state: no history entry
+
+    async def test_attempt_id_without_a_payment_is_a_mismatch(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        request = dataclasses.replace(settling(record), attempt_id="attempt-1")
+        assert await store.transition(request) == StateMismatch(record)
+        assert await store.get_challenge(record.challenge_id) == record
+
+    async def test_disallowed_transition_raises_and_writes_nothing(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        skip_ahead = dataclasses.replace(paid(record, new_tx_hash()), expect=State.PENDING)
+        with pytest.raises(ValueError, match=WORDED):
+            await store.transition(skip_ahead)
+        key = make_key()
+        with pytest.raises(ValueError, match=WORDED):
+            await store.transition(dataclasses.replace(settling(record, key), to=State.DELIVERED))
+        assert await store.get_challenge(record.challenge_id) == record
+        assert await store.get_by_payment(key) is None
+        assert skip_ahead.claim_tx_hash is not None
+        await tx_is_free(store, skip_ahead.claim_tx_hash)
+
+    async def test_transition_claims_the_payment(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        key = make_key()
+        settled = applied(await store.transition(settling(record, key)))
+        assert await store.get_by_payment(key) == settled
+
+    async def test_claiming_our_own_payment_and_tx_again_is_fine(self, store: Store) -> None:
+        key, tx = make_key(), new_tx_hash()
+        record = make_record(state=State.SETTLING, payment=make_payment(key, attempt_id="a1"))
+        await created(store, record, key)
+        note = TransitionRequest(
+            challenge_id=record.challenge_id,
+            expect=State.SETTLING,
+            to=State.SETTLING,
+            at=BASE_TIME + 12,
+            reason="broadcast",
+            attempt_id="a1",
+            claim_payment=key,
+            claim_tx_hash=tx,
+        )
+        applied(await store.transition(note))
+        done = applied(await store.transition(paid(record, "0x" + tx[2:].upper())))
+        assert await store.get_by_payment(key) == done
+
+    async def test_two_challenges_race_for_one_payment(self, store: Store) -> None:
+        key = make_key()
+        first, second = make_record(), make_record()
+        await created(store, first)
+        await created(store, second)
+        results = await asyncio.gather(
+            store.transition(settling(first, key)), store.transition(settling(second, key))
+        )
+        winners = [applied(r) for r in results if isinstance(r, TransitionApplied)]
+        assert len(winners) == 1
+        winner = winners[0]
+        loser = second if winner.challenge_id == first.challenge_id else first
+        assert PaymentClaimed(winner.challenge_id) in results
+        assert await store.get_challenge(loser.challenge_id) == loser
+        assert await store.get_by_payment(key) == winner
+
+    async def test_payment_claimed_elsewhere_writes_nothing(self, store: Store) -> None:
+        key = make_key()
+        owner, other = make_record(), make_record()
+        await created(store, owner, key)
+        await created(store, other)
+        request = dataclasses.replace(settling(other, key), claim_tx_hash=new_tx_hash())
+        assert await store.transition(request) == PaymentClaimed(owner.challenge_id)
+        assert await store.get_challenge(other.challenge_id) == other
+        assert request.claim_tx_hash is not None
+        await tx_is_free(store, request.claim_tx_hash)
+
+    async def test_tx_hash_belongs_to_one_challenge(self, store: Store) -> None:
+        tx = new_tx_hash()
+        first, second = make_record(), make_record()
+        await created(store, first)
+        await created(store, second)
+        applied(await store.transition(settling(first)))
+        second_key = make_key()
+        settling_second = applied(await store.transition(settling(second, second_key)))
+        applied(await store.transition(paid(first, tx.lower())))
+        request = dataclasses.replace(paid(second, "0x" + tx[2:].upper()), claim_payment=make_key())
+        assert await store.transition(request) == TxClaimed(first.challenge_id)
+        assert await store.get_challenge(second.challenge_id) == settling_second
+        assert request.claim_payment is not None
+        assert await store.get_by_payment(request.claim_payment) is None
+        assert await store.get_by_payment(second_key) == settling_second
+
+    async def test_release_frees_the_payment_for_another_challenge(self, store: Store) -> None:
+        key = make_key()
+        first, second = make_record(), make_record()
+        await created(store, first)
+        await created(store, second)
+        applied(await store.transition(settling(first, key)))
+        back = applied(await store.transition(back_to_pending(first)))
+        assert back.state is State.PENDING
+        assert back.payment is None
+        assert await store.get_by_payment(key) is None
+        taken = applied(await store.transition(settling(second, key)))
+        assert await store.get_by_payment(key) == taken
+
+    async def test_release_only_frees_a_claim_we_own(self, store: Store) -> None:
+        key = make_key()
+        first, second = make_record(), make_record()
+        await created(store, first)
+        await created(store, second)
+        applied(await store.transition(settling(first, key, claim=False)))
+        owner = applied(await store.transition(settling(second, key)))
+        applied(await store.transition(back_to_pending(first)))
+        assert await store.get_by_payment(key) == owner
+
+    async def test_concurrent_transitions_have_one_winner(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        requests = [settling(record, make_key(), attempt_id=f"attempt-{i}") for i in range(RACERS)]
+        results = await asyncio.gather(*(store.transition(r) for r in requests))
+        winners = [applied(r) for r in results if isinstance(r, TransitionApplied)]
+        assert len(winners) == 1
+        winner = winners[0]
+        assert results.count(StateMismatch(winner)) == RACERS - 1
+        assert [t.state for t in winner.history] == [State.SETTLING]
+        for request in requests:
+            assert request.claim_payment is not None
+            owner = await store.get_by_payment(request.claim_payment)
+            if request.changes.payment == winner.payment:
+                assert owner == winner
+            else:
+                assert owner is None
+
+    # ------------------------------------------------------------ listing
+
+    async def test_list_is_oldest_updated_first(self, store: Store) -> None:
+        records = [make_record(at=BASE_TIME + offset) for offset in (30, 10, 40, 20, 0)]
+        for record in records:
+            await created(store, record)
+        ordered = sorted(records, key=lambda r: r.updated_at)
+        assert await store.list_challenges() == ordered
+        assert await store.list_challenges(limit=2) == ordered[:2]
+
+    async def test_list_filters_by_state_and_age(self, store: Store) -> None:
+        pending = make_record(at=BASE_TIME)
+        expired = make_record(at=BASE_TIME + 1, state=State.EXPIRED)
+        settling_late = make_record(at=BASE_TIME + 5, state=State.SETTLING)
+        for record in (settling_late, expired, pending):
+            await created(store, record)
+        assert await store.list_challenges(states=[State.SETTLING]) == [settling_late]
+        both = await store.list_challenges(states=[State.PENDING, State.SETTLING])
+        assert both == [pending, settling_late]
+        assert await store.list_challenges(updated_before=BASE_TIME + 5) == [pending, expired]
+        assert await store.list_challenges(
+            states=[State.SETTLING, State.EXPIRED], updated_before=BASE_TIME + 5
+        ) == [expired]
+        assert await store.list_challenges(states=[]) == []
+
+    async def test_list_follows_transitions(self, store: Store) -> None:
+        first, second = make_record(at=BASE_TIME), make_record(at=BASE_TIME + 1)
+        await created(store, first)
+        await created(store, second)
+        moved = applied(await store.transition(settling(first, at=BASE_TIME + 50)))
+        assert await store.list_challenges() == [second, moved]
+        assert await store.list_challenges(states=[State.PENDING]) == [second]
+
+    # ------------------------------------------------------------ leases
+
+    async def test_first_lease_has_fence_one_and_no_value(self, store: Store) -> None:
+        lease = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME)
+        assert lease == Lease("gas-wallet", "worker-1", 1, BASE_TIME + 30, None)
+
+    async def test_a_held_lease_is_exclusive_until_it_expires(self, store: Store) -> None:
+        lease = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME)
+        assert lease is not None
+        assert await store.acquire_lease("gas-wallet", "worker-2", 30, BASE_TIME + 29.9) is None
+        assert await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME + 1) is None
+        other = await store.acquire_lease("other-lease", "worker-2", 30, BASE_TIME)
+        assert other is not None
+        assert other.fence == 1
+        taken = await store.acquire_lease("gas-wallet", "worker-2", 30, BASE_TIME + 30)
+        assert taken == Lease("gas-wallet", "worker-2", 2, BASE_TIME + 60, None)
+
+    async def test_release_hands_the_value_to_the_next_holder(self, store: Store) -> None:
+        first = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME)
+        assert first is not None
+        assert await store.release_lease(first, "nonce=7") is True
+        second = await store.acquire_lease("gas-wallet", "worker-2", 30, BASE_TIME + 1)
+        assert second == Lease("gas-wallet", "worker-2", 2, BASE_TIME + 31, "nonce=7")
+        assert await store.release_lease(second, None) is True  # None keeps the value
+        third = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME + 2)
+        assert third is not None
+        assert (third.fence, third.value) == (3, "nonce=7")
+
+    async def test_a_stale_holder_cannot_release_after_takeover(self, store: Store) -> None:
+        stale = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME)
+        assert stale is not None
+        assert await store.release_lease(stale, "nonce=1") is True
+        stale = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME + 1)
+        assert stale is not None
+        fresh = await store.acquire_lease("gas-wallet", "worker-2", 30, BASE_TIME + 40)
+        assert fresh is not None
+        assert fresh.fence == stale.fence + 1
+        assert fresh.value == "nonce=1"
+        assert await store.release_lease(stale, "nonce=99") is False
+        assert await store.acquire_lease("gas-wallet", "worker-3", 30, BASE_TIME + 41) is None
+        assert await store.release_lease(fresh, "nonce=2") is True
+        after = await store.acquire_lease("gas-wallet", "worker-3", 30, BASE_TIME + 42)
+        assert after is not None
+        assert after.value == "nonce=2"
+
+    async def test_an_expired_lease_not_taken_over_can_still_be_released(
+        self, store: Store
+    ) -> None:
+        lease = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME)
+        assert lease is not None
+        assert await store.release_lease(lease, "nonce=3") is True
+        assert (
+            await store.release_lease(dataclasses.replace(lease, holder="worker-2"), "x") is False
+        )
+
+    async def test_concurrent_acquires_have_one_winner(self, store: Store) -> None:
+        results = await asyncio.gather(
+            *(
+                store.acquire_lease("gas-wallet", f"worker-{i}", 30, BASE_TIME)
+                for i in range(RACERS)
+            )
+        )
+        leases = [lease for lease in results if lease is not None]
+        assert len(leases) == 1
+        assert leases[0].fence == 1
+
+    # ------------------------------------------------------------ durable stores
+
+    async def test_everything_survives_reopening(self, store: Store, reopen: Reopen) -> None:
+        record, key = full_record()
+        await created(store, record, key)
+        tx = new_tx_hash()
+        assert record.payment is not None
+        finish = dataclasses.replace(paid(record, tx), attempt_id=record.payment.attempt_id)
+        done = applied(await store.transition(finish))
+        lease = await store.acquire_lease("gas-wallet", "worker-1", 30, BASE_TIME)
+        assert lease is not None
+        assert await store.release_lease(lease, "nonce=5")
+        reopened = await reopen()
+        assert await reopened.get_challenge(record.challenge_id) == done
+        assert await reopened.get_by_request_id(record.request_id) == done
+        assert await reopened.get_by_payment(key) == done
+        assert await reopened.list_challenges() == [done]
+        other = make_record()
+        await created(reopened, other)
+        applied(await reopened.transition(settling(other)))
+        assert await reopened.transition(paid(other, tx)) == TxClaimed(record.challenge_id)
+        again = await reopened.acquire_lease("gas-wallet", "worker-2", 30, BASE_TIME + 1)
+        assert again is not None
+        assert (again.fence, again.value) == (2, "nonce=5")
+
+    async def test_two_instances_share_one_atomic_view(self, store: Store, second: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        assert await second.get_challenge(record.challenge_id) == record
+        requests = [settling(record, make_key(), attempt_id=f"a-{i}") for i in range(RACERS)]
+        results = await asyncio.gather(
+            *(
+                (store if i % 2 else second).transition(request)
+                for i, request in enumerate(requests)
+            )
+        )
+        assert sum(isinstance(r, TransitionApplied) for r in results) == 1
+        request_id = make_record().request_id
+        creates = await asyncio.gather(
+            *(
+                (store if i % 2 else second).create_challenge(make_record(request_id=request_id))
+                for i in range(RACERS)
+            )
+        )
+        assert sum(isinstance(r, tuple) and r[1] for r in creates) == 1
+        leases = await asyncio.gather(
+            *(
+                (store if i % 2 else second).acquire_lease("gas-wallet", f"w{i}", 30, BASE_TIME)
+                for i in range(RACERS)
+            )
+        )
+        assert sum(lease is not None for lease in leases) == 1
