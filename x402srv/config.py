@@ -166,8 +166,9 @@ class _PluginTables(_Model):
     def _extra_keys_are_tables(self) -> _PluginTables:
         for key, value in (self.model_extra or {}).items():
             if not isinstance(value, dict):
+                # A leading "." asks _format_error to append the key to the section's path.
                 raise ValueError(
-                    f"unknown key {key!r} (only plugin option tables may be added here)"
+                    f".{key}: unknown key (only plugin option tables may be added here)"
                 )
         return self
 
@@ -243,6 +244,7 @@ class ServerConfig(_Model):
     a2a_path: str = "/a2a"
     challenge_ttl_seconds: int = Field(default=900, gt=0)
     max_timeout_seconds: int = Field(default=300, ge=10, le=86_400)
+    cors_origins: list[str] = Field(default_factory=lambda: ["*"])
 
     @field_validator("base_path")
     @classmethod
@@ -289,6 +291,7 @@ class CredentialsConfig(_PluginTables):
     audience: str | None = None
     kid: str | None = Field(default=None, min_length=1, max_length=128)
     callback: str | None = None
+    callback_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
 
 
 class NetworkConfig(_Model):
@@ -486,6 +489,8 @@ def _format_error(error: Mapping[str, Any]) -> str:
         message = "required key is missing"
     else:
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if message.startswith(".") and path:
+            return path + message
     return f"{path}: {message}" if path else message
 
 

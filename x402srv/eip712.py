@@ -40,9 +40,12 @@ def _address_word(address: str) -> bytes:
     return bytes(12) + bytes.fromhex(address[2:])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Eip3009Domain:
-    """The token's EIP-712 domain, always built from config (never from a payload)."""
+    """The token's EIP-712 domain, always built from config (never from a payload).
+
+    Not slotted: ``separator`` is computed once and cached on the instance.
+    """
 
     name: str
     version: str

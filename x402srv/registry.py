@@ -9,6 +9,7 @@ error, and selecting an unknown name lists what is installed.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,6 +53,7 @@ class Registry:
     def __init__(self, *, entry_points: bool = True, extra_plugins: Iterable[object] = ()) -> None:
         from .default_plugins import DEFAULT_PLUGINS
 
+        self._dists: dict[str, str] = {}
         self._pm = pluggy.PluginManager("x402srv")
         self._pm.add_hookspecs(hookspecs)
         for module_name in DEFAULT_PLUGINS:
@@ -59,8 +61,25 @@ class Registry:
         for plugin in extra_plugins:
             self._pm.register(plugin)
         if entry_points:
-            self._pm.load_setuptools_entrypoints("x402srv")
+            self._load_entry_points()
         self._entries: dict[Kind, dict[str, _Entry]] = {k: self._collect(k) for k in _HOOKS}
+
+    def _load_entry_points(self) -> None:
+        """Like pluggy's loader, but a plugin that fails to import is named in the error."""
+        for entry_point in importlib.metadata.entry_points(group="x402srv"):
+            if self._pm.get_plugin(entry_point.name) or self._pm.is_blocked(entry_point.name):
+                continue
+            try:
+                plugin = entry_point.load()
+            except Exception as exc:
+                dist = entry_point.dist.name if entry_point.dist else "?"
+                raise ConfigError(
+                    f"plugin {entry_point.name!r} (distribution {dist}) failed to load: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            self._pm.register(plugin, name=entry_point.name)
+            if (dist := entry_point.dist) is not None:
+                self._dists[entry_point.name] = f"{dist.name} {dist.version}"
 
     def _collect(self, kind: Kind) -> dict[str, _Entry]:
         entries: dict[str, _Entry] = {}
@@ -84,10 +103,7 @@ class Registry:
 
     def describe(self) -> list[dict[str, Any]]:
         """One row per plugin: its name, distribution and what it registers."""
-        dists = {
-            self._pm.get_name(plugin): f"{dist.project_name} {dist.version}"
-            for plugin, dist in self._pm.list_plugin_distinfo()
-        }
+        dists = self._dists
         rows: dict[str, dict[str, Any]] = {}
         for kind, entries in self._entries.items():
             for name, entry in sorted(entries.items()):

@@ -1,0 +1,85 @@
+"""Fixtures for the core's tests: real seller servers on the session's anvil.
+
+``seller`` is parametrized over the settlement strategies, so every end-to-end
+and error-table test runs once with the gas wallet and once through a real
+facilitator (the official SDK's, in its own process).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from tests.helpers import JWT_SECRET, Seller, settlement_table
+from x402srv.devchain import Devchain
+from x402srv.testing.fixtures import FacilitatorProcess
+from x402srv.testing.servers import ServerProcess, seller_config
+
+
+@pytest.fixture(scope="session")
+def start_seller(
+    devchain: Devchain,
+    facilitator: Callable[..., FacilitatorProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., Seller]]:
+    """``start_seller(strategy, **config overrides) -> Seller``; all stopped at session end."""
+    running: list[Seller] = []
+    shared_facilitator: list[str] = []
+
+    def start(
+        strategy: str = "gas-wallet",
+        *,
+        workers: int = 1,
+        facilitator_url: str | None = None,
+        settlement: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Seller:
+        directory: Path = tmp_path_factory.mktemp(f"seller-{strategy}")
+        wallet = Account.create().address
+        env: dict[str, str] = {}
+        if strategy == "facilitator" and facilitator_url is None:
+            if not shared_facilitator:
+                shared_facilitator.append(facilitator().url)
+            facilitator_url = shared_facilitator[0]
+        table = settlement or settlement_table(strategy, devchain, facilitator_url, env)
+        config = seller_config(
+            rpc_url=devchain.rpc_url,
+            chain_id=devchain.chain_id,
+            asset=devchain.token.address,
+            wallet_address=wallet,
+            store=overrides.pop("store", {"backend": "sqlite", "path": "x402srv.db"}),
+            settlement=table,
+            credentials=overrides.pop("credentials", {"secret": JWT_SECRET}),
+            **overrides,
+        )
+        server = ServerProcess(config, directory, workers=workers, env=env).start()
+        seller = Seller(server, wallet, strategy, config, devchain)
+        running.append(seller)
+        return seller
+
+    yield start
+    for seller in running:
+        seller.server.stop()
+
+
+@pytest.fixture(scope="session", params=["gas-wallet", "facilitator"])
+def seller(request: pytest.FixtureRequest, start_seller: Callable[..., Seller]) -> Seller:
+    """One running seller per settlement strategy, shared by the tests of that strategy."""
+    return start_seller(request.param)
+
+
+@pytest.fixture
+def buyer(devchain: Devchain) -> LocalAccount:
+    """A fresh buyer with ETH and 100 test USDC."""
+    return devchain.new_account()
+
+
+@pytest.fixture
+def request_id() -> str:
+    return str(__import__("uuid").UUID(bytes=secrets.token_bytes(16), version=4))

@@ -1,0 +1,59 @@
+"""Helpers shared by the core's test modules (importable as ``tests.helpers``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from x402srv.devchain import Devchain
+from x402srv.testing.servers import ServerProcess
+
+JWT_SECRET = "test-jwt-secret-" + "s" * 32
+GAS_KEY_ENV = "X402SRV_TEST_GAS_WALLET_KEY"
+
+
+@dataclass
+class Seller:
+    """A running seller: its server process, wallet, strategy and JWT secret."""
+
+    server: ServerProcess
+    wallet: str
+    strategy: str
+    config: dict[str, Any]
+    chain: Devchain
+
+    @property
+    def access_url(self) -> str:
+        return self.server.access_url
+
+    def discovery(self) -> dict[str, Any]:
+        response = httpx.post(self.access_url, json={})
+        assert response.status_code == 402
+        return dict(response.json())
+
+    def challenge(self, plan_id: str = "hourly", **body: Any) -> dict[str, Any]:
+        response = httpx.post(self.access_url, json={"planId": plan_id, **body})
+        assert response.status_code == 402, response.text
+        return dict(response.json())
+
+    def balance(self) -> int:
+        return self.chain.balance_of(self.wallet)
+
+
+def settlement_table(
+    strategy: str, chain: Devchain, facilitator_url: str | None, env: dict[str, str]
+) -> dict[str, Any]:
+    if strategy == "gas-wallet":
+        gas = chain.new_account(eth=1000, usdc_atomic=0)
+        env[GAS_KEY_ENV] = "0x" + bytes(gas.key).hex()
+        return {"strategy": "gas-wallet", "gas_wallet_private_key": {"env": GAS_KEY_ENV}}
+    assert facilitator_url is not None
+    return {"strategy": "facilitator", "facilitator_url": facilitator_url}
+
+
+def decode_header(value: str) -> dict[str, Any]:
+    return dict(json.loads(base64.b64decode(value)))

@@ -1,0 +1,256 @@
+"""Built-in settler ``facilitator``: an x402 v2 facilitator verifies, settles and pays gas.
+
+    GET  /supported   at start-up: the facilitator must list (v2, exact, our network)
+    POST /verify      {x402Version: 2, paymentPayload, paymentRequirements}
+    POST /settle      same body
+
+How answers map to the pipeline (SPEC 4.2 step 8):
+
+- refused before the request left (connect error/timeout), a 4xx, ``isValid:
+  false``, or ``success: false`` with no transaction: nothing is on-chain ->
+  ``Rejected`` with the facilitator's reason;
+- read timeout, dropped connection, 5xx, ``settlement_pending``, an unreadable
+  answer, or a failure that names a transaction: ``Unknown`` — the record stays
+  SETTLING and the chain decides later, never a second settle;
+- ``success: true`` is confirmed from the chain when an RPC is known (receipt
+  status and the Transfer log to payTo of the right value); a claim the chain
+  does not back is resolved from the authorization itself.
+
+The facilitator URL (it may carry credentials), its raw answers and the
+payload never reach logs or clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import hookimpl
+from ..chain import ChainReader, ChainUnavailable
+from ..config import Config, redact_url
+from ..errors import ConfigError
+from ..interfaces import (
+    Rejected,
+    Settled,
+    SettlementHooks,
+    SettlementOutcome,
+    SettlementRequest,
+    Unknown,
+)
+from ..plugin_context import PluginContext
+from ..resolution import NotTransferred, Transferred, resolve_authorization
+
+log = logging.getLogger("x402srv.facilitator")
+
+
+class FacilitatorOptions(BaseModel):
+    """``[settlement.facilitator]``"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    connect_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    verify_before_settle: bool = True
+    confirm_seconds: float = Field(default=10.0, ge=0, le=120)
+
+
+class FacilitatorSettler:
+    name = "facilitator"
+
+    def __init__(
+        self,
+        config: Config,
+        options: FacilitatorOptions,
+        chain: ChainReader | None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        settlement = config.settlement
+        network = config.network_info
+        url = settlement.facilitator_url.reveal() if settlement.facilitator_url else None
+        url = url or network.default_facilitator_url
+        if not url:
+            raise ConfigError(
+                f"required: {network.name} has no default facilitator",
+                path="settlement.facilitator_url",
+            )
+        if options.read_timeout_seconds >= settlement.lease_seconds - 2:
+            raise ConfigError(
+                "must be shorter than settlement.lease_seconds minus 2 s",
+                path="settlement.facilitator.read_timeout_seconds",
+            )
+        self._url = url.rstrip("/")
+        self.shown_url = redact_url(self._url)
+        self._auth = settlement.facilitator_auth
+        self._options = options
+        self._network = network
+        self._chain = chain
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        headers = {"Accept": "application/json"}
+        if self._auth is not None:
+            headers["Authorization"] = f"Bearer {self._auth.reveal()}"
+        timeout = httpx.Timeout(
+            connect=self._options.connect_timeout_seconds,
+            read=self._options.read_timeout_seconds,
+            write=self._options.read_timeout_seconds,
+            pool=self._options.connect_timeout_seconds,
+        )
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=timeout, transport=self._transport
+        )
+        await self._check_supported()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _check_supported(self) -> None:
+        assert self._client is not None
+        try:
+            response = await self._client.get(f"{self._url}/supported")
+            response.raise_for_status()
+            kinds = response.json().get("kinds", [])
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.warning(
+                "facilitator %s unreachable at start-up (%s); settlements will try it anyway",
+                self.shown_url,
+                type(exc).__name__,
+            )
+            return
+        wanted = (2, "exact", self._network.caip2)
+        listed = {
+            (k.get("x402Version"), k.get("scheme"), k.get("network"))
+            for k in kinds
+            if isinstance(k, dict)
+        }
+        if wanted not in listed:
+            offered = ", ".join(sorted(f"v{v} {s} {n}" for v, s, n in listed if s)) or "nothing"
+            raise ConfigError(
+                f"the facilitator at {self.shown_url} does not support x402 v2 exact on "
+                f"{self._network.caip2} (it lists: {offered})",
+                path="settlement.facilitator_url",
+            )
+
+    # ------------------------------------------------------------ settle
+
+    async def settle(self, request: SettlementRequest, hooks: SettlementHooks) -> SettlementOutcome:
+        body = {
+            "x402Version": 2,
+            "paymentPayload": dict(request.payload),
+            "paymentRequirements": dict(request.requirements),
+        }
+        if self._options.verify_before_settle:
+            verdict = await self._verify(body)
+            if verdict is not None:
+                return verdict
+        return await self._settle(request, body, hooks)
+
+    async def _verify(self, body: dict[str, Any]) -> Rejected | None:
+        """None when valid. /verify moves nothing, so every failure here is definite."""
+        try:
+            answer = await self._post("/verify", body)
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("facilitator /verify failed: %s", type(exc).__name__)
+            return Rejected(
+                "unexpected_verify_error", "the facilitator could not verify the payment"
+            )
+        if answer.get("isValid") is True:
+            return None
+        reason = str(answer.get("invalidReason") or "invalid_payload")
+        return Rejected(reason, "the facilitator refused the payment")
+
+    async def _settle(
+        self, request: SettlementRequest, body: dict[str, Any], hooks: SettlementHooks
+    ) -> SettlementOutcome:
+        try:
+            answer = await self._post("/settle", body)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            log.warning("facilitator /settle not reached: %s", type(exc).__name__)
+            return Rejected("unexpected_settle_error", "the facilitator could not be reached")
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code < 500:
+                return Rejected("unexpected_settle_error", "the facilitator refused to settle")
+            return Unknown(f"facilitator answered {exc.response.status_code}")
+        except (httpx.HTTPError, ValueError) as exc:
+            return Unknown(f"facilitator /settle: {type(exc).__name__}")
+        tx_hash = answer.get("transaction") or None
+        if not isinstance(tx_hash, str) or not tx_hash.startswith("0x"):
+            tx_hash = None
+        if tx_hash:
+            await hooks.note_broadcast(tx_hash)
+        if answer.get("success") is not True:
+            reason = str(answer.get("errorReason") or "unexpected_settle_error")
+            if reason == "settlement_pending" or tx_hash:
+                return Unknown(reason, tx_hash)
+            return Rejected(reason, "the facilitator could not settle the payment")
+        if tx_hash is None:
+            return Unknown("facilitator reported success without a transaction")
+        payer = str(answer.get("payer") or request.authorization.payer)
+        return await self._confirm(request, tx_hash, payer)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert self._client is not None, "settler not started"
+        response = await self._client.post(f"{self._url}{path}", json=body)
+        if response.status_code >= 400:
+            response.raise_for_status()
+        answer = response.json()
+        if not isinstance(answer, dict):
+            raise ValueError("facilitator answer is not a JSON object")
+        return answer
+
+    async def _confirm(
+        self, request: SettlementRequest, tx_hash: str, payer: str
+    ) -> SettlementOutcome:
+        """Trust the facilitator's success only as far as the chain backs it."""
+        if self._chain is None:
+            return Settled(tx_hash, payer)
+        auth = request.authorization
+        asset, pay_to = str(request.requirements["asset"]), str(request.requirements["payTo"])
+        deadline = asyncio.get_running_loop().time() + self._options.confirm_seconds
+        try:
+            while True:
+                receipt = await self._chain.receipt(tx_hash)
+                if receipt is not None:
+                    break
+                if asyncio.get_running_loop().time() >= deadline:
+                    return Unknown("facilitator's transaction not found on-chain yet", tx_hash)
+                await asyncio.sleep(0.5)
+            if receipt.has_transfer(asset, auth.payer, pay_to, auth.value):
+                return Settled(receipt.tx_hash, auth.payer)
+            log.warning("facilitator reported %s but the chain shows no matching transfer", tx_hash)
+            verdict = await resolve_authorization(
+                self._chain,
+                asset=asset,
+                payer=auth.payer,
+                pay_to=pay_to,
+                value=auth.value,
+                nonce=auth.nonce,
+                valid_before=auth.valid_before,
+            )
+        except ChainUnavailable as exc:
+            log.warning("cannot confirm facilitator settlement on-chain: %s", exc)
+            return Unknown("chain unavailable for confirmation", tx_hash)
+        if isinstance(verdict, Transferred):
+            return Settled(verdict.tx_hash, auth.payer)
+        if isinstance(verdict, NotTransferred):
+            return Rejected("transaction_failed", "the chain shows no transfer for this payment")
+        return Unknown(verdict.why)
+
+
+def _factory(ctx: PluginContext) -> FacilitatorSettler:
+    return FacilitatorSettler(ctx.config, ctx.parse_options(FacilitatorOptions), ctx.chain)
+
+
+@hookimpl
+def register_settlers(register: Any) -> None:
+    register("facilitator", _factory)

@@ -1,0 +1,172 @@
+"""Token guard for the seller's Sanic routes (SPEC 6; the seed's ``fastifyValidateAccessToken``).
+
+Two ways to put it in front of a route, both checking the same thing:
+
+- ``@require_access(verifier)`` on one handler;
+- ``access_guard(app, verifier, paths=["/api"])``: request middleware for every
+  route under some path prefixes (or where a predicate says so).
+
+A request passes with ``Authorization: Bearer <jwt>`` (scheme case-insensitive)
+that the ``TokenVerifier`` accepts; the verified ``AccessClaims`` are then at
+``request.ctx.x402`` (read them typed with ``access_claims(request)``). Anything
+else gets 401 problem details (``INVALID_TOKEN`` or ``TOKEN_EXPIRED``) with
+``WWW-Authenticate: Bearer error="invalid_token"``. A verifier that breaks in an
+unexpected way answers 500 ``INTERNAL_ERROR`` without saying why (it is logged).
+
+The verifier is built before the guard (``TokenVerifier.from_config``), and a
+missing or unusable key raises ``ConfigError`` there: the app fails at start-up
+instead of refusing every request.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse
+
+from .errors import InternalError, InvalidToken
+from .http_problem import problem_response
+from .tokens import AccessClaims, TokenVerifier
+
+__all__ = [
+    "CLAIMS_ATTRIBUTE",
+    "DEFAULT_PRIORITY",
+    "PathPredicate",
+    "access_claims",
+    "access_guard",
+    "bearer_token",
+    "require_access",
+]
+
+#: The attribute of ``request.ctx`` that holds the verified ``AccessClaims``.
+CLAIMS_ATTRIBUTE: Final = "x402"
+
+#: Request middleware priority: above Sanic's default 0, so the seller's own
+#: request middleware never sees an unauthenticated request to a guarded path.
+DEFAULT_PRIORITY: Final = 100
+
+PathPredicate = Callable[[Request], bool]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_B64TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 2.1
+
+logger = logging.getLogger(__name__)
+
+
+def bearer_token(request: Request) -> str:
+    """The token of the request's one ``Authorization: Bearer`` header, else ``InvalidToken``."""
+    values: list[str] = request.headers.getall("authorization", [])
+    if not values:
+        raise InvalidToken("An access token is required (Authorization: Bearer <token>).")
+    if len(values) > 1:
+        raise InvalidToken("Send exactly one Authorization header.")
+    scheme, _, credentials = values[0].strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise InvalidToken("The Authorization scheme must be Bearer.")
+    token = credentials.strip(" ")
+    if not _B64TOKEN.fullmatch(token):
+        raise InvalidToken("The access token is malformed.")
+    return token
+
+
+def access_claims(request: Request) -> AccessClaims:
+    """The claims the guard attached; a ``LookupError`` means the route is not guarded."""
+    claims = getattr(request.ctx, CLAIMS_ATTRIBUTE, None)
+    if not isinstance(claims, AccessClaims):
+        raise LookupError("no verified access token on this request (is the route guarded?)")
+    return claims
+
+
+async def _admit(request: Request, verifier: TokenVerifier) -> HTTPResponse | None:
+    """None when the request may go on (claims attached), else the response to send."""
+    try:
+        claims = await verifier.verify(bearer_token(request))
+    except InvalidToken as err:
+        return problem_response(err)
+    except Exception:
+        # A broken verifier or key source is the seller's problem: log it, tell the client nothing.
+        logger.exception("token verification failed unexpectedly")
+        return problem_response(InternalError())
+    request.ctx.x402 = claims
+    return None
+
+
+def require_access(
+    verifier: TokenVerifier,
+) -> Callable[
+    [Callable[Concatenate[Request, P], Coroutine[Any, Any, R]]],
+    Callable[Concatenate[Request, P], Coroutine[Any, Any, R | HTTPResponse]],
+]:
+    """Decorate one async handler so it runs only for a valid access token."""
+
+    def decorate(
+        handler: Callable[Concatenate[Request, P], Coroutine[Any, Any, R]],
+    ) -> Callable[Concatenate[Request, P], Coroutine[Any, Any, R | HTTPResponse]]:
+        @functools.wraps(handler)
+        async def guarded(
+            request: Request, /, *args: P.args, **kwargs: P.kwargs
+        ) -> R | HTTPResponse:
+            refusal = await _admit(request, verifier)
+            if refusal is not None:
+                return refusal
+            return await handler(request, *args, **kwargs)
+
+        return guarded
+
+    return decorate
+
+
+def _under(path: str, prefix: str) -> bool:
+    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+
+
+def _prefix_predicate(paths: Sequence[str]) -> PathPredicate:
+    prefixes: list[str] = []
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"guarded path {path!r} must start with '/'")
+        prefixes.append(path.rstrip("/") or "/")
+    if not prefixes:
+        raise ValueError("access_guard needs at least one path prefix")
+
+    def guarded(request: Request) -> bool:
+        # The raw path is what Sanic routes on; the matched route is checked too,
+        # so the guard fails closed if the two ever disagree.
+        candidates = [request.path]
+        if request.route is not None:
+            candidates.append("/" + request.route.path.lstrip("/"))
+        return any(_under(path, prefix) for path in candidates for prefix in prefixes)
+
+    return guarded
+
+
+def access_guard(
+    app: Sanic[Any, Any],
+    verifier: TokenVerifier,
+    *,
+    paths: str | Sequence[str] | PathPredicate,
+    priority: int = DEFAULT_PRIORITY,
+) -> Callable[[Request], Coroutine[Any, Any, HTTPResponse | None]]:
+    """Guard every request whose path is under one of ``paths`` (or where ``paths(request)``).
+
+    A prefix covers itself and what lies below it (``/api`` covers ``/api`` and
+    ``/api/x``, not ``/apix``). Returns the registered middleware.
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    predicate = paths if callable(paths) else _prefix_predicate(paths)
+
+    async def x402_access_guard(request: Request) -> HTTPResponse | None:
+        if not predicate(request):
+            return None
+        return await _admit(request, verifier)
+
+    app.on_request(x402_access_guard, priority=priority)
+    return x402_access_guard

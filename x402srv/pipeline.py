@@ -1,0 +1,645 @@
+"""The fixed access flow of ``POST /x402/access`` (SPEC 4.2). Plugins cannot reorder it.
+
+Every request goes through these steps in this order; a failing step answers at
+once and nothing after it runs. Bad input fails before step 6, so it never
+reaches the store's write path or the chain.
+
+ 0. Parse the body: a JSON object of at most 64 KiB (``planId``, ``requestId``,
+    ``resourceId``).                                  -> 400/415 INVALID_REQUEST
+ 1. Decode ``PAYMENT-SIGNATURE`` if present.          -> 400 INVALID_REQUEST
+ 2. Resolve the plan: ``body.planId``, else ``accepted.extra.planId``. No plan and
+    no payment is *discovery* (402, every plan). Unknown plan -> 400 TIER_NOT_FOUND.
+    Without a payment this is a *challenge*: create (or find, by requestId) a
+    PENDING record and answer 402 for it.
+ 3. Find the challenge: ``accepted.extra.challengeId``, else ``body.requestId``,
+    else the challenge that already claimed this very payment, else none yet
+    (a discovery-first purchase; its challenge is created in step 6).
+ 4. Pre-settlement state check (``_dispatch``): DELIVERED -> the stored grant;
+    EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> EXPIRED, 410; SETTLING
+    within its lease -> 409 SETTLEMENT_IN_PROGRESS; SETTLING past its lease ->
+    resolved from the chain first (SPEC 5.2); PAID -> step 10.
+ 5. Check the payment against the requirement this server offered
+    (``protocol.check_payment``).                     -> 402 PAYMENT_FAILED
+ 6. Claim the payment ``(chainId, asset, from, nonce)`` and
+ 7. move PENDING -> SETTLING, both in ONE compare-and-set, before anything goes
+    on-chain.          -> 409 TX_ALREADY_REDEEMED / 409 SETTLEMENT_IN_PROGRESS
+ 8. Settle with the configured strategy. Rejected: SETTLING -> PENDING and the
+    claim released, 402. Unknown: the lease is ended, the record stays SETTLING
+    and is resolved from the chain; still unknown -> 502 SETTLEMENT_PENDING.
+ 9. Record the txHash (claimed atomically) and SETTLING -> PAID.
+10. Issue the credential and PAID -> DELIVERED with the grant stored. If the
+    issuer fails the record stays PAID; a retry resumes here.
+11. 200 with the AccessGrant and ``PAYMENT-RESPONSE``.
+
+A lost compare-and-set is never an error by itself: the pipeline re-reads the
+record and answers from the state it is in now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from dataclasses import dataclass, replace
+
+from .chain import ChainReader, ChainUnavailable
+from .config import Config, Plan
+from .eip712 import Eip3009Domain
+from .errors import (
+    ChallengeExpired,
+    CredentialPending,
+    InternalError,
+    InvalidRequest,
+    PaymentFailed,
+    ProblemError,
+    RequestIdConflict,
+    SettlementInProgress,
+    SettlementPending,
+    StoreUnavailable,
+    TierNotFound,
+    TxAlreadyRedeemed,
+    X402SrvError,
+)
+from .interfaces import (
+    Authorization,
+    Clock,
+    CredentialIssuer,
+    GrantRequest,
+    PaymentClaimed,
+    Rejected,
+    Settled,
+    SettlementOutcome,
+    SettlementRequest,
+    Settler,
+    StateMismatch,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+    TxClaimed,
+    Unknown,
+    system_clock,
+)
+from .offers import AccessGranted, OfferBuilder, PaymentOffer
+from .protocol import AccessBody, PaymentPayload, check_payment, decode_payment_header
+from .protocol import parse_access_body as parse_body
+from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
+from .resolution import NotTransferred, Transferred, resolve_authorization
+
+__all__ = ["AccessPipeline", "AccessRequest", "AccessResult"]
+
+log = logging.getLogger("x402srv.pipeline")
+
+AccessResult = PaymentOffer | AccessGranted
+
+#: Retry-After for an outcome that only the chain can tell.
+PENDING_RETRY_AFTER = 5
+#: How many times one request follows a record through lost races before giving up.
+MAX_REDISPATCH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRequest:
+    """What the HTTP route hands over: raw bytes and two header values."""
+
+    body: bytes
+    content_type: str | None
+    payment_signature: str | None
+
+
+class _AttemptHooks:
+    """Lets a settler persist its txHash on the SETTLING record of its own attempt."""
+
+    def __init__(self, pipeline: AccessPipeline, record: ChallengeRecord) -> None:
+        self._pipeline = pipeline
+        self._record = record
+
+    @property
+    def record(self) -> ChallengeRecord:
+        """The SETTLING record as last written by this attempt."""
+        return self._record
+
+    async def note_broadcast(self, tx_hash: str) -> None:
+        payment = self._record.payment
+        assert payment is not None
+        result = await self._pipeline.store.transition(
+            TransitionRequest(
+                challenge_id=self._record.challenge_id,
+                expect=State.SETTLING,
+                to=State.SETTLING,
+                at=self._pipeline.clock(),
+                reason="transaction broadcast",
+                attempt_id=payment.attempt_id,
+                changes=RecordChanges(payment=replace(payment, broadcast_tx_hash=tx_hash.lower())),
+            )
+        )
+        if isinstance(result, TransitionApplied):
+            self._record = result.record
+
+
+class AccessPipeline:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        store: Store,
+        settler: Settler,
+        issuer: CredentialIssuer,
+        chain: ChainReader | None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.settler = settler
+        self.issuer = issuer
+        self.chain = chain
+        self.clock = clock
+        self.offers = OfferBuilder(config)
+        self.network = config.network_info
+        self.domain = Eip3009Domain(
+            name=self.network.asset_name,
+            version=self.network.asset_version,
+            chain_id=self.network.chain_id,
+            verifying_contract=self.network.asset,
+        )
+        self.lease_seconds = config.settlement.lease_seconds
+
+    # ------------------------------------------------------------ steps 0-2
+
+    async def handle(self, request: AccessRequest) -> AccessResult:
+        body = parse_body(request.body, request.content_type)
+        payment = None
+        if request.payment_signature is not None:
+            payment = decode_payment_header(request.payment_signature)
+        plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
+        if plan_id is None:
+            if payment is not None:
+                raise TierNotFound("no planId in the body or in accepted.extra.planId")
+            return self.offers.discovery
+        plan = self.config.plan_map.get(plan_id)
+        if plan is None:
+            raise TierNotFound(f"no plan {plan_id!r}; POST {{}} lists the plans")
+        if payment is None:
+            return await self._challenge(body, plan)
+        return await self._settlement(body, plan, payment)
+
+    async def _challenge(self, body: AccessBody, plan: Plan) -> AccessResult:
+        request_id = body.request_id or str(uuid.uuid4())
+        created = await self.store.create_challenge(
+            self._new_record(plan, request_id, body.resource_id, self.clock())
+        )
+        assert not isinstance(created, PaymentClaimed)
+        record, _ = created
+        self._same_request(record, body, plan)
+        return await self._dispatch(record, None)
+
+    def _new_record(
+        self, plan: Plan, request_id: str, resource_id: str, now: float, *, implicit: bool = False
+    ) -> ChallengeRecord:
+        return ChallengeRecord(
+            challenge_id=str(uuid.uuid4()),
+            request_id=request_id,
+            plan_id=plan.plan_id,
+            resource_id=resource_id,
+            amount=str(plan.amount),
+            network=self.network.caip2,
+            asset=self.network.asset,
+            pay_to=self.config.seller.wallet_address,
+            max_timeout_seconds=self.config.server.max_timeout_seconds,
+            state=State.PENDING,
+            created_at=now,
+            expires_at=now + self.config.server.challenge_ttl_seconds,
+            updated_at=now,
+            implicit=implicit,
+            history=(Transition(State.PENDING, now, "challenge created"),),
+        )
+
+    @staticmethod
+    def _same_request(record: ChallengeRecord, body: AccessBody, plan: Plan) -> None:
+        if record.plan_id != plan.plan_id or record.resource_id != body.resource_id:
+            raise RequestIdConflict(
+                f"requestId {record.request_id} belongs to plan {record.plan_id!r} and "
+                f"resource {record.resource_id!r}; use a new requestId for another purchase"
+            )
+
+    # ------------------------------------------------------------ step 3
+
+    async def _settlement(
+        self, body: AccessBody, plan: Plan, payment: PaymentPayload
+    ) -> AccessResult:
+        auth = payment.payload.authorization
+        key = PaymentKey(self.network.chain_id, self.network.asset, auth.from_, auth.nonce)
+        record = await self._find_challenge(body, payment, key)
+        if record is None:
+            return await self._implicit_purchase(body, plan, payment, key)
+        self._same_request(record, body, plan)
+        return await self._dispatch(record, (payment, key))
+
+    async def _find_challenge(
+        self, body: AccessBody, payment: PaymentPayload, key: PaymentKey
+    ) -> ChallengeRecord | None:
+        challenge_id = payment.extra_str("challengeId")
+        if challenge_id is not None:
+            record = await self.store.get_challenge(challenge_id)
+            if record is None:
+                raise InvalidRequest("accepted.extra.challengeId names no challenge on this server")
+            if body.request_id and body.request_id != record.request_id:
+                raise RequestIdConflict("requestId and accepted.extra.challengeId disagree")
+            return record
+        if body.request_id:
+            record = await self.store.get_by_request_id(body.request_id)
+            if record is not None:
+                return record
+        record = await self.store.get_by_payment(key)
+        if record is None:
+            return None
+        # (from, nonce, signature) become public on-chain once settled: a replayed
+        # payment alone may only reach a discovery-first purchase, and only while the
+        # authorization is still valid. Everyone else uses their requestId/challengeId.
+        replay_window = record.payment.valid_before if record.payment else 0
+        if not record.implicit or self.clock() > replay_window:
+            raise TxAlreadyRedeemed(
+                "this payment was already redeemed; fetch its grant with its requestId"
+            )
+        return record
+
+    # ------------------------------------------------------------ step 4
+
+    async def _dispatch(
+        self,
+        record: ChallengeRecord,
+        payment: tuple[PaymentPayload, PaymentKey] | None,
+        depth: int = 0,
+    ) -> AccessResult:
+        if depth > MAX_REDISPATCH:
+            log.error("challenge %s: gave up following concurrent updates", record.challenge_id)
+            raise SettlementInProgress("the challenge is changing; retry", retry_after=1)
+        now = self.clock()
+        state = record.state
+        if state is State.DELIVERED:
+            return self.offers.granted(record)
+        if state in (State.EXPIRED, State.CANCELLED):
+            raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
+        if state is State.PAID:
+            return await self._deliver(record, depth)
+        if state is State.SETTLING:
+            assert record.payment is not None
+            if now < record.payment.lease_until:
+                wait = math.ceil(record.payment.lease_until - now)
+                raise SettlementInProgress(
+                    "this challenge is being settled now", retry_after=min(wait, 30)
+                )
+            resolved = await self._resolve(record)
+            if resolved.state is State.SETTLING:
+                raise SettlementPending(
+                    "the chain has not shown the outcome of this payment yet; retry the same "
+                    "request later",
+                    retry_after=PENDING_RETRY_AFTER,
+                )
+            return await self._dispatch(resolved, payment, depth + 1)
+        # PENDING
+        if now >= record.expires_at:
+            await self._expire(record)
+            raise ChallengeExpired(f"challenge {record.challenge_id} expired")
+        if payment is None:
+            return self.offers.challenge(record, self.config.plan_map.get(record.plan_id))
+        return await self._attempt(record, payment[0], payment[1], depth)
+
+    async def _expire(self, record: ChallengeRecord) -> None:
+        await self.store.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.PENDING,
+                to=State.EXPIRED,
+                at=self.clock(),
+                reason="expired before payment",
+            )
+        )
+
+    # ------------------------------------------------------------ steps 5-7
+
+    def _details(self, auth: Authorization, key: PaymentKey, now: float) -> PaymentDetails:
+        return PaymentDetails(
+            payer=auth.payer,
+            nonce=auth.nonce,
+            value=str(auth.value),
+            valid_after=auth.valid_after,
+            valid_before=auth.valid_before,
+            signature=auth.signature,
+            key=str(key),
+            attempt_id=uuid.uuid4().hex,
+            lease_until=now + self.lease_seconds,
+        )
+
+    async def _attempt(
+        self, record: ChallengeRecord, payment: PaymentPayload, key: PaymentKey, depth: int
+    ) -> AccessResult:
+        now = self.clock()
+        offered = self.offers.offered_requirement(record)
+        auth = check_payment(payment, offered, self.network, self.domain, now)
+        details = self._details(auth, key, now)
+        result = await self.store.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.PENDING,
+                to=State.SETTLING,
+                at=now,
+                reason="settlement started",
+                changes=RecordChanges(payment=details),
+                claim_payment=key,
+            )
+        )
+        if isinstance(result, PaymentClaimed):
+            raise TxAlreadyRedeemed("this payment is already used for another challenge")
+        if isinstance(result, StateMismatch):
+            if result.record is None:
+                raise InternalError()
+            if result.record.state is State.SETTLING:
+                raise SettlementInProgress("this challenge is being settled now", retry_after=2)
+            return await self._dispatch(result.record, (payment, key), depth + 1)
+        assert isinstance(result, TransitionApplied)
+        return await self._settle(result.record, auth, payment, offered, depth)
+
+    async def _implicit_purchase(
+        self, body: AccessBody, plan: Plan, payment: PaymentPayload, key: PaymentKey
+    ) -> AccessResult:
+        """A discovery-first purchase: check, then create the challenge already SETTLING.
+
+        Nothing is stored before the payment passes step 5, and concurrent replays
+        of one payment converge on a single challenge through the claim.
+        """
+        now = self.clock()
+        request_id = body.request_id or str(uuid.uuid4())
+        pending = self._new_record(plan, request_id, body.resource_id, now, implicit=True)
+        offered = self.offers.offered_requirement(pending)
+        auth = check_payment(payment, offered, self.network, self.domain, now)
+        settling = pending.apply(
+            RecordChanges(payment=self._details(auth, key, now)),
+            State.SETTLING,
+            now,
+            "settlement started",
+        )
+        created = await self.store.create_challenge(settling, claim_payment=key)
+        if isinstance(created, PaymentClaimed):
+            owner = await self.store.get_challenge(created.owner)
+            if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
+                raise TxAlreadyRedeemed("this payment is already used for another challenge")
+            return await self._dispatch(owner, (payment, key), 1)
+        record, was_created = created
+        if not was_created:
+            self._same_request(record, body, plan)
+            return await self._dispatch(record, (payment, key), 1)
+        return await self._settle(record, auth, payment, offered, 0)
+
+    # ------------------------------------------------------------ steps 8-9
+
+    async def _settle(
+        self,
+        record: ChallengeRecord,
+        auth: Authorization,
+        payment: PaymentPayload,
+        offered: dict[str, object],
+        depth: int,
+    ) -> AccessResult:
+        assert record.payment is not None
+        request = SettlementRequest(
+            challenge_id=record.challenge_id,
+            attempt_id=record.payment.attempt_id,
+            authorization=auth,
+            payload=payment.model_dump(mode="json", by_alias=True),
+            requirements=offered,
+            network=self.network,
+        )
+        log.info(
+            "challenge %s request %s: settling with %s",
+            record.challenge_id,
+            record.request_id,
+            self.settler.name,
+        )
+        hooks = _AttemptHooks(self, record)
+        outcome = await self._run_settler(request, hooks)
+        try:
+            return await self._after_settlement(hooks.record, outcome, depth)
+        except StoreUnavailable:
+            # The chain may already hold the transfer: never answer "nothing was settled".
+            raise SettlementPending(
+                "the payment may have settled but could not be recorded yet; retry later",
+                retry_after=PENDING_RETRY_AFTER,
+            ) from None
+
+    async def _run_settler(
+        self, request: SettlementRequest, hooks: _AttemptHooks
+    ) -> SettlementOutcome:
+        budget = max(1.0, self.lease_seconds - 2.0)
+        try:
+            return await asyncio.wait_for(self.settler.settle(request, hooks), budget)
+        except TimeoutError:
+            return Unknown("settlement did not finish within the lease")
+        except Exception:
+            # A settler must not raise; if it does it may have broadcast: treat as unknown.
+            log.exception(
+                "challenge %s: settler %s raised", request.challenge_id, self.settler.name
+            )
+            return Unknown("settler raised")
+
+    async def _after_settlement(
+        self, record: ChallengeRecord, outcome: SettlementOutcome, depth: int
+    ) -> AccessResult:
+        assert record.payment is not None
+        attempt_id = record.payment.attempt_id
+        if isinstance(outcome, Settled):
+            return await self._record_paid(
+                record, attempt_id, outcome.tx_hash, outcome.payer, depth
+            )
+        if isinstance(outcome, Rejected):
+            result = await self.store.transition(
+                TransitionRequest(
+                    challenge_id=record.challenge_id,
+                    expect=State.SETTLING,
+                    to=State.PENDING,
+                    at=self.clock(),
+                    reason=f"settlement failed: {outcome.reason}",
+                    attempt_id=attempt_id,
+                    changes=RecordChanges(clear_payment=True),
+                    release_payment=True,
+                )
+            )
+            if isinstance(result, TransitionApplied):
+                log.info(
+                    "challenge %s: settlement rejected: %s", record.challenge_id, outcome.reason
+                )
+                raise PaymentFailed(outcome.reason, outcome.detail)
+            return await self._after_lost_race(record, result, depth)
+        log.warning(
+            "challenge %s: settlement outcome unknown: %s", record.challenge_id, outcome.reason
+        )
+        current = await self._end_lease(record, outcome)
+        return await self._dispatch(current, None, depth + 1)
+
+    async def _end_lease(self, record: ChallengeRecord, outcome: Unknown) -> ChallengeRecord:
+        """Unknown outcome: end this attempt's lease so the next request asks the chain."""
+        payment = record.payment
+        assert payment is not None
+        ended = replace(
+            payment,
+            lease_until=self.clock(),
+            broadcast_tx_hash=payment.broadcast_tx_hash or outcome.tx_hash,
+        )
+        result = await self.store.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.SETTLING,
+                to=State.SETTLING,
+                at=self.clock(),
+                reason=f"outcome unknown: {outcome.reason}",
+                attempt_id=payment.attempt_id,
+                changes=RecordChanges(payment=ended),
+            )
+        )
+        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
+            return result.record
+        return record
+
+    async def _after_lost_race(
+        self, record: ChallengeRecord, result: object, depth: int
+    ) -> AccessResult:
+        current = result.record if isinstance(result, StateMismatch) else None
+        current = current or await self.store.get_challenge(record.challenge_id)
+        if current is None:
+            raise InternalError()
+        return await self._dispatch(current, None, depth + 1)
+
+    async def _record_paid(
+        self, record: ChallengeRecord, attempt_id: str, tx_hash: str, payer: str, depth: int
+    ) -> AccessResult:
+        result = await self.store.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.SETTLING,
+                to=State.PAID,
+                at=self.clock(),
+                reason="settled on-chain",
+                attempt_id=attempt_id,
+                changes=RecordChanges(tx_hash=tx_hash.lower(), payer=payer),
+                claim_tx_hash=tx_hash.lower(),
+            )
+        )
+        if isinstance(result, TxClaimed):
+            log.error(
+                "challenge %s: tx %s already belongs to challenge %s",
+                record.challenge_id,
+                tx_hash,
+                result.owner,
+            )
+            raise TxAlreadyRedeemed("this transaction is already redeemed for another challenge")
+        if isinstance(result, TransitionApplied):
+            log.info("challenge %s: paid in %s", record.challenge_id, tx_hash)
+            return await self._deliver(result.record, depth)
+        return await self._after_lost_race(record, result, depth)
+
+    async def _resolve(self, record: ChallengeRecord) -> ChallengeRecord:
+        """SETTLING with an expired lease: ask the chain, move the record accordingly."""
+        payment = record.payment
+        assert payment is not None
+        if self.chain is None:
+            return record
+        try:
+            verdict = await resolve_authorization(
+                self.chain,
+                asset=record.asset,
+                payer=payment.payer,
+                pay_to=record.pay_to,
+                value=int(payment.value),
+                nonce=payment.nonce,
+                valid_before=payment.valid_before,
+                tx_hint=payment.broadcast_tx_hash,
+            )
+        except ChainUnavailable as exc:
+            log.warning("challenge %s: cannot resolve from chain: %s", record.challenge_id, exc)
+            return record
+        if isinstance(verdict, Transferred):
+            request = TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.SETTLING,
+                to=State.PAID,
+                at=self.clock(),
+                reason="resolved from chain: transferred",
+                attempt_id=payment.attempt_id,
+                changes=RecordChanges(tx_hash=verdict.tx_hash, payer=payment.payer),
+                claim_tx_hash=verdict.tx_hash,
+            )
+        elif isinstance(verdict, NotTransferred):
+            request = TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.SETTLING,
+                to=State.PENDING,
+                at=self.clock(),
+                reason=f"resolved from chain: {verdict.why}",
+                attempt_id=payment.attempt_id,
+                changes=RecordChanges(clear_payment=True),
+                release_payment=True,
+            )
+        else:
+            return record
+        result = await self.store.transition(request)
+        if isinstance(result, TransitionApplied):
+            log.info("challenge %s: %s", record.challenge_id, request.reason)
+            return result.record
+        if isinstance(result, StateMismatch) and result.record is not None:
+            return result.record
+        log.error(
+            "challenge %s: could not apply %s: %s", record.challenge_id, request.reason, result
+        )
+        return record
+
+    # ------------------------------------------------------------ steps 10-11
+
+    async def _deliver(self, record: ChallengeRecord, depth: int) -> AccessResult:
+        assert record.tx_hash is not None
+        assert record.payer is not None
+        plan = self.config.plan_map.get(record.plan_id)
+        ttl = plan.token_ttl_seconds if plan else 3600
+        try:
+            credential = await self.issuer.issue(
+                GrantRequest(
+                    request_id=record.request_id,
+                    challenge_id=record.challenge_id,
+                    plan_id=record.plan_id,
+                    resource_id=record.resource_id,
+                    tx_hash=record.tx_hash,
+                    payer=record.payer,
+                    token_ttl_seconds=ttl,
+                )
+            )
+        except ProblemError:
+            raise
+        except Exception as exc:
+            # Our own errors carry secret-free messages; anything else only by type.
+            why = str(exc) if isinstance(exc, X402SrvError) else type(exc).__name__
+            log.error(
+                "challenge %s: credential issuer %s failed: %s",
+                record.challenge_id,
+                self.issuer.name,
+                why,
+            )
+            raise CredentialPending(
+                "the payment was settled but the access credential could not be issued yet; "
+                "retry the same request to receive it",
+                retry_after=PENDING_RETRY_AFTER,
+                extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
+            ) from None
+        grant = self.offers.grant(record, credential)
+        result = await self.store.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.PAID,
+                to=State.DELIVERED,
+                at=self.clock(),
+                reason="credential issued",
+                changes=RecordChanges(grant=grant),
+            )
+        )
+        if isinstance(result, TransitionApplied):
+            log.info("challenge %s: delivered", record.challenge_id)
+            return self.offers.granted(result.record)
+        return await self._after_lost_race(record, result, depth)

@@ -1,0 +1,117 @@
+"""A local x402 v2 facilitator HTTP server built from the official ``x402`` SDK.
+
+    python -m x402srv.testing.facilitator_app --rpc-url URL --network eip155:31337 --port P
+    (the signer key comes from the environment variable X402SRV_FACILITATOR_KEY)
+
+``x402FacilitatorSync`` + ``register_exact_evm_facilitator`` + ``FacilitatorWeb3Signer``
+do all the work; this module only speaks HTTP (``GET /supported``, ``POST
+/verify``, ``POST /settle``). The SDK's sync facilitator blocks, so requests are
+served on threads (stdlib ``ThreadingHTTPServer``), never on an event loop.
+
+``--fault`` turns it into the faulty facilitator the fault tests need, doing the
+real work first where a real facilitator could fail after it:
+
+    settle-drop        /settle drops the connection without an answer (outcome unknown)
+    settle-hang        /settle never answers (the caller's read timeout fires)
+    settle-500-after   /settle really settles on-chain, then answers HTTP 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _build(rpc_url: str, network: str, key: str) -> Any:
+    from x402 import x402FacilitatorSync
+    from x402.mechanisms.evm import FacilitatorWeb3Signer
+    from x402.mechanisms.evm.exact import register_exact_evm_facilitator
+
+    facilitator = x402FacilitatorSync()
+    signer = FacilitatorWeb3Signer(private_key=key, rpc_url=rpc_url)
+    register_exact_evm_facilitator(facilitator, signer, networks=network)
+    return facilitator
+
+
+def _handler(facilitator: Any, fault: str | None) -> type[BaseHTTPRequestHandler]:
+    from x402.schemas import PaymentPayload, PaymentRequirements
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # keep test output quiet; payloads must not be logged anyway
+
+        def _answer(self, status: int, body: Any) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") != "/supported":
+                self._answer(404, {"error": "not found"})
+                return
+            supported = facilitator.get_supported()
+            self._answer(200, supported.model_dump(by_alias=True, exclude_none=True))
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length))
+                payload = PaymentPayload.model_validate(body["paymentPayload"])
+                requirements = PaymentRequirements.model_validate(body["paymentRequirements"])
+            except (ValueError, KeyError, TypeError):
+                self._answer(400, {"error": "invalid request"})
+                return
+            path = self.path.rstrip("/")
+            if path == "/verify":
+                result = facilitator.verify(payload, requirements)
+            elif path == "/settle":
+                if fault == "settle-drop":
+                    self.close_connection = True
+                    return
+                if fault == "settle-hang":
+                    time.sleep(3600)
+                    return
+                result = facilitator.settle(payload, requirements)
+                if fault == "settle-500-after":
+                    self._answer(500, {"error": "internal error"})
+                    return
+            else:
+                self._answer(404, {"error": "not found"})
+                return
+            self._answer(200, result.model_dump(by_alias=True, exclude_none=True))
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="x402srv.testing.facilitator_app")
+    parser.add_argument("--rpc-url", required=True)
+    parser.add_argument("--network", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--fault", choices=["settle-drop", "settle-hang", "settle-500-after"], default=None
+    )
+    args = parser.parse_args(argv)
+    key = os.environ["X402SRV_FACILITATOR_KEY"]
+    facilitator = _build(args.rpc_url, args.network, key)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(facilitator, args.fault))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    thread.join()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""pytest fixtures shared by the core's and the plugins' test suites.
+
+Loaded from the repository's root ``conftest.py`` (``pytest_plugins``); a plugin
+tested on its own can use ``-p x402srv.testing.fixtures``.
+
+- ``devchain``: one anvil + our EIP-3009 token for the session, stopped by PID.
+- ``facilitator_url``: a local facilitator process built from the official SDK.
+- ``facilitator``: a factory for more facilitator processes (e.g. faulty ones).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ..devchain import Devchain
+from .servers import _kill_group, free_port, wait_for_http
+
+__all__ = ["FacilitatorProcess", "devchain", "facilitator", "facilitator_url"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FacilitatorProcess:
+    """``python -m x402srv.testing.facilitator_app`` on a free port, stopped by PID."""
+
+    def __init__(self, chain: Devchain, key: str, log: Path, fault: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [
+            sys.executable,
+            "-m",
+            "x402srv.testing.facilitator_app",
+            "--rpc-url",
+            chain.rpc_url,
+            "--network",
+            chain.network,
+            "--port",
+            str(self.port),
+        ]
+        if fault:
+            command += ["--fault", fault]
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "X402SRV_FACILITATOR_KEY": key},
+                start_new_session=True,
+            )
+        try:
+            wait_for_http(f"{self.url}/supported", timeout=30, process=self.process)
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        _kill_group(self.process)
+
+
+@pytest.fixture(scope="session")
+def devchain() -> Iterator[Devchain]:
+    with Devchain.start(project_dir=REPO) as chain:
+        yield chain
+
+
+@pytest.fixture(scope="session")
+def facilitator(
+    devchain: Devchain, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., FacilitatorProcess]]:
+    """``facilitator(fault=None) -> FacilitatorProcess`` with its own funded signer."""
+    started: list[FacilitatorProcess] = []
+
+    def start(fault: str | None = None) -> FacilitatorProcess:
+        signer = devchain.new_account(eth=1000, usdc_atomic=0)
+        key = "0x" + bytes(signer.key).hex()
+        log = tmp_path_factory.mktemp("facilitator") / f"facilitator-{secrets.token_hex(4)}.log"
+        process = FacilitatorProcess(devchain, key, log, fault)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def facilitator_url(facilitator: Callable[..., FacilitatorProcess]) -> str:
+    return facilitator().url
