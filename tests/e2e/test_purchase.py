@@ -1,0 +1,171 @@
+"""A buyer agent buys a plan with the official x402 client, both ways, on anvil.
+
+Runs once per settlement strategy (gas wallet, and a real facilitator process).
+The grant's token must open a seller route protected by ``x402srv.guard``, the
+seller's balance must rise by exactly the plan price, and replays must hand
+back the stored grant without a second transfer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from eth_account.signers.local import LocalAccount
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse
+from sanic.response import json as json_response
+
+from tests.helpers import Seller, decode_header
+from x402srv.config import parse_config
+from x402srv.guard import access_claims, require_access
+from x402srv.testing.buyers import paying_client
+from x402srv.tokens import TokenVerifier
+
+HOURLY = 100_000  # $0.10 with 6 decimals
+
+
+def seller_api(seller: Seller) -> Sanic[Any, Any]:
+    """The seller's own API: one route behind the guard, as in the README."""
+    app: Sanic[Any, Any] = Sanic("seller_api")
+    verifier = TokenVerifier.from_config(parse_config(seller.config))
+
+    @app.get("/weather")
+    @require_access(verifier)
+    async def weather(request: Request) -> HTTPResponse:
+        claims = access_claims(request)
+        return json_response(
+            {"forecast": "sunny", "plan": claims.plan_id, "sub": claims.request_id}
+        )
+
+    return app
+
+
+def check_grant(grant: dict[str, Any], seller: Seller, plan_id: str = "hourly") -> None:
+    assert grant["type"] == "AccessGrant"
+    assert grant["planId"] == plan_id
+    assert grant["resourceId"] == "default"
+    assert grant["tokenType"] == "Bearer"
+    assert grant["network"] == seller.chain.network
+    assert grant["txHash"].startswith("0x") and len(grant["txHash"]) == 66
+    assert grant["expiresAt"].endswith("Z")
+    receipt = seller.chain.rpc.wait_for_receipt(grant["txHash"])
+    assert receipt.status == 1
+
+
+async def test_challenge_first_purchase(seller: Seller, buyer: LocalAccount) -> None:
+    before = seller.balance()
+    http, recorder = paying_client(buyer)
+    async with http:
+        response = await http.post(seller.access_url, json={"planId": "hourly"})
+    assert response.status_code == 200, response.text
+    grant = response.json()
+    check_grant(grant, seller)
+    assert seller.balance() - before == HOURLY
+    # the first request got a challenge; the paid retry named it
+    first, paid = recorder.requests
+    assert "payment-signature" not in first.headers
+    sent = decode_header(paid.headers["payment-signature"])
+    assert sent["accepted"]["extra"]["challengeId"] == grant["challengeId"]
+    settled = decode_header(response.headers["payment-response"])
+    assert settled == {
+        "success": True,
+        "transaction": grant["txHash"],
+        "network": seller.chain.network,
+        "payer": buyer.address,
+    }
+    assert response.headers["cache-control"] == "no-store"
+
+    # the token opens the seller's guarded route
+    api = seller_api(seller)
+    _, answer = await api.asgi_client.get(
+        "/weather", headers={"Authorization": f"Bearer {grant['accessToken']}"}
+    )
+    assert answer.status == 200
+    assert answer.json == {"forecast": "sunny", "plan": "hourly", "sub": grant["requestId"]}
+    _, refused = await api.asgi_client.get("/weather")
+    assert refused.status == 401
+
+
+async def test_discovery_first_purchase(seller: Seller, buyer: LocalAccount) -> None:
+    """POST {} -> every plan offered; the client pays the first and replays with the header only."""
+    before = seller.balance()
+    http, recorder = paying_client(buyer)
+    async with http:
+        response = await http.post(seller.access_url, json={})
+    assert response.status_code == 200, response.text
+    grant = response.json()
+    check_grant(grant, seller)
+    assert seller.balance() - before == HOURLY
+    _first, paid = recorder.requests
+    assert json.loads(paid.content) == {}
+    sent = decode_header(paid.headers["payment-signature"])
+    assert "challengeId" not in sent["accepted"]["extra"]
+    assert sent["accepted"]["extra"]["planId"] == "hourly"
+
+    # the buyer can fetch the grant again with the requestId the grant names
+    again = httpx.post(
+        seller.access_url, json={"planId": "hourly", "requestId": grant["requestId"]}
+    )
+    assert again.status_code == 200
+    assert again.json() == grant
+
+
+async def test_delivered_replay_returns_same_grant_without_second_transfer(
+    seller: Seller, buyer: LocalAccount, request_id: str
+) -> None:
+    http, recorder = paying_client(buyer)
+    body = {"planId": "daily", "requestId": request_id}
+    async with http:
+        response = await http.post(seller.access_url, json=body)
+    assert response.status_code == 200, response.text
+    grant = response.json()
+    transfers = len(seller.chain.transfer_logs(to=seller.wallet))
+    balance = seller.balance()
+
+    header = recorder.payment_headers()[0]
+    for headers in ({"PAYMENT-SIGNATURE": header}, {}):
+        replay = httpx.post(seller.access_url, json=body, headers=headers)
+        assert replay.status_code == 200
+        assert replay.json() == grant
+        assert decode_header(replay.headers["payment-response"])["transaction"] == grant["txHash"]
+    assert len(seller.chain.transfer_logs(to=seller.wallet)) == transfers
+    assert seller.balance() == balance
+
+
+async def test_pending_challenge_is_idempotent(seller: Seller, request_id: str) -> None:
+    first = httpx.post(seller.access_url, json={"planId": "hourly", "requestId": request_id})
+    second = httpx.post(seller.access_url, json={"planId": "hourly", "requestId": request_id})
+    assert first.status_code == second.status_code == 402
+    assert first.json() == second.json()
+    assert first.headers["payment-required"] == second.headers["payment-required"]
+    body = first.json()
+    assert body["requestId"] == request_id
+    assert body["accepts"][0]["extra"]["challengeId"] == body["challengeId"]
+    assert decode_header(first.headers["payment-required"])["accepts"] == body["accepts"]
+
+
+async def test_discovery_offers_every_plan(seller: Seller) -> None:
+    response = httpx.post(seller.access_url, json={})
+    assert response.status_code == 402
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    required = decode_header(response.headers["payment-required"])
+    assert required["x402Version"] == 2
+    assert [a["extra"]["planId"] for a in required["accepts"]] == ["hourly", "daily"]
+    assert [a["amount"] for a in required["accepts"]] == ["100000", "1500000"]
+    for accept in required["accepts"]:
+        assert accept["scheme"] == "exact"
+        assert accept["network"] == seller.chain.network
+        assert accept["asset"] == seller.chain.token.address
+        assert accept["payTo"] == seller.wallet
+        assert accept["extra"]["name"] == "USD Coin"
+        assert accept["extra"]["version"] == "2"
+    assert body["walletAddress"] == seller.wallet
+    assert body["chainId"] == seller.chain.chain_id
+    assert {p["planId"]: p["unitAmount"] for p in body["plans"]} == {
+        "hourly": "$0.10",
+        "daily": "$1.50",
+    }
+    assert body["resource"]["url"].endswith("/x402/access")
