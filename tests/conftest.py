@@ -38,11 +38,12 @@ def start_seller(
         workers: int = 1,
         facilitator_url: str | None = None,
         settlement: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
         **overrides: Any,
     ) -> Seller:
         directory: Path = tmp_path_factory.mktemp(f"seller-{strategy}")
         wallet = Account.create().address
-        env: dict[str, str] = {}
+        env = dict(env or {})
         if strategy == "facilitator" and facilitator_url is None:
             if not shared_facilitator:
                 shared_facilitator.append(facilitator().url)

@@ -10,6 +10,7 @@ Exit codes: 0 ok, 2 bad usage or config, 1 anything else.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
@@ -20,7 +21,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from .config import Config, ServerConfig, load_config
-from .errors import ConfigError
+from .errors import ConfigError, StoreUnavailable
+from .logs import configure_logging
+from .registry import Built, Registry
 
 __all__ = ["main"]
 
@@ -69,11 +72,10 @@ def _serve(args: argparse.Namespace) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
-    from .registry import Registry
-
     overrides = {"host": args.host, "port": args.port, "workers": args.workers}
     config = _with_overrides(load_config(args.config), overrides)
-    Registry().build(config)  # fail here, with exit code 2, not inside a worker
+    # Fail here, with exit code 2 and one clear message, not inside a worker.
+    asyncio.run(_preflight(Registry().build(config)))
     server = config.server
     loader = AppLoader(factory=partial(build_app, args.config, overrides))
     app = loader.load()
@@ -100,8 +102,22 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _preflight(built: Built) -> None:
+    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains."""
+    await built.store.open()
+    try:
+        await built.store.ping()
+        await built.settler.start()
+        await built.settler.close()
+        await built.issuer.start()
+        await built.issuer.close()
+    finally:
+        if built.chain is not None:
+            await built.chain.close()
+        await built.store.close()
+
+
 def _check(args: argparse.Namespace) -> int:
-    from .registry import Registry
 
     config = load_config(args.config)
     Registry().build(config)
@@ -111,7 +127,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _plugins(args: argparse.Namespace) -> int:
-    from .registry import Registry
 
     for row in Registry().describe():
         kinds = "; ".join(
@@ -126,9 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list or (args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help")):
         args_list.insert(0, "serve")
     args = _parser().parse_args(args_list)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     try:
         if args.command == "check":
             return _check(args)
@@ -138,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"x402srv: configuration error: {exc}", file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:
+        print(f"x402srv: the store cannot be reached: {exc.detail}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
 

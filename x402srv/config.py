@@ -14,22 +14,24 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from eth_utils.address import is_checksum_address, to_checksum_address
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -124,19 +126,46 @@ def redact_url(url: str) -> str:
     """Scheme, host and port only: RPC and facilitator URLs often carry API keys."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a non-numeric "port" may be a key itself: hide it with the rest
+        return f"{parts.scheme}://{host}/<redacted>"
     hidden = parts.username or parts.password or parts.path.strip("/") or parts.query
     return f"{parts.scheme}://{host}{port}" + ("/<redacted>" if hidden else "")
 
 
-_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
-_PLAN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_PRICE = re.compile(r"^\$(\d+)(?:\.(\d+))?$")
-_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")
+def _valid_url(secret: Secret, schemes: tuple[str, ...]) -> Secret:
+    """A URL-valued secret must parse; the error never repeats the value."""
+    try:
+        parts = urlsplit(secret.reveal())
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        raise ValueError("is not a valid URL (value not shown)") from None
+    if parts.scheme not in schemes or not parts.hostname:
+        raise ValueError(f"must be a {'/'.join(schemes)} URL with a host (value not shown)")
+    return secret
+
+
+def _url_secret(*schemes: str) -> Any:
+    def check(secret: Secret) -> Secret:
+        return _valid_url(secret, schemes)
+
+    return AfterValidator(check)
+
+
+HttpUrlSecret = Annotated[SecretValue, _url_secret("http", "https")]
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
+_PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_PRICE = re.compile(r"\$([0-9]+)(?:\.([0-9]+))?")
+_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 def _checksum(value: str) -> str:
-    if not _ADDRESS.match(value):
+    if not _ADDRESS.fullmatch(value):
         raise ValueError("must be a 0x-prefixed 20-byte hex address")
     body = value[2:]
     if body != body.lower() and body != body.upper() and not is_checksum_address(value):
@@ -150,6 +179,8 @@ def _http_url(value: str, *, trailing_slash: bool = True) -> str:
         raise ValueError("must be an http(s) URL")
     if not trailing_slash and value.endswith("/"):
         raise ValueError("must not end with '/'")
+    if not trailing_slash and (parts.query or parts.fragment):
+        raise ValueError("must not have a query or fragment")
     return value
 
 
@@ -171,6 +202,19 @@ class _PluginTables(_Model):
                     f".{key}: unknown key (only plugin option tables may be added here)"
                 )
         return self
+
+    def __repr_args__(self) -> Any:
+        extra = self.model_extra or {}
+        for name, value in super().__repr_args__():
+            yield name, ("<plugin options>" if name in extra else value)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        for name in self.model_extra or {}:
+            if isinstance(data, dict) and isinstance(data.get(name), dict):
+                data[name] = _redact_options(data[name])
+        return data
 
     def plugin_options(self, name: str) -> dict[str, Any]:
         value = (self.model_extra or {}).get(name)
@@ -224,14 +268,14 @@ class PlanConfig(_Model):
     @field_validator("plan_id")
     @classmethod
     def _plan_id(cls, value: str) -> str:
-        if not _PLAN_ID.match(value):
+        if not _PLAN_ID.fullmatch(value):
             raise ValueError("must match [A-Za-z0-9._-]{1,64}")
         return value
 
     @field_validator("unit_amount")
     @classmethod
     def _unit_amount(cls, value: str) -> str:
-        if not _PRICE.match(value):
+        if not _PRICE.fullmatch(value):
             raise ValueError('must look like "$0.10" (a dollar sign and a decimal)')
         return value
 
@@ -249,14 +293,14 @@ class ServerConfig(_Model):
     @field_validator("base_path")
     @classmethod
     def _base_path(cls, value: str) -> str:
-        if value and not _PATH.match(value):
+        if value and not _PATH.fullmatch(value):
             raise ValueError('must be "" or a path like "/pay" (no trailing slash)')
         return value
 
     @field_validator("a2a_path")
     @classmethod
     def _a2a_path(cls, value: str) -> str:
-        if not _PATH.match(value):
+        if not _PATH.fullmatch(value):
             raise ValueError('must be a path like "/a2a" (no trailing slash)')
         return value
 
@@ -264,15 +308,15 @@ class ServerConfig(_Model):
 class StoreConfig(_PluginTables):
     backend: str = "sqlite"
     path: str = "x402srv.db"
-    url: SecretValue | None = None
+    url: Annotated[SecretValue, _url_secret("redis", "rediss", "unix")] | None = None
 
 
 class SettlementConfig(_PluginTables):
     strategy: str | None = None
-    facilitator_url: SecretValue | None = None
+    facilitator_url: HttpUrlSecret | None = None
     facilitator_auth: SecretValue | None = None
     gas_wallet_private_key: SecretValue | None = None
-    rpc_url: SecretValue | None = None
+    rpc_url: HttpUrlSecret | None = None
     lease_seconds: int = Field(default=120, ge=5, le=3600)
 
     @property
@@ -301,7 +345,7 @@ class NetworkConfig(_Model):
     asset_name: str | None = None
     asset_version: str | None = None
     decimals: int = Field(default=6, ge=0, le=36)
-    rpc_url: SecretValue | None = None
+    rpc_url: HttpUrlSecret | None = None
     explorer_tx_url: str | None = None
 
     @field_validator("asset")
@@ -424,11 +468,7 @@ class Config(_Model):
 
     def describe(self) -> dict[str, Any]:
         """The resolved config for ``x402srv check``: no secret, no credentialed URL."""
-        data = self.model_dump(mode="json")
-        for section in ("store", "settlement", "credentials"):
-            tables = getattr(self, section).plugin_tables()
-            for table in tables:
-                data[section][table] = _redact_options(data[section][table])
+        data = self.model_dump(mode="json")  # plugin tables come out redacted
         info = self._network_info
         data["settlement"]["strategy"] = self.settlement.selected_strategy
         data["resolved"] = {
@@ -447,34 +487,41 @@ class Config(_Model):
         return data
 
 
+_UINT256_MAX = 2**256 - 1
 _SECRET_KEY = re.compile(r"url|password|secret|key|token|auth", re.IGNORECASE)
 
 
+def _redact_value(key: str, value: Any) -> Any:
+    if isinstance(value, dict) and len(value) == 1 and ("env" in value or "file" in value):
+        kind, name = next(iter(value.items()))
+        return f"<secret: {kind} {name}>"
+    if isinstance(value, dict):
+        return _redact_options(value)
+    if isinstance(value, list):
+        return [_redact_value(key, item) for item in value]
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value)
+    if isinstance(value, str) and _SECRET_KEY.search(key):
+        return "<redacted>"
+    return value
+
+
 def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Plugin tables are opaque to the core: hide whatever looks like a secret."""
-    shown: dict[str, Any] = {}
-    for key, value in options.items():
-        if isinstance(value, dict) and len(value) == 1 and ("env" in value or "file" in value):
-            kind, name = next(iter(value.items()))
-            shown[key] = f"<secret: {kind} {name}>"
-        elif isinstance(value, dict):
-            shown[key] = _redact_options(value)
-        elif isinstance(value, str) and _SECRET_KEY.search(key):
-            shown[key] = redact_url(value) if "://" in value else "<redacted>"
-        else:
-            shown[key] = value
-    return shown
+    """Plugin tables are opaque to the core: hide whatever looks like a secret or a URL."""
+    return {key: _redact_value(key, value) for key, value in options.items()}
 
 
 def _atomic_amount(price: str, decimals: int, path: str) -> int:
-    match = _PRICE.match(price)
+    match = _PRICE.fullmatch(price)
     assert match is not None  # checked by PlanConfig
-    fraction = match.group(2) or ""
+    whole, fraction = match.group(1), match.group(2) or ""
     if len(fraction) > decimals:
         raise ValueError(f"{path}: {price} has more decimals than the token's {decimals}")
-    amount = int(Decimal(price[1:]).scaleb(decimals))
+    amount = int(whole + fraction.ljust(decimals, "0"))  # exact: no float, no Decimal context
     if amount <= 0:
         raise ValueError(f"{path}: must be greater than zero")
+    if amount > _UINT256_MAX:
+        raise ValueError(f"{path}: {price} is more than the token can ever transfer")
     return amount
 
 

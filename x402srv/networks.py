@@ -6,7 +6,7 @@ always taken from here, never from a client's payload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["KNOWN_NETWORKS", "NetworkInfo", "canonical_network_name"]
 
@@ -20,7 +20,7 @@ class NetworkInfo:
     asset_name: str
     asset_version: str
     decimals: int
-    rpc_url: str | None
+    rpc_url: str | None = field(repr=False)  # may carry an API key
     explorer_tx_url: str | None
     default_facilitator_url: str | None
 

@@ -47,7 +47,7 @@ REASON_VALID_AFTER = "invalid_exact_evm_payload_authorization_valid_after"
 REASON_VALID_BEFORE = "invalid_exact_evm_payload_authorization_valid_before"
 REASON_SIGNATURE = "invalid_exact_evm_payload_signature"
 
-_RESOURCE_ID = re.compile(r"^[A-Za-z0-9._:/-]{1,256}$")
+_RESOURCE_ID = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
 
 HexAddress = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
 Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$")]
@@ -57,7 +57,7 @@ ShortText = Annotated[str, StringConstraints(max_length=256)]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(strict=True, frozen=True, extra="allow", populate_by_name=True)
+    model_config = ConfigDict(strict=True, frozen=True, extra="allow")
 
 
 class WireAuthorization(_Wire):
@@ -130,7 +130,7 @@ def parse_access_body(raw: bytes, content_type: str | None) -> AccessBody:
         except ValueError:
             raise InvalidRequest("requestId must be a UUID") from None
     resource_id = _optional_str(data, "resourceId", 256) or "default"
-    if not _RESOURCE_ID.match(resource_id):
+    if not _RESOURCE_ID.fullmatch(resource_id):
         raise InvalidRequest("resourceId must match [A-Za-z0-9._:/-]{1,256}")
     return AccessBody(plan_id, request_id, resource_id)
 

@@ -72,9 +72,9 @@ class Registry:
             try:
                 plugin = entry_point.load()
             except Exception as exc:
-                dist = entry_point.dist.name if entry_point.dist else "?"
+                owner = entry_point.dist.name if entry_point.dist else "?"
                 raise ConfigError(
-                    f"plugin {entry_point.name!r} (distribution {dist}) failed to load: "
+                    f"plugin {entry_point.name!r} (distribution {owner}) failed to load: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             self._pm.register(plugin, name=entry_point.name)

@@ -45,7 +45,7 @@ def nothing_changes(seller: Seller) -> Iterator[None]:
     assert snapshot(seller) == before, "the store changed"
 
 
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     problem = dict(response.json())

@@ -29,7 +29,7 @@ HOURLY = 100_000  # $0.10 with 6 decimals
 def seller_api(seller: Seller) -> Sanic[Any, Any]:
     """The seller's own API: one route behind the guard, as in the README."""
     app: Sanic[Any, Any] = Sanic("seller_api")
-    verifier = TokenVerifier.from_config(parse_config(seller.config))
+    verifier = TokenVerifier.from_config(parse_config(seller.config, env=seller.server.env))
 
     @app.get("/weather")
     @require_access(verifier)

@@ -12,8 +12,11 @@ served on threads (stdlib ``ThreadingHTTPServer``), never on an event loop.
 real work first where a real facilitator could fail after it:
 
     settle-drop        /settle drops the connection without an answer (outcome unknown)
-    settle-hang        /settle never answers (the caller's read timeout fires)
+    settle-hang        /settle never answers and never settles
+    settle-late        /settle answers nothing for --delay seconds (past the caller's
+                       timeout), then really settles on-chain
     settle-500-after   /settle really settles on-chain, then answers HTTP 500
+    settle-lie         /settle claims success with a made-up transaction, settles nothing
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["FAULTS", "main"]
+
+FAULTS = ["settle-drop", "settle-hang", "settle-late", "settle-500-after", "settle-lie"]
 
 
 def _build(rpc_url: str, network: str, key: str) -> Any:
@@ -40,7 +46,7 @@ def _build(rpc_url: str, network: str, key: str) -> Any:
     return facilitator
 
 
-def _handler(facilitator: Any, fault: str | None) -> type[BaseHTTPRequestHandler]:
+def _handler(facilitator: Any, fault: str | None, delay: float) -> type[BaseHTTPRequestHandler]:
     from x402.schemas import PaymentPayload, PaymentRequirements
 
     class Handler(BaseHTTPRequestHandler):
@@ -58,7 +64,7 @@ def _handler(facilitator: Any, fault: str | None) -> type[BaseHTTPRequestHandler
             self.wfile.write(raw)
 
         def do_GET(self) -> None:
-            if self.path.rstrip("/") != "/supported":
+            if not self.path.rstrip("/").endswith("/supported"):
                 self._answer(404, {"error": "not found"})
                 return
             supported = facilitator.get_supported()
@@ -73,7 +79,7 @@ def _handler(facilitator: Any, fault: str | None) -> type[BaseHTTPRequestHandler
             except (ValueError, KeyError, TypeError):
                 self._answer(400, {"error": "invalid request"})
                 return
-            path = self.path.rstrip("/")
+            path = "/" + self.path.rstrip("/").rsplit("/", 1)[-1]  # any mount prefix
             if path == "/verify":
                 result = facilitator.verify(payload, requirements)
             elif path == "/settle":
@@ -82,6 +88,19 @@ def _handler(facilitator: Any, fault: str | None) -> type[BaseHTTPRequestHandler
                     return
                 if fault == "settle-hang":
                     time.sleep(3600)
+                    return
+                if fault == "settle-late":
+                    time.sleep(delay)
+                if fault == "settle-lie":
+                    self._answer(
+                        200,
+                        {
+                            "success": True,
+                            "transaction": "0x" + secrets.token_hex(32),
+                            "network": requirements.network,
+                            "payer": payload.payload["authorization"]["from"],
+                        },
+                    )
                     return
                 result = facilitator.settle(payload, requirements)
                 if fault == "settle-500-after":
@@ -95,18 +114,22 @@ def _handler(facilitator: Any, fault: str | None) -> type[BaseHTTPRequestHandler
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # The stdlib's listen backlog of 5 resets connections when many buyers pay at once.
+    request_queue_size = 256
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="x402srv.testing.facilitator_app")
     parser.add_argument("--rpc-url", required=True)
     parser.add_argument("--network", required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument(
-        "--fault", choices=["settle-drop", "settle-hang", "settle-500-after"], default=None
-    )
+    parser.add_argument("--fault", choices=FAULTS, default=None)
+    parser.add_argument("--delay", type=float, default=3.0)
     args = parser.parse_args(argv)
     key = os.environ["X402SRV_FACILITATOR_KEY"]
     facilitator = _build(args.rpc_url, args.network, key)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(facilitator, args.fault))
+    server = _Server(("127.0.0.1", args.port), _handler(facilitator, args.fault, args.delay))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

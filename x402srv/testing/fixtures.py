@@ -30,8 +30,17 @@ REPO = Path(__file__).resolve().parents[2]
 class FacilitatorProcess:
     """``python -m x402srv.testing.facilitator_app`` on a free port, stopped by PID."""
 
-    def __init__(self, chain: Devchain, key: str, log: Path, fault: str | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self,
+        chain: Devchain,
+        key: str,
+        log: Path,
+        fault: str | None = None,
+        *,
+        port: int | None = None,
+        delay: float = 3.0,
+    ) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [
             sys.executable,
@@ -45,7 +54,7 @@ class FacilitatorProcess:
             str(self.port),
         ]
         if fault:
-            command += ["--fault", fault]
+            command += ["--fault", fault, "--delay", str(delay)]
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 command,
@@ -74,14 +83,16 @@ def devchain() -> Iterator[Devchain]:
 def facilitator(
     devchain: Devchain, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., FacilitatorProcess]]:
-    """``facilitator(fault=None) -> FacilitatorProcess`` with its own funded signer."""
+    """``facilitator(fault=None, port=None, delay=3) -> FacilitatorProcess``, own funded signer."""
     started: list[FacilitatorProcess] = []
 
-    def start(fault: str | None = None) -> FacilitatorProcess:
+    def start(
+        fault: str | None = None, *, port: int | None = None, delay: float = 3.0
+    ) -> FacilitatorProcess:
         signer = devchain.new_account(eth=1000, usdc_atomic=0)
         key = "0x" + bytes(signer.key).hex()
         log = tmp_path_factory.mktemp("facilitator") / f"facilitator-{secrets.token_hex(4)}.log"
-        process = FacilitatorProcess(devchain, key, log, fault)
+        process = FacilitatorProcess(devchain, key, log, fault, port=port, delay=delay)
         started.append(process)
         return process
 

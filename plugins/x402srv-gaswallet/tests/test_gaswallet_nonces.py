@@ -1,0 +1,153 @@
+"""Nonce safety across settler instances, crashed lease holders and outside senders."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from eth_account.signers.local import LocalAccount
+from x402srv_gaswallet.testing import (
+    PRICE,
+    RecordingHooks,
+    StartSettler,
+    nonce_of,
+    signed_request,
+    tx_nonce,
+)
+
+from x402srv.chain import ChainReader
+from x402srv.config import Config
+from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.devchain import Devchain
+from x402srv.interfaces import Settled
+
+
+@pytest.fixture
+async def sqlite_stores(tmp_path: Path) -> AsyncIterator[list[SqliteStore]]:
+    """Two stores on one file, as two worker processes of one server would have."""
+    stores = [SqliteStore(tmp_path / "x402srv.db") for _ in range(2)]
+    for store in stores:
+        await store.open()
+    yield stores
+    for store in stores:
+        await store.close()
+
+
+def _lease_name(devchain: Devchain, wallet: str) -> str:
+    return f"gas-wallet-nonce:{devchain.chain_id}:{wallet.lower()}"
+
+
+def _resyncs(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "resyncing" in r.getMessage()]
+
+
+async def test_two_settlers_sharing_a_sqlite_store_never_collide(
+    devchain: Devchain,
+    chain_reader: ChainReader,
+    start_settler: StartSettler,
+    config: Config,
+    gas_account: LocalAccount,
+    sqlite_stores: list[SqliteStore],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each settler has its own asyncio lock, as separate processes would; only the
+    store's lease keeps them apart, and it does: no nonce is ever refused."""
+    first, second = [await start_settler(config, store=store) for store in sqlite_stores]
+    requests = [
+        signed_request(devchain, config, devchain.new_account(eth=0), challenge=f"c{i}")
+        for i in range(20)
+    ]
+    caplog.set_level(logging.INFO)
+
+    outcomes = await asyncio.gather(
+        *(
+            (first if i % 2 else second).settle(request, RecordingHooks(chain_reader))
+            for i, request in enumerate(requests)
+        )
+    )
+
+    assert all(isinstance(o, Settled) for o in outcomes), outcomes
+    hashes = [o.tx_hash for o in outcomes if isinstance(o, Settled)]
+    assert sorted(tx_nonce(devchain, h) for h in hashes) == list(range(20))
+    assert devchain.balance_of(config.seller.wallet_address) == 20 * PRICE
+    assert _resyncs(caplog) == []
+    # The last holder left the next nonce in the lease for whoever comes next.
+    probe = await sqlite_stores[0].acquire_lease(
+        _lease_name(devchain, gas_account.address), "probe", 1, time.time()
+    )
+    assert probe is not None and probe.value is not None
+    assert json.loads(probe.value)["next_nonce"] == 20
+    await sqlite_stores[0].release_lease(probe, None)
+
+
+async def test_a_lease_left_by_a_crashed_holder_delays_at_most_its_ttl(
+    devchain: Devchain,
+    chain_reader: ChainReader,
+    start_settler: StartSettler,
+    config: Config,
+    buyer: LocalAccount,
+    gas_account: LocalAccount,
+    sqlite_stores: list[SqliteStore],
+) -> None:
+    ttl = 1.0
+    options = {
+        "poll_interval_seconds": 0.05,
+        "nonce_lease_seconds": ttl,
+        "rpc_timeout_seconds": 0.5,
+    }
+    settler = await start_settler(config, store=sqlite_stores[0], options=options)
+    request = signed_request(devchain, config, buyer)
+    # Another worker took the lease and died before releasing it.
+    crashed = await sqlite_stores[1].acquire_lease(
+        _lease_name(devchain, gas_account.address), "crashed-worker", ttl, time.time()
+    )
+    assert crashed is not None
+
+    started = time.monotonic()
+    outcome = await settler.settle(request, RecordingHooks(chain_reader))
+    waited = time.monotonic() - started
+
+    assert isinstance(outcome, Settled), outcome
+    assert 0.5 * ttl < waited < ttl + 0.5
+    assert tx_nonce(devchain, outcome.tx_hash) == 0
+
+
+class _OutsiderSendsFirst(RecordingHooks):
+    """Someone outside the gate (a wallet shared with another tool) spends the nonce
+    the settler just picked, between signing and sending."""
+
+    def __init__(self, chain: ChainReader, devchain: Devchain, wallet: LocalAccount) -> None:
+        super().__init__(chain)
+        self.devchain = devchain
+        self.wallet = wallet
+
+    async def note_broadcast(self, tx_hash: str) -> None:
+        await super().note_broadcast(tx_hash)
+        if len(self.noted) == 1:
+            self.devchain.rpc.send_transaction(self.wallet, to=self.wallet.address, value=1)
+
+
+async def test_a_nonce_taken_from_outside_is_resynced_and_sent_again(
+    devchain: Devchain,
+    chain_reader: ChainReader,
+    start_settler: StartSettler,
+    config: Config,
+    buyer: LocalAccount,
+    gas_account: LocalAccount,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settler = await start_settler(config)
+    hooks = _OutsiderSendsFirst(chain_reader, devchain, gas_account)
+
+    outcome = await settler.settle(signed_request(devchain, config, buyer), hooks)
+
+    assert isinstance(outcome, Settled), outcome
+    assert len(hooks.noted) == 2 and hooks.noted[-1] == outcome.tx_hash
+    assert tx_nonce(devchain, outcome.tx_hash) == 1
+    assert nonce_of(devchain, gas_account.address, "latest") == 2
+    assert len(_resyncs(caplog)) == 1

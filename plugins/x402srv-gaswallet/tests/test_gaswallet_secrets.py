@@ -1,0 +1,112 @@
+"""Security regressions: the gas wallet key and the RPC credentials never show.
+
+Everything the settler logs at any level (web3's DEBUG records included), every
+outcome it returns and every error it raises is searched for the key (with and
+without ``0x``) and for the password in the RPC URL.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+from eth_account.signers.local import LocalAccount
+from x402srv_gaswallet.testing import (
+    RecordingHooks,
+    RpcRelay,
+    StartSettler,
+    key_hex,
+    make_config,
+    signed_request,
+)
+
+from x402srv.chain import ChainReader
+from x402srv.devchain import Devchain
+from x402srv.errors import ConfigError
+from x402srv.interfaces import Rejected, Settled
+from x402srv.registry import Registry
+
+RPC_PASSWORD = "rpc-password-never-shown"
+API_KEY = "rpc-api-key-never-shown"
+
+
+def _secrets(gas_account: LocalAccount) -> list[str]:
+    key = key_hex(gas_account)
+    return [key, key[2:], key[2:].upper(), RPC_PASSWORD, API_KEY]
+
+
+def _assert_hidden(texts: list[str], secrets: list[str]) -> None:
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text
+
+
+async def test_key_and_rpc_credentials_never_reach_logs_outcomes_or_errors(
+    devchain: Devchain,
+    chain_reader: ChainReader,
+    start_settler: StartSettler,
+    gas_account: LocalAccount,
+    seller: str,
+    buyer: LocalAccount,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    relay = await RpcRelay(devchain.rpc_url).start()
+    try:
+        # A hosted-RPC style URL: credentials in the user info and the API key in the path.
+        rpc_url = relay.url.replace("http://", f"http://gas:{RPC_PASSWORD}@") + f"/v2/{API_KEY}"
+        config = make_config(
+            devchain,
+            gas_key=key_hex(gas_account),
+            seller=seller,
+            rpc_url=rpc_url,
+            options={"poll_interval_seconds": 0.05},
+        )
+        # The core's ChainReader (receipts, resolution) goes direct: this test is
+        # about what the plugin itself logs and returns.
+        settler = await start_settler(config, chain=chain_reader)
+        good = signed_request(devchain, config, buyer)
+        wrong_value = replace(good.authorization, value=good.authorization.value + 1)
+        bad = replace(good, authorization=wrong_value)
+        texts: list[str] = [repr(settler), str(settler), str(settler.__dict__)]
+
+        settled = await settler.settle(good, RecordingHooks(chain_reader))
+        rejected = await settler.settle(bad, RecordingHooks(chain_reader))
+        texts += [repr(settled), repr(rejected)]
+        wrong_chain = make_config(
+            devchain,
+            gas_key=key_hex(gas_account),
+            seller=seller,
+            rpc_url=rpc_url,
+            network="eip155:1",
+        )
+        with pytest.raises(ConfigError) as caught:
+            await start_settler(wrong_chain)
+        texts.append(str(caught.value))
+        await relay.stop()
+        unreachable = await settler.settle(
+            signed_request(devchain, config, devchain.new_account(eth=0)),
+            RecordingHooks(chain_reader),
+        )
+        texts.append(repr(unreachable))
+    finally:
+        await relay.aclose()
+
+    assert isinstance(settled, Settled) and isinstance(rejected, Rejected)
+    assert isinstance(unreachable, Rejected)
+    assert any(r.name.startswith("x402srv_gaswallet.rpc") for r in caplog.records)
+    texts += [record.getMessage() for record in caplog.records]
+    texts += [caplog.text]
+    _assert_hidden(texts, _secrets(gas_account))
+
+
+def test_a_config_error_about_the_key_does_not_quote_it(devchain: Devchain, seller: str) -> None:
+    almost = "0x" + "ab" * 31  # 31 bytes: a plausible typo of a real key
+    config = make_config(devchain, gas_key=almost, seller=seller, rpc_url=devchain.rpc_url)
+
+    with pytest.raises(ConfigError) as caught:
+        Registry().build(config)
+
+    assert "ab" * 31 not in str(caught.value)
+    assert caught.value.__cause__ is None

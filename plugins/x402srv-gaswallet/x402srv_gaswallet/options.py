@@ -1,0 +1,62 @@
+"""``[settlement.gas-wallet]``: the knobs of the gas-wallet settler.
+
+The key and the RPC URL are not here on purpose: they are the core's
+``settlement.gas_wallet_private_key`` (a secret) and the network's RPC, so
+``x402srv check`` redacts them like every other secret.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["LEASE_MARGIN_SECONDS", "GasWalletOptions"]
+
+#: Time a settlement needs besides waiting for the receipt (simulation, fees,
+#: signing, the store writes, the pipeline's own slack). The receipt wait must
+#: end this long before the SETTLING lease does, or a second attempt could
+#: start while this one still waits.
+LEASE_MARGIN_SECONDS = 10.0
+
+
+class GasWalletOptions(BaseModel):
+    """Validated options; every field is used by the settler."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    receipt_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    """How long to poll for the receipt before answering ``Unknown`` (the chain decides later)."""
+
+    poll_interval_seconds: float = Field(default=0.5, gt=0, le=30)
+    """Pause between receipt polls."""
+
+    rpc_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    """Per-request timeout of the node; a send that times out counts as ambiguous."""
+
+    nonce_lease_seconds: float = Field(default=10.0, gt=0, le=300)
+    """TTL of the cross-process nonce lease: the longest a crashed holder blocks others."""
+
+    nonce_retries: int = Field(default=3, ge=0, le=10)
+    """Re-sends with a fresh nonce after "nonce too low"-type refusals."""
+
+    gas_limit: int | None = Field(default=None, gt=21_000, le=10_000_000)
+    """Fixed gas limit; unset means ``eth_estimateGas`` plus 25 %."""
+
+    max_fee_per_gas_gwei: Decimal | None = Field(default=None, gt=0)
+    """Cap on ``maxFeePerGas``; above it nothing is sent and the payment is refused."""
+
+    @model_validator(mode="after")
+    def _rpc_fits_in_nonce_lease(self) -> GasWalletOptions:
+        if self.rpc_timeout_seconds >= self.nonce_lease_seconds:
+            raise ValueError(
+                "nonce_lease_seconds must be longer than rpc_timeout_seconds: the lease "
+                "covers reading the nonce and sending the transaction"
+            )
+        return self
+
+    @property
+    def max_fee_per_gas_wei(self) -> int | None:
+        if self.max_fee_per_gas_gwei is None:
+            return None
+        return int(self.max_fee_per_gas_gwei * 10**9)

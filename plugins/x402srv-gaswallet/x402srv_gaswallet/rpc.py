@@ -1,0 +1,113 @@
+"""The web3 connection of the gas wallet, and how to read its failures.
+
+RPC URLs often carry an API key in the path or query, and web3's provider logs
+its endpoint on every request at DEBUG. The provider here logs through
+``x402srv_gaswallet.rpc``, whose filter replaces every URL this plugin opened
+with its redacted form, so turning on DEBUG never prints a key.
+
+Failures are sorted by what they say about a *send*: a refused connection
+means the bytes never left; a timeout, a dropped connection or an HTTP error
+after the request went out means they may have.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+from web3 import AsyncHTTPProvider, AsyncWeb3
+from web3.exceptions import Web3RPCError
+from web3.providers.rpc.utils import REQUEST_RETRY_ALLOWLIST, ExceptionRetryConfiguration
+
+from x402srv.config import redact_url
+
+__all__ = ["GasWalletWeb3", "connect", "disconnect", "never_left", "node_message"]
+
+GasWalletWeb3 = AsyncWeb3[AsyncHTTPProvider]
+
+
+class _RedactUrls(logging.Filter):
+    """Rewrites records that mention an RPC URL this plugin opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = message
+        for url in self.urls:
+            redacted = redacted.replace(url, redact_url(url))
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+_LOG = logging.getLogger("x402srv_gaswallet.rpc")
+_REDACTOR = _RedactUrls()
+_LOG.addFilter(_REDACTOR)
+
+
+#: Reads are retried twice, briefly. A send is not: web3 would repeat it behind our
+#: back, turning "the reply was lost" into a confusing "nonce too low".
+_RETRIED = [method for method in REQUEST_RETRY_ALLOWLIST if method != "eth_sendRawTransaction"]
+
+
+class _QuietHTTPProvider(AsyncHTTPProvider):
+    """web3's provider, logging through a redacting logger and showing no URL in ``str``."""
+
+    logger = _LOG
+
+    def __init__(self, url: str, *, timeout: float) -> None:
+        super().__init__(
+            url,
+            request_kwargs={"timeout": aiohttp.ClientTimeout(total=timeout)},
+            exception_retry_configuration=ExceptionRetryConfiguration(
+                errors=(aiohttp.ClientError, TimeoutError),
+                retries=2,
+                backoff_factor=0.05,
+                method_allowlist=_RETRIED,
+            ),
+        )
+        self._request_session_manager.logger = _LOG
+        self._redacted = redact_url(url)
+        _REDACTOR.urls.add(url)
+
+    def __str__(self) -> str:
+        return f"RPC connection {self._redacted}"
+
+
+async def connect(url: str, *, request_timeout: float) -> GasWalletWeb3:
+    """An AsyncWeb3 with its own session; close it with ``disconnect``.
+
+    Every request opens a fresh connection (as web3's own default session does):
+    a pooled connection the server already closed would fail a send in a way
+    that looks ambiguous, while a refused connect proves nothing left.
+    No default middleware: the settler formats its own transactions, and each
+    middleware would add hidden RPC calls inside the nonce gate.
+    """
+    provider = _QuietHTTPProvider(url, timeout=request_timeout)
+    session = aiohttp.ClientSession(
+        raise_for_status=True, connector=aiohttp.TCPConnector(force_close=True)
+    )
+    await provider.cache_async_session(session)
+    return AsyncWeb3(provider, middleware=[])
+
+
+async def disconnect(w3: GasWalletWeb3) -> None:
+    await w3.provider.disconnect()
+
+
+def node_message(exc: Web3RPCError) -> str:
+    """The node's own error message (``nonce too low`` ...), without web3's decoration."""
+    response: Any = exc.rpc_response or {}
+    error = response.get("error") if isinstance(response, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return str(exc.message)
+
+
+def never_left(exc: BaseException) -> bool:
+    """True when the request certainly did not reach the node (no connection was made)."""
+    return isinstance(exc, aiohttp.ClientConnectorError)

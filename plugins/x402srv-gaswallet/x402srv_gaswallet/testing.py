@@ -1,0 +1,250 @@
+"""Test helpers for the gas-wallet settler (need x402srv's ``test`` extra and anvil).
+
+Configs for the devchain, payment requests signed like an x402 buyer, hooks
+that record what the settler notes, and ``RpcRelay``, a real HTTP hop that a
+test can break. Shipped in the package, like ``x402srv.testing``, because the
+project's tests import helpers by module path (``--import-mode=importlib``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from aiohttp import web
+from eth_account.signers.local import LocalAccount
+
+from x402srv.chain import ChainReader
+from x402srv.config import Config, parse_config
+from x402srv.devchain import Devchain, sign_transfer_authorization
+from x402srv.interfaces import Authorization, SettlementRequest
+
+if TYPE_CHECKING:
+    from .settler import GasWalletSettler
+
+__all__ = [
+    "PRICE",
+    "RecordingHooks",
+    "RpcRelay",
+    "StartSettler",
+    "key_hex",
+    "make_config",
+    "manual_mining",
+    "nonce_of",
+    "request_from",
+    "signed_request",
+    "tx_nonce",
+]
+
+PRICE = 10_000  # $0.01 in 6-decimal units
+
+#: ``await start_settler(config, *, store=None, chain=<reader>, options=None)``
+StartSettler = Callable[..., Awaitable["GasWalletSettler"]]
+
+
+def key_hex(account: LocalAccount) -> str:
+    return "0x" + bytes(account.key).hex()
+
+
+def make_config(
+    devchain: Devchain,
+    *,
+    gas_key: str | None,
+    seller: str,
+    rpc_url: str | None = None,
+    network: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    lease_seconds: int = 120,
+    store: Mapping[str, Any] | None = None,
+    strategy: str | None = "gas-wallet",
+) -> Config:
+    """A real, validated seller config for the devchain (a custom ``eip155`` network)."""
+    settlement: dict[str, Any] = {"lease_seconds": lease_seconds}
+    if strategy is not None:
+        settlement["strategy"] = strategy
+    if gas_key is not None:
+        settlement["gas_wallet_private_key"] = gas_key
+    if options is not None:
+        settlement["gas-wallet"] = dict(options)
+    network_table: dict[str, Any] = {
+        "asset": devchain.token.address,
+        "asset_name": devchain.token.name,
+        "asset_version": devchain.token.version,
+        "decimals": devchain.token.decimals,
+    }
+    if rpc_url is not None:
+        network_table["rpc_url"] = rpc_url
+    return parse_config(
+        {
+            "seller": {
+                "agent_name": "Gas wallet tests",
+                "agent_description": "Settles on anvil",
+                "agent_url": "https://seller.example",
+                "provider_name": "Example",
+                "provider_url": "https://example.com",
+                "wallet_address": seller,
+                "network": network or devchain.network,
+            },
+            "plans": [{"plan_id": "basic", "unit_amount": "$0.01", "description": "One"}],
+            "store": dict(store or {"backend": "memory"}),
+            "settlement": settlement,
+            "credentials": {"secret": "gas-wallet-tests-jwt-secret-32-bytes!"},
+            "network": network_table,
+        },
+        env={},
+    )
+
+
+def request_from(
+    config: Config, signature: str, authorization: Mapping[str, Any], *, challenge: str = "c1"
+) -> SettlementRequest:
+    """A SettlementRequest as the pipeline builds it from an x402 wire authorization."""
+    info = config.network_info
+    requirements = {
+        "scheme": "exact",
+        "network": info.caip2,
+        "amount": str(authorization["value"]),
+        "asset": info.asset,
+        "payTo": authorization["to"],
+        "maxTimeoutSeconds": 300,
+        "extra": {"name": info.asset_name, "version": info.asset_version},
+    }
+    return SettlementRequest(
+        challenge_id=challenge,
+        attempt_id=f"{challenge}-attempt",
+        authorization=Authorization(
+            payer=str(authorization["from"]),
+            to=str(authorization["to"]),
+            value=int(authorization["value"]),
+            valid_after=int(authorization["validAfter"]),
+            valid_before=int(authorization["validBefore"]),
+            nonce=str(authorization["nonce"]),
+            signature=signature,
+        ),
+        payload={
+            "x402Version": 2,
+            "payload": {"authorization": dict(authorization), "signature": signature},
+            "accepted": requirements,
+        },
+        requirements=requirements,
+        network=info,
+    )
+
+
+def signed_request(
+    devchain: Devchain,
+    config: Config,
+    payer: LocalAccount,
+    *,
+    value: int = PRICE,
+    valid_after: int = 0,
+    valid_before: int | None = None,
+    challenge: str = "c1",
+) -> SettlementRequest:
+    """A payment of ``value`` from ``payer`` to the seller, signed like an x402 buyer."""
+    before = valid_before if valid_before is not None else devchain.block_timestamp() + 600
+    signature, authorization = sign_transfer_authorization(
+        payer,
+        devchain.token,
+        to=config.seller.wallet_address,
+        value=value,
+        valid_after=valid_after,
+        valid_before=before,
+    )
+    return request_from(config, signature, authorization, challenge=challenge)
+
+
+class RecordingHooks:
+    """The pipeline's hooks persist the txHash in the store; these keep it in a list.
+
+    They also ask the node whether it already knows the transaction when it is
+    noted: the hash must be recorded before the bytes leave.
+    """
+
+    def __init__(self, chain: ChainReader) -> None:
+        self.chain = chain
+        self.noted: list[str] = []
+        self.known_when_noted: list[bool] = []
+
+    async def note_broadcast(self, tx_hash: str) -> None:
+        self.noted.append(tx_hash)
+        found = await self.chain.call("eth_getTransactionByHash", [tx_hash])
+        self.known_when_noted.append(found is not None)
+
+
+@contextmanager
+def manual_mining(devchain: Devchain) -> Iterator[None]:
+    """Blocks only on ``mine()``. Enter it after set-up: minting waits for receipts."""
+    devchain.rpc.call("evm_setAutomine", [False])
+    try:
+        yield
+    finally:
+        devchain.rpc.call("evm_setAutomine", [True])
+
+
+def nonce_of(devchain: Devchain, address: str, block: str = "pending") -> int:
+    return int(devchain.rpc.call("eth_getTransactionCount", [address, block]), 16)
+
+
+def tx_nonce(devchain: Devchain, tx_hash: str) -> int:
+    return int(devchain.rpc.call("eth_getTransactionByHash", [tx_hash])["nonce"], 16)
+
+
+class RpcRelay:
+    """A real HTTP hop in front of anvil that a test can break.
+
+    ``stop()`` closes its port (connection refused: a request certainly never
+    left). With ``withhold_sends`` set it forwards ``eth_sendRawTransaction`` to
+    anvil and then keeps the reply until ``release`` is set, so the client's
+    request times out although the transaction is out: a send whose fate the
+    client cannot know. Faking either inside the client would test nothing.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.withhold_sends = False
+        self.release = asyncio.Event()
+        self.forwarded_sends = 0
+        self._runner: web.AppRunner | None = None
+        self._http = httpx.AsyncClient(timeout=10)
+        self.url = ""
+
+    async def start(self) -> RpcRelay:
+        app = web.Application()
+        # Any path, like hosted RPCs whose URL carries the API key (/v2/<key>).
+        app.router.add_post("/{path:.*}", self._relay)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    async def stop(self) -> None:
+        self.release.set()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def aclose(self) -> None:
+        await self.stop()
+        await self._http.aclose()
+
+    async def _relay(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        answer = await self._http.post(
+            self.upstream, content=body, headers={"Content-Type": "application/json"}
+        )
+        method = json.loads(body).get("method")
+        if method == "eth_sendRawTransaction":
+            self.forwarded_sends += 1
+            if self.withhold_sends:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.release.wait()
+        return web.Response(body=answer.content, content_type="application/json")

@@ -1,0 +1,137 @@
+"""The failure rows of the error table, each from a real request to a real server.
+
+402 from settlement (nothing moved, the claim released), 500 when the issuer
+fails after payment (the record stays PAID; the retry delivers), and 503 when
+the store cannot be reached (nothing settled).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from eth_account.signers.local import LocalAccount
+
+from tests.e2e.test_bad_input import assert_problem
+from tests.helpers import Seller
+from x402srv.devchain import Devchain
+from x402srv.testing.buyers import encode_payment, signed_payment
+
+REPO = Path(__file__).resolve().parents[2]
+HOURLY = 100_000
+
+
+def test_settlement_refused_releases_the_claim(seller: Seller, devchain: Devchain) -> None:
+    """An unfunded buyer: 402 with the settler's reason; the same challenge can be paid later."""
+    broke = devchain.new_account(usdc_atomic=0)
+    challenge = seller.challenge("hourly")
+    payment = signed_payment(broke, seller.chain.token, challenge["accepts"][0])
+    block = devchain.rpc.block_number()
+    refused = httpx.post(
+        seller.access_url,
+        json={"planId": "hourly"},
+        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+    )
+    problem = assert_problem(refused, 402, "PAYMENT_FAILED")
+    assert problem["reason"] == "invalid_exact_evm_insufficient_balance"
+    assert devchain.rpc.block_number() == block
+
+    devchain.mint(broke.address, HOURLY)
+    retried = httpx.post(
+        seller.access_url,
+        json={"planId": "hourly"},
+        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+    )
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["challengeId"] == challenge["challengeId"]
+
+
+@pytest.fixture(scope="module")
+def callback_seller(
+    start_seller: Callable[..., Seller], tmp_path_factory: pytest.TempPathFactory
+) -> Seller:
+    callback_dir = tmp_path_factory.mktemp("callbacks")
+    return start_seller(
+        "facilitator",
+        credentials={
+            "issuer": "callback",
+            "callback": "tests.e2e.seller_callbacks:fail_first_time",
+        },
+        env={"PYTHONPATH": str(REPO), "X402SRV_TEST_CALLBACK_DIR": str(callback_dir)},
+    )
+
+
+def test_issuer_failure_after_payment_is_500_and_retry_delivers(
+    callback_seller: Seller, buyer: LocalAccount
+) -> None:
+    seller = callback_seller
+    challenge = seller.challenge("hourly")
+    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    before = seller.balance()
+
+    failed = httpx.post(
+        seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
+    )
+    problem = assert_problem(failed, 500, "INTERNAL_ERROR")
+    assert int(failed.headers["retry-after"]) >= 1
+    assert problem["challengeId"] == challenge["challengeId"]
+    assert seller.balance() - before == HOURLY  # paid, and the record stays PAID
+    assert "seller backend unavailable" not in failed.text
+
+    retried = httpx.post(
+        seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
+    )
+    assert retried.status_code == 200, retried.text
+    grant = retried.json()
+    assert grant["accessToken"] == f"api-key-{challenge['challengeId']}"
+    assert grant["tokenType"] == "ApiKey"
+    assert grant["txHash"] == problem["txHash"]
+    assert seller.balance() - before == HOURLY  # no second settlement
+
+
+@contextmanager
+def locked(database: Path) -> Iterator[None]:
+    """Hold sqlite's write lock from another connection, as a stuck writer would."""
+    connection = sqlite3.connect(database, isolation_level=None, timeout=0.1)
+    connection.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        connection.execute("ROLLBACK")
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def lockable_seller(start_seller: Callable[..., Seller]) -> Seller:
+    return start_seller(
+        "facilitator",
+        store={"backend": "sqlite", "path": "x402srv.db", "sqlite": {"busy_timeout_ms": 200}},
+    )
+
+
+def test_store_unavailable_is_503_and_nothing_settles(
+    lockable_seller: Seller, buyer: LocalAccount
+) -> None:
+    seller = lockable_seller
+    challenge = seller.challenge("hourly")
+    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    block = seller.chain.rpc.block_number()
+    with locked(seller.server.directory / "x402srv.db"):
+        new = httpx.post(seller.access_url, json={"planId": "daily"})
+        assert_problem(new, 503, "STORE_UNAVAILABLE")
+        assert int(new.headers["retry-after"]) >= 1
+        paying = httpx.post(
+            seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
+        )
+        assert_problem(paying, 503, "STORE_UNAVAILABLE")
+        assert "sqlite" not in paying.text.lower()
+    assert seller.chain.rpc.block_number() == block  # nothing settled without a stored claim
+
+    recovered = httpx.post(
+        seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
+    )
+    assert recovered.status_code == 200, recovered.text

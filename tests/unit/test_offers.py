@@ -1,0 +1,205 @@
+"""The 402 offers (SPEC 4.2): discovery, challenge, and the requirement a record was offered."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from tests.unit.support import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
+from x402srv import offers as offers_module
+from x402srv.config import Config
+from x402srv.offers import OfferBuilder, rfc3339
+from x402srv.records import ChallengeRecord
+from x402srv.testing.builders import BASE_TIME, make_record
+
+REQUIREMENT_KEYS = {"scheme", "network", "amount", "asset", "payTo", "maxTimeoutSeconds", "extra"}
+PAYMENT_REQUIRED_KEYS = {"x402Version", "error", "resource", "accepts"}
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    return make_config(server={"base_path": "/pay", "max_timeout_seconds": 120})
+
+
+@pytest.fixture(scope="module")
+def builder(config: Config) -> OfferBuilder:
+    return OfferBuilder(config)
+
+
+def decode(header: str) -> dict[str, Any]:
+    return dict(json.loads(base64.b64decode(header, validate=True)))
+
+
+def record_for(config: Config, **overrides: Any) -> ChallengeRecord:
+    """A daily-plan record as the pipeline would store it for ``config``."""
+    fields: dict[str, Any] = {
+        "plan_id": "daily",
+        "amount": str(config.plan_map["daily"].amount),
+        "network": config.network_info.caip2,
+        "asset": config.network_info.asset,
+        "pay_to": config.seller.wallet_address,
+        "max_timeout_seconds": config.server.max_timeout_seconds,
+        "resource_id": "city:/paris",
+    }
+    return make_record(**{**fields, **overrides})
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def test_discovery_offers_one_requirement_per_plan(builder: OfferBuilder) -> None:
+    body = builder.discovery.body
+    assert body["x402Version"] == 2
+    assert isinstance(body["error"], str)
+    assert body["error"]
+    assert body["resource"] == {
+        "url": f"{AGENT_URL}/pay/x402/access",
+        "description": "Paid hourly weather data",
+        "mimeType": "application/json",
+    }
+    hourly, daily = body["accepts"]
+    for accepted in (hourly, daily):
+        assert set(accepted) == REQUIREMENT_KEYS
+        assert accepted["scheme"] == "exact"
+        assert accepted["network"] == "eip155:84532"
+        assert accepted["asset"] == SEPOLIA_USDC
+        assert accepted["payTo"] == WALLET
+        assert accepted["maxTimeoutSeconds"] == 120
+    assert hourly["amount"] == "100000"
+    assert daily["amount"] == "1500000"
+    assert hourly["extra"] == {"name": "USDC", "version": "2", "planId": "hourly"}
+    assert daily["extra"] == {"name": "USDC", "version": "2", "planId": "daily"}
+
+
+def test_discovery_adds_plans_wallet_and_chain(builder: OfferBuilder) -> None:
+    body = builder.discovery.body
+    assert set(body) == PAYMENT_REQUIRED_KEYS | {"plans", "walletAddress", "chainId", "network"}
+    assert body["plans"] == [
+        {
+            "planId": "hourly",
+            "unitAmount": "$0.10",
+            "description": "One hour of API access",
+            "amount": "100000",
+            "asset": SEPOLIA_USDC,
+            "network": "eip155:84532",
+        },
+        {
+            "planId": "daily",
+            "unitAmount": "$1.50",
+            "description": "One day of API access",
+            "amount": "1500000",
+            "asset": SEPOLIA_USDC,
+            "network": "eip155:84532",
+        },
+    ]
+    assert body["walletAddress"] == WALLET
+    assert body["chainId"] == 84532
+    assert body["network"] == "eip155:84532"
+
+
+def test_discovery_header_is_the_payment_required_part_only(builder: OfferBuilder) -> None:
+    offer = builder.discovery
+    header = decode(offer.header)
+    assert set(header) == PAYMENT_REQUIRED_KEYS
+    assert header == {key: offer.body[key] for key in PAYMENT_REQUIRED_KEYS}
+
+
+def test_discovery_is_built_once(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    builder = OfferBuilder(config)
+    first = builder.discovery
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("discovery rebuilt after construction")
+
+    monkeypatch.setattr(offers_module, "requirement", fail)
+    monkeypatch.setattr(offers_module, "encode_header", fail)
+    assert builder.discovery is first
+    assert builder.discovery.header == first.header
+
+
+# ------------------------------------------------------------------ challenge
+
+
+def test_challenge_offer(config: Config, builder: OfferBuilder) -> None:
+    record = record_for(config, expires_at=BASE_TIME + 900)
+    offer = builder.challenge(record, config.plan_map["daily"])
+    body = offer.body
+    assert set(body) == PAYMENT_REQUIRED_KEYS | {
+        "challengeId",
+        "requestId",
+        "planId",
+        "resourceId",
+        "expiresAt",
+    }
+    assert body["x402Version"] == 2
+    assert body["resource"]["description"] == "One day of API access"
+    assert body["resource"]["url"] == f"{AGENT_URL}/pay/x402/access"
+    [accepted] = body["accepts"]
+    assert accepted == {
+        "scheme": "exact",
+        "network": "eip155:84532",
+        "amount": "1500000",
+        "asset": SEPOLIA_USDC,
+        "payTo": WALLET,
+        "maxTimeoutSeconds": 120,
+        "extra": {
+            "name": "USDC",
+            "version": "2",
+            "planId": "daily",
+            "challengeId": record.challenge_id,
+            "requestId": record.request_id,
+        },
+    }
+    assert body["challengeId"] == record.challenge_id
+    assert body["requestId"] == record.request_id
+    assert (body["planId"], body["resourceId"]) == ("daily", "city:/paris")
+    assert body["expiresAt"] == "2023-11-14T22:28:20Z"
+    assert decode(offer.header) == {key: body[key] for key in PAYMENT_REQUIRED_KEYS}
+
+
+def test_challenge_offer_uses_the_stored_requirement_not_todays_prices(
+    config: Config, builder: OfferBuilder
+) -> None:
+    record = record_for(config, amount="42", max_timeout_seconds=60)
+    [accepted] = builder.challenge(record, config.plan_map["daily"]).body["accepts"]
+    assert (accepted["amount"], accepted["maxTimeoutSeconds"]) == ("42", 60)
+
+
+def test_challenge_offer_for_a_removed_plan_describes_the_seller(
+    config: Config, builder: OfferBuilder
+) -> None:
+    body = builder.challenge(record_for(config), None).body
+    assert body["resource"]["description"] == "Paid hourly weather data"
+
+
+def test_offered_requirement_of_an_implicit_record_has_no_ids(
+    config: Config, builder: OfferBuilder
+) -> None:
+    record = record_for(config, implicit=True)
+    offered = builder.offered_requirement(record)
+    assert offered["extra"] == {"name": "USDC", "version": "2", "planId": "daily"}
+    # the same requirement discovery offered, so the buyer's ``accepted`` matches it
+    assert offered == builder.discovery.body["accepts"][1]
+
+
+def test_offered_requirement_of_an_explicit_record_has_its_ids(
+    config: Config, builder: OfferBuilder
+) -> None:
+    record = record_for(config)
+    extra = builder.offered_requirement(record)["extra"]
+    assert (extra["challengeId"], extra["requestId"]) == (record.challenge_id, record.request_id)
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "text"),
+    [
+        (0, "1970-01-01T00:00:00Z"),
+        (BASE_TIME, "2023-11-14T22:13:20Z"),
+        (BASE_TIME + 0.999, "2023-11-14T22:13:20Z"),
+    ],
+)
+def test_rfc3339_is_utc_with_z(timestamp: float, text: str) -> None:
+    assert rfc3339(timestamp) == text

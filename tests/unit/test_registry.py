@@ -1,0 +1,195 @@
+"""``Registry``: built-ins registered like any plugin, chosen by name, never by hook order.
+
+Building does no I/O (nothing is opened), so the real default plugins are
+built here without a chain, a facilitator or a database.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from tests.unit.support import make_config
+from x402srv import hookimpl
+from x402srv.config import Config
+from x402srv.default_plugins.facilitator import FacilitatorSettler
+from x402srv.default_plugins.jwt_issuer import JwtIssuer
+from x402srv.default_plugins.memory_store import MemoryStore
+from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.errors import ConfigError, PluginNotFound
+from x402srv.plugin_context import PluginContext
+from x402srv.registry import Registry
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    """Built-ins only: what the core ships, whatever else is installed."""
+    return Registry(entry_points=False)
+
+
+def store_plugin(module_name: str, store_name: str, built: list[PluginContext]) -> Any:
+    """A third-party plugin, shaped like a real one: a module with a hookimpl."""
+    module = types.ModuleType(module_name)
+
+    def factory(ctx: PluginContext) -> object:
+        built.append(ctx)
+        return module
+
+    @hookimpl
+    def register_stores(register: Any) -> None:
+        register(store_name, factory)
+
+    module.register_stores = register_stores  # type: ignore[attr-defined]
+    return module
+
+
+# ------------------------------------------------------------------- built-ins
+
+
+def test_builtins_are_registered(registry: Registry) -> None:
+    assert registry.names("store") == ["memory", "sqlite"]
+    assert registry.names("settler") == ["facilitator"]
+    assert registry.names("credential issuer") == ["callback", "jwt"]
+
+
+def test_describe_lists_each_builtin_with_what_it_registers(registry: Registry) -> None:
+    rows = {row["plugin"]: row for row in registry.describe()}
+    assert rows["x402srv.default_plugins.memory_store"] == {
+        "plugin": "x402srv.default_plugins.memory_store",
+        "distribution": "built-in",
+        "stores": ["memory"],
+    }
+    assert rows["x402srv.default_plugins.facilitator"]["settlers"] == ["facilitator"]
+    assert rows["x402srv.default_plugins.jwt_issuer"]["credential issuers"] == ["jwt"]
+
+
+def test_installed_entry_point_plugins_are_added() -> None:
+    registry = Registry()
+    assert "gas-wallet" in registry.names("settler")
+    row = next(r for r in registry.describe() if r["plugin"] == "gas-wallet")
+    assert row["distribution"].startswith("x402srv-gaswallet ")
+
+
+def test_default_config_builds_sqlite_facilitator_and_jwt(registry: Registry) -> None:
+    built = registry.build(make_config())
+    assert isinstance(built.store, SqliteStore)
+    assert isinstance(built.settler, FacilitatorSettler)
+    assert isinstance(built.issuer, JwtIssuer)
+    assert built.chain is not None  # base-sepolia has a default RPC
+
+
+def test_memory_store_is_selected_by_name(registry: Registry) -> None:
+    built = registry.build(make_config(store={"backend": "memory"}))
+    assert isinstance(built.store, MemoryStore)
+
+
+# ------------------------------------------------------------ unknown names
+
+
+@pytest.mark.parametrize(
+    ("sections", "path", "installed"),
+    [
+        ({"store": {"backend": "nosuch"}}, "store.backend", "memory, sqlite"),
+        ({"settlement": {"strategy": "nosuch"}}, "settlement.strategy", "facilitator"),
+        ({"credentials": {"issuer": "nosuch", "secret": "s" * 32}}, "credentials.issuer", "jwt"),
+    ],
+)
+def test_unknown_plugin_name_lists_the_installed_ones(
+    registry: Registry, sections: dict[str, Any], path: str, installed: str
+) -> None:
+    with pytest.raises(PluginNotFound) as caught:
+        registry.build(make_config(**sections))
+    error = caught.value
+    assert error.path == path
+    assert str(error).startswith(f"{path}: no ")
+    assert "'nosuch' is installed" in str(error)
+    assert installed in str(error)
+
+
+def test_unknown_settler_lists_entry_point_plugins_too() -> None:
+    with pytest.raises(PluginNotFound, match=r"installed: facilitator, gas-wallet"):
+        Registry().build(make_config(settlement={"strategy": "nosuch"}))
+
+
+def test_gas_wallet_key_alone_selects_the_gas_wallet_plugin(registry: Registry) -> None:
+    """With built-ins only, the implicit gas-wallet choice fails by name, not silently."""
+    config = make_config(settlement={"gas_wallet_private_key": "0x" + "11" * 32})
+    with pytest.raises(PluginNotFound, match="'gas-wallet'"):
+        registry.build(config)
+
+
+@pytest.mark.parametrize(
+    ("sections", "path"),
+    [
+        ({"store": {"backend": "sqlite", "redis": {"url": "redis://h"}}}, "store.redis"),
+        ({"settlement": {"nosuch": {"x": 1}}}, "settlement.nosuch"),
+        ({"credentials": {"secret": "s" * 32, "vault": {"mount": "kv"}}}, "credentials.vault"),
+    ],
+)
+def test_option_table_of_an_uninstalled_plugin_is_refused(
+    registry: Registry, sections: dict[str, Any], path: str
+) -> None:
+    with pytest.raises(PluginNotFound) as caught:
+        registry.build(make_config(**sections))
+    assert caught.value.path == path
+    assert "installed: " in str(caught.value)
+
+
+def test_option_table_of_an_installed_but_unselected_plugin_is_accepted(
+    registry: Registry,
+) -> None:
+    built = registry.build(make_config(store={"backend": "sqlite", "memory": {}}))
+    assert isinstance(built.store, SqliteStore)
+
+
+def test_builtin_plugin_options_are_validated_with_their_path(registry: Registry) -> None:
+    with pytest.raises(ConfigError, match=r"store\.sqlite\.nosuch: unknown key"):
+        registry.build(make_config(store={"backend": "sqlite", "sqlite": {"nosuch": 1}}))
+
+
+# -------------------------------------------------------- third-party plugins
+
+
+def test_third_party_store_is_selectable_by_name() -> None:
+    built: list[PluginContext] = []
+    plugin = store_plugin("acme_store", "acme", built)
+    registry = Registry(entry_points=False, extra_plugins=[plugin])
+    assert registry.names("store") == ["acme", "memory", "sqlite"]
+    config: Config = make_config(store={"backend": "acme", "acme": {"region": "eu"}})
+    result = registry.build(config)
+    assert result.store is plugin
+    [ctx] = built
+    assert (ctx.name, ctx.key_path) == ("acme", "store.acme")
+    assert dict(ctx.options) == {"region": "eu"}
+    assert ctx.config is config
+    row = next(r for r in registry.describe() if r["plugin"] == "acme_store")
+    assert row["stores"] == ["acme"]
+
+
+def test_unselected_third_party_factory_is_never_called() -> None:
+    built: list[PluginContext] = []
+    registry = Registry(entry_points=False, extra_plugins=[store_plugin("acme", "acme", built)])
+    registry.build(make_config())
+    assert built == []
+
+
+def test_two_plugins_registering_the_same_name_is_an_error_naming_both() -> None:
+    first = store_plugin("acme_one", "shared", [])
+    second = store_plugin("acme_two", "shared", [])
+    with pytest.raises(ConfigError) as caught:
+        Registry(entry_points=False, extra_plugins=[first, second])
+    message = str(caught.value)
+    assert "'shared' is registered by both" in message
+    assert "acme_one" in message
+    assert "acme_two" in message
+
+
+def test_a_plugin_cannot_take_over_a_builtin_name() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Registry(entry_points=False, extra_plugins=[store_plugin("evil", "sqlite", [])])
+    message = str(caught.value)
+    assert "'sqlite' is registered by both" in message
+    assert "x402srv.default_plugins.sqlite_store" in message
+    assert "evil" in message
