@@ -63,7 +63,8 @@ def create_app(
         chain=built.chain,
         clock=clock,
     )
-    app: Sanic[Any, Any] = Sanic(name)
+    # Our root handler formats every log line; Sanic's own handlers would print each twice.
+    app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
     app.config.AUTO_EXTEND = False
     app.config.REQUEST_MAX_SIZE = MAX_BODY_BYTES + 1
     app.config.REQUEST_MAX_HEADER_SIZE = 16_384

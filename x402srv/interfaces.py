@@ -150,6 +150,9 @@ class Store(Protocol):
     async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
         """The challenge that currently owns this payment claim, if any."""
 
+    async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        """The challenge that owns this txHash claim (case-insensitive), if any."""
+
     async def transition(self, request: TransitionRequest) -> TransitionResult: ...
 
     async def list_challenges(
@@ -160,6 +163,28 @@ class Store(Protocol):
         limit: int = 100,
     ) -> list[ChallengeRecord]:
         """Records oldest-updated first (operators and the reconciler page through them)."""
+
+    async def prune(
+        self, *, states: Sequence[State], updated_before: float, limit: int = 1000
+    ) -> int:
+        """Delete up to ``limit`` records in ``states`` last updated before the time.
+
+        A record goes together with its requestId index, payment claim and txHash
+        claim, atomically per record. Returns how many records were deleted.
+        """
+
+    async def save_task(
+        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+    ) -> int | None:
+        """Store an A2A task as a JSON document, compare-and-set on its version.
+
+        ``expect_version=None`` creates it only if absent; otherwise it replaces the
+        document only if the stored version equals ``expect_version``. Returns the
+        new version (1 on creation), or None when the condition failed.
+        """
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        """The stored task document and its version."""
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         """Take the named lease if it is free or expired; ``None`` when someone holds it."""

@@ -171,6 +171,10 @@ class AccessPipeline:
         payment = None
         if request.payment_signature is not None:
             payment = decode_payment_header(request.payment_signature)
+        return await self.access(body, payment)
+
+    async def access(self, body: AccessBody, payment: PaymentPayload | None) -> AccessResult:
+        """Steps 2-11 for an already-parsed request (HTTP and A2A both come through here)."""
         plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
         if plan_id is None:
             if payment is not None:

@@ -31,6 +31,7 @@ __all__ = [
     "decode_payment_header",
     "encode_header",
     "parse_access_body",
+    "parse_payment_payload",
     "requirement",
 ]
 
@@ -157,18 +158,23 @@ def decode_payment_header(value: str) -> PaymentPayload:
     except (binascii.Error, ValueError):
         raise InvalidRequest("PAYMENT-SIGNATURE is not base64") from None
     data = _loads(raw, "PAYMENT-SIGNATURE")
+    return parse_payment_payload(data, where="PAYMENT-SIGNATURE")
+
+
+def parse_payment_payload(data: object, *, where: str = "payment payload") -> PaymentPayload:
+    """A v2 PaymentPayload from already-decoded JSON (the header, or an A2A message)."""
     if not isinstance(data, dict):
-        raise InvalidRequest("PAYMENT-SIGNATURE must hold a JSON object")
+        raise InvalidRequest(f"{where} must hold a JSON object")
     try:
         payload = PaymentPayload.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "payload"
-        raise InvalidRequest(f"PAYMENT-SIGNATURE {where}: {first['msg']}") from None
+        field = ".".join(str(p) for p in first["loc"]) or "payload"
+        raise InvalidRequest(f"{where} {field}: {first['msg']}") from None
     for key in ("planId", "challengeId", "requestId"):
         raw_value = (payload.accepted.extra or {}).get(key)
         if raw_value is not None and not isinstance(raw_value, str):
-            raise InvalidRequest(f"PAYMENT-SIGNATURE accepted.extra.{key} must be a string")
+            raise InvalidRequest(f"{where} accepted.extra.{key} must be a string")
     return payload
 
 

@@ -135,3 +135,42 @@ def test_store_unavailable_is_503_and_nothing_settles(
         seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
     )
     assert recovered.status_code == 200, recovered.text
+
+
+def test_gas_wallet_receipt_timeout_is_502_then_the_retry_delivers(
+    start_seller: Callable[..., Seller], devchain: Devchain, buyer: LocalAccount
+) -> None:
+    """A transaction not mined in time: 502; once it is mined, the retry gets the grant."""
+    from tests.helpers import GAS_KEY_ENV
+
+    gas = devchain.new_account(eth=1000, usdc_atomic=0)
+    seller = start_seller(
+        "gas-wallet",
+        settlement={
+            "strategy": "gas-wallet",
+            "gas_wallet_private_key": {"env": GAS_KEY_ENV},
+            "gas-wallet": {"receipt_timeout_seconds": 1},
+        },
+        env={GAS_KEY_ENV: "0x" + bytes(gas.key).hex()},
+    )
+    challenge = seller.challenge("hourly")
+    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    devchain.rpc.call("evm_setAutomine", [False])  # the transaction waits in the mempool
+    try:
+        pending = httpx.post(
+            seller.access_url,
+            json={"planId": "hourly"},
+            headers={"PAYMENT-SIGNATURE": header},
+            timeout=30,
+        )
+        assert_problem(pending, 502, "SETTLEMENT_PENDING")
+        assert seller.balance() == 0
+    finally:
+        devchain.rpc.call("evm_setAutomine", [True])
+    devchain.rpc.mine()
+    retried = httpx.post(
+        seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
+    )
+    assert retried.status_code == 200, retried.text
+    assert seller.balance() == HOURLY
+    assert len(seller.chain.transfer_logs(to=seller.wallet)) == 1
