@@ -47,7 +47,10 @@ def main() -> None:
         signer = chain.new_account(eth=1000, usdc_atomic=0)
         facilitator = FacilitatorProcess(chain, "0x" + bytes(signer.key).hex(), Path(tmp) / "f.log")
         strategies = {
-            "gas-wallet": {"strategy": "gas-wallet", "gas_wallet_private_key": {"env": "BENCH_GAS_KEY"}},
+            "gas-wallet": {
+                "strategy": "gas-wallet",
+                "gas_wallet_private_key": {"env": "BENCH_GAS_KEY"},
+            },
             "facilitator": {"strategy": "facilitator", "facilitator_url": facilitator.url},
         }
         env = {"BENCH_GAS_KEY": "0x" + bytes(gas.key).hex()}
