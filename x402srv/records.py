@@ -70,7 +70,13 @@ class PaymentKey:
 
 @dataclass(frozen=True, slots=True)
 class PaymentDetails:
-    """The authorization being settled, persisted with the SETTLING transition."""
+    """The authorization being settled, persisted with the SETTLING transition.
+
+    ``submitted`` turns true (with a new ``attempt_id``) in its own compare-and-set
+    right before the authorization is handed to the settler. Until then nothing
+    left this server, so recovery may release the claim; afterwards the outcome
+    is only ever read from the chain.
+    """
 
     payer: str
     nonce: str
@@ -82,6 +88,7 @@ class PaymentDetails:
     attempt_id: str
     lease_until: float
     broadcast_tx_hash: str | None = None
+    submitted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +158,9 @@ class ChallengeRecord:
             updates["payment"] = None
         elif change.payment is not None:
             updates["payment"] = change.payment
-        history = self.history
-        if to != self.state:
-            history = (*history, Transition(to, at, reason))
-        updates["history"] = history
+        # Every move is kept, SETTLING -> SETTLING too (hand-over, broadcast, lease
+        # ended): they are what an operator needs to see when a payment is stuck.
+        updates["history"] = (*self.history, Transition(to, at, reason))
         return replace(self, **updates)
 
 

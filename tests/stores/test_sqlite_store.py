@@ -22,14 +22,16 @@ from typing import Any
 import pytest
 
 from x402srv.config import Config, parse_config
+from x402srv.default_plugins import sqlite_schema
 from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
+from x402srv.default_plugins.store_rules import encode_record
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import Store, TransitionApplied
 from x402srv.plugin_context import PluginContext
 from x402srv.records import State
 from x402srv.registry import Registry
 from x402srv.testing import StoreContract
-from x402srv.testing.builders import make_grant, make_record
+from x402srv.testing.builders import make_grant, make_key, make_record, new_tx_hash
 from x402srv.testing.store_contract import settling
 
 
@@ -139,9 +141,9 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     other = sqlite3.connect(opened.path)
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
-        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert other.execute("PRAGMA user_version").fetchone()[0] == 2
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
-        assert {"challenges", "payment_claims", "tx_claims", "leases"} <= tables
+        assert {"challenges", "payment_claims", "tx_claims", "leases", "tasks"} <= tables
     finally:
         other.close()
 
@@ -165,6 +167,50 @@ async def test_workers_starting_together_on_a_new_file(tmp_path: Path) -> None:
             assert [await _pragma(store, "journal_mode") for store in stores] == ["wal"] * 8
         finally:
             await asyncio.gather(*(store.close() for store in stores))
+
+
+async def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
+    """Files written before prune and tasks existed open, keep their data and gain both."""
+    path = tmp_path / "v1.db"
+    record = make_record(state=State.EXPIRED)
+    key, tx = make_key(), new_tx_hash()
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in sqlite_schema._SCHEMA_V1:
+        raw.execute(statement)
+    raw.execute(
+        "INSERT INTO challenges VALUES (?, ?, ?, ?, ?)",
+        (
+            record.challenge_id,
+            record.request_id,
+            "EXPIRED",
+            record.updated_at,
+            encode_record(record),
+        ),
+    )
+    raw.execute("INSERT INTO payment_claims VALUES (?, ?)", (str(key), record.challenge_id))
+    raw.execute("INSERT INTO tx_claims VALUES (?, ?)", (tx, record.challenge_id))
+    raw.execute("PRAGMA user_version = 1")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert await store.get_challenge(record.challenge_id) == record
+        assert await store.get_by_payment(key) == record
+        assert await store.get_by_tx_hash(tx) == record
+        assert await store.save_task("t", {"status": "working"}, expect_version=None) == 1
+        assert await store.prune(states=[State.EXPIRED], updated_before=record.updated_at + 1) == 1
+        assert await store.get_by_payment(key) is None
+        assert await store.get_by_tx_hash(tx) is None
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
+        indexes = {row[0] for row in check.execute("SELECT name FROM sqlite_master")}
+        assert {"payment_claims_by_challenge", "tx_claims_by_challenge", "tasks"} <= indexes
+    finally:
+        check.close()
 
 
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

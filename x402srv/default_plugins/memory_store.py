@@ -12,8 +12,9 @@ and Redis stores give across processes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,7 +28,9 @@ from .store_rules import (
     check_state,
     claim_conflict,
     decode_record,
+    decode_task,
     encode_record,
+    encode_task,
     key_to_release,
     tx_claim_key,
 )
@@ -66,6 +69,7 @@ class MemoryStore:
         self._payments: dict[str, str] = {}
         self._txs: dict[str, str] = {}
         self._leases: dict[str, _LeaseRow] = {}
+        self._tasks: dict[str, tuple[str, int]] = {}
 
     async def open(self) -> None:
         """Nothing to connect to."""
@@ -106,6 +110,11 @@ class MemoryStore:
     async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
         async with self._lock:
             owner = self._payments.get(str(key))
+            return self._get(owner) if owner is not None else None
+
+    async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        async with self._lock:
+            owner = self._txs.get(tx_claim_key(tx_hash))
             return self._get(owner) if owner is not None else None
 
     async def transition(self, request: TransitionRequest) -> Result:
@@ -152,6 +161,46 @@ class MemoryStore:
             ]
             rows.sort(key=lambda item: (item[0], item[1]))
             return [decode_record(row.json) for _, _, row in rows[: max(limit, 0)]]
+
+    async def prune(
+        self, *, states: Sequence[State], updated_before: float, limit: int = 1000
+    ) -> int:
+        async with self._lock:
+            wanted = set(states)
+            doomed = sorted(
+                (row.updated_at, challenge_id)
+                for challenge_id, row in self._rows.items()
+                if row.state in wanted and row.updated_at < updated_before
+            )[: max(limit, 0)]
+            gone = {challenge_id for _, challenge_id in doomed}
+            for challenge_id in gone:
+                row = self._rows.pop(challenge_id)
+                del self._by_request[row.request_id]
+            # Claims point at challenges, not the other way round: one pass over each map.
+            for claims in (self._payments, self._txs):
+                for key in [k for k, owner in claims.items() if owner in gone]:
+                    del claims[key]
+            return len(gone)
+
+    async def save_task(
+        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+    ) -> int | None:
+        text = encode_task(document)  # outside the lock: a bad document changes nothing
+        async with self._lock:
+            current = self._tasks.get(task_id)
+            stored_version = current[1] if current is not None else None
+            if stored_version != expect_version:
+                return None
+            version = 1 if stored_version is None else stored_version + 1
+            self._tasks[task_id] = (text, version)
+            return version
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        async with self._lock:
+            current = self._tasks.get(task_id)
+        if current is None:
+            return None
+        return decode_task(current[0]), current[1]
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         async with self._lock:

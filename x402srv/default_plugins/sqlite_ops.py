@@ -10,8 +10,9 @@ statement, which sqlite makes atomic on its own.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from typing import Any
 
 from ..interfaces import Lease, PaymentClaimed, TransitionApplied, TransitionRequest
 from ..interfaces import TransitionResult as Result
@@ -20,7 +21,9 @@ from .store_rules import (
     check_state,
     claim_conflict,
     decode_record,
+    decode_task,
     encode_record,
+    encode_task,
     key_to_release,
     tx_claim_key,
 )
@@ -30,10 +33,14 @@ __all__ = [
     "create_challenge",
     "get_by_payment",
     "get_by_request_id",
+    "get_by_tx_hash",
     "get_challenge",
+    "get_task",
     "list_challenges",
     "ping",
+    "prune",
     "release_lease",
+    "save_task",
     "transition",
 ]
 
@@ -47,6 +54,10 @@ _BY_PAYMENT = (
     "SELECT c.record FROM payment_claims AS p JOIN challenges AS c USING (challenge_id) "
     "WHERE p.payment_key = ?"
 )
+_BY_TX = (
+    "SELECT c.record FROM tx_claims AS t JOIN challenges AS c USING (challenge_id) "
+    "WHERE t.tx_hash = ?"
+)
 _PAYMENT_OWNER = "SELECT challenge_id FROM payment_claims WHERE payment_key = ?"
 _TX_OWNER = "SELECT challenge_id FROM tx_claims WHERE tx_hash = ?"
 _CLAIM_PAYMENT = "INSERT OR REPLACE INTO payment_claims (payment_key, challenge_id) VALUES (?, ?)"
@@ -55,6 +66,14 @@ _RELEASE_PAYMENT = "DELETE FROM payment_claims WHERE payment_key = ? AND challen
 _UPDATE_CHALLENGE = (
     "UPDATE challenges SET state = ?, updated_at = ?, record = ? WHERE challenge_id = ?"
 )
+_DELETE_CHALLENGE = "DELETE FROM challenges WHERE challenge_id = ?"
+_DELETE_PAYMENT_CLAIMS = "DELETE FROM payment_claims WHERE challenge_id = ?"
+_DELETE_TX_CLAIMS = "DELETE FROM tx_claims WHERE challenge_id = ?"
+_CREATE_TASK = "INSERT OR IGNORE INTO tasks (task_id, version, document) VALUES (?, 1, ?)"
+_REPLACE_TASK = (
+    "UPDATE tasks SET version = version + 1, document = ? WHERE task_id = ? AND version = ?"
+)
+_TASK = "SELECT document, version FROM tasks WHERE task_id = ?"
 _LEASE = "SELECT fence, expires_at, released, value FROM leases WHERE name = ?"
 _TAKE_LEASE = (
     "INSERT OR REPLACE INTO leases (name, holder, fence, expires_at, released, value) "
@@ -110,14 +129,14 @@ def create_challenge(
     """Insert unless the requestId exists; with a claim, both rows or neither."""
     if claim_key is None:
         # The hot path: one statement. An ignored insert means the requestId
-        # (or, by a caller's bug, the challengeId) is taken; records are never
-        # deleted, so the row that won is still there to read.
+        # (or, by a caller's bug, the challengeId) is taken.
         if conn.execute(_INSERT_CHALLENGE, _challenge_row(record)).rowcount == 1:
             return record, True
         existing = _record(conn, _BY_REQUEST, record.request_id)
-        if existing is None:
-            raise ValueError(f"challenge_id {record.challenge_id} already exists")
-        return existing, False
+        if existing is not None:
+            return existing, False
+        # Either the challengeId is taken, or ``prune`` deleted the row that won
+        # between the two statements: decide again under the write lock.
     with _immediate(conn):
         existing = _record(conn, _BY_REQUEST, record.request_id)
         if existing is not None:
@@ -127,7 +146,8 @@ def create_challenge(
             return PaymentClaimed(owner)
         if conn.execute(_INSERT_CHALLENGE, _challenge_row(record)).rowcount != 1:
             raise ValueError(f"challenge_id {record.challenge_id} already exists")
-        conn.execute(_CLAIM_PAYMENT, (claim_key, record.challenge_id))
+        if claim_key is not None:
+            conn.execute(_CLAIM_PAYMENT, (claim_key, record.challenge_id))
         return record, True
 
 
@@ -141,6 +161,10 @@ def get_by_request_id(conn: sqlite3.Connection, request_id: str) -> ChallengeRec
 
 def get_by_payment(conn: sqlite3.Connection, key: str) -> ChallengeRecord | None:
     return _record(conn, _BY_PAYMENT, key)
+
+
+def get_by_tx_hash(conn: sqlite3.Connection, tx_hash: str) -> ChallengeRecord | None:
+    return _record(conn, _BY_TX, tx_claim_key(tx_hash))
 
 
 def transition(conn: sqlite3.Connection, request: TransitionRequest) -> Result:
@@ -195,6 +219,43 @@ def list_challenges(
     # Only placeholders are formatted into the statement; every value is bound.
     sql = f"SELECT record FROM challenges{where} ORDER BY updated_at, challenge_id LIMIT ?"  # noqa: S608
     return [decode_record(row[0]) for row in conn.execute(sql, params)]
+
+
+def prune(
+    conn: sqlite3.Connection, states: Sequence[State], updated_before: float, limit: int
+) -> int:
+    """One write transaction: each chosen record leaves with every claim it owns."""
+    wanted = list(dict.fromkeys(State(s).value for s in states))
+    if not wanted or limit <= 0:
+        return 0
+    # Only placeholders are formatted into the statement; every value is bound.
+    sql = (
+        "SELECT challenge_id FROM challenges "  # noqa: S608
+        f"WHERE state IN ({', '.join('?' * len(wanted))}) AND updated_at < ? "
+        "ORDER BY updated_at, challenge_id LIMIT ?"
+    )
+    with _immediate(conn):
+        doomed = [(row[0],) for row in conn.execute(sql, [*wanted, updated_before, limit])]
+        for statement in (_DELETE_PAYMENT_CLAIMS, _DELETE_TX_CLAIMS, _DELETE_CHALLENGE):
+            conn.executemany(statement, doomed)
+        return len(doomed)
+
+
+def save_task(
+    conn: sqlite3.Connection, task_id: str, document: Mapping[str, Any], expect: int | None
+) -> int | None:
+    """One conditional statement: sqlite makes the compare and the write atomic."""
+    text = encode_task(document)
+    if expect is None:
+        created = conn.execute(_CREATE_TASK, (task_id, text)).rowcount == 1
+        return 1 if created else None
+    replaced = conn.execute(_REPLACE_TASK, (text, task_id, expect)).rowcount == 1
+    return expect + 1 if replaced else None
+
+
+def get_task(conn: sqlite3.Connection, task_id: str) -> tuple[dict[str, Any], int] | None:
+    row = conn.execute(_TASK, (task_id,)).fetchone()
+    return (decode_task(row[0]), int(row[1])) if row is not None else None
 
 
 def acquire_lease(

@@ -8,6 +8,11 @@ rather than half understood.
 
 Claims are tables of their own whose primary key *is* the claim: the database,
 not a read-then-write in Python, guarantees one owner per payment and txHash.
+
+Versions: 1 the challenges, claims and leases; 2 indexes the claims by
+challenge (``prune`` deletes a record's claims with it) and adds the A2A
+``tasks`` table. Each step runs in the one transaction that sets the version,
+so a file is at one version or the next, never in between.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from ..errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -52,6 +57,19 @@ _SCHEMA_V1 = (
         value TEXT
     ) WITHOUT ROWID""",
 )
+
+_SCHEMA_V2 = (
+    "CREATE INDEX payment_claims_by_challenge ON payment_claims (challenge_id)",
+    "CREATE INDEX tx_claims_by_challenge ON tx_claims (challenge_id)",
+    """CREATE TABLE tasks (
+        task_id TEXT PRIMARY KEY NOT NULL,
+        version INTEGER NOT NULL,
+        document TEXT NOT NULL
+    )""",
+)
+
+#: The statements that bring a file from version ``n - 1`` to ``n``.
+_MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
 
 
 def connect(path: Path, *, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -114,9 +132,10 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 f"understands ({SCHEMA_VERSION}); upgrade x402srv",
                 path="store.path",
             )
-        if version < 1:
-            for statement in _SCHEMA_V1:
-                conn.execute(statement)
+        for target, statements in _MIGRATIONS:
+            if version < target:
+                for statement in statements:
+                    conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -119,6 +119,9 @@ class SqliteStore:
         text = str(key)
         return await self._run("get_by_payment", lambda c: ops.get_by_payment(c, text))
 
+    async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        return await self._run("get_by_tx_hash", lambda c: ops.get_by_tx_hash(c, tx_hash))
+
     async def transition(self, request: TransitionRequest) -> Result:
         return await self._run("transition", lambda c: ops.transition(c, request))
 
@@ -132,6 +135,21 @@ class SqliteStore:
         return await self._run(
             "list_challenges", lambda c: ops.list_challenges(c, states, updated_before, limit)
         )
+
+    async def prune(
+        self, *, states: Sequence[State], updated_before: float, limit: int = 1000
+    ) -> int:
+        return await self._run("prune", lambda c: ops.prune(c, states, updated_before, limit))
+
+    async def save_task(
+        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+    ) -> int | None:
+        return await self._run(
+            "save_task", lambda c: ops.save_task(c, task_id, document, expect_version)
+        )
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        return await self._run("get_task", lambda c: ops.get_task(c, task_id))
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(

@@ -14,6 +14,8 @@ exactly as it would in a durable one.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from ..interfaces import PaymentClaimed, StateMismatch, TransitionRequest, TxClaimed
 from ..records import ALLOWED_TRANSITIONS, ChallengeRecord
@@ -22,7 +24,9 @@ __all__ = [
     "check_state",
     "claim_conflict",
     "decode_record",
+    "decode_task",
     "encode_record",
+    "encode_task",
     "key_to_release",
     "tx_claim_key",
 ]
@@ -76,3 +80,15 @@ def encode_record(record: ChallengeRecord) -> str:
 
 def decode_record(text: str) -> ChallengeRecord:
     return ChallengeRecord.from_dict(json.loads(text))
+
+
+def encode_task(document: Mapping[str, Any]) -> str:
+    """A task document as stored: strict JSON, so NaN or a non-JSON value fails before any write."""
+    return json.dumps(dict(document), separators=(",", ":"), allow_nan=False)
+
+
+def decode_task(text: str) -> dict[str, Any]:
+    document = json.loads(text)
+    if not isinstance(document, dict):
+        raise ValueError("a stored task document is not a JSON object")
+    return document

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -205,6 +205,8 @@ class StoreContract:
         assert await store.get_challenge("no-such-challenge") is None
         assert await store.get_by_request_id("no-such-request") is None
         assert await store.get_by_payment(make_key()) is None
+        assert await store.get_by_tx_hash(new_tx_hash()) is None
+        assert await store.get_task("no-such-task") is None
 
     async def test_every_field_round_trips(self, store: Store) -> None:
         record, key = full_record()
@@ -380,7 +382,10 @@ class StoreContract:
         )
         assert renewed.payment == renewed_payment
         assert renewed.updated_at == BASE_TIME + 15
-        assert renewed.history == settled.history  # same state: no history entry
+        assert renewed.history == (
+            *settled.history,
+            Transition(State.SETTLING, BASE_TIME + 15, "lease renewed"),
+        )
 
     async def test_attempt_id_without_a_payment_is_a_mismatch(self, store: Store) -> None:
         record = make_record()
@@ -512,6 +517,234 @@ class StoreContract:
             else:
                 assert owner is None
 
+    # ------------------------------------------------------------ txHash lookup
+
+    async def test_get_by_tx_hash_finds_the_owner_in_any_case(self, store: Store) -> None:
+        record = make_record()
+        await created(store, record)
+        applied(await store.transition(settling(record)))
+        tx = "0x" + new_tx_hash()[2:].upper()
+        done = applied(await store.transition(paid(record, tx)))
+        assert await store.get_by_tx_hash(tx) == done
+        assert await store.get_by_tx_hash(tx.lower()) == done
+        assert await store.get_by_tx_hash(new_tx_hash()) is None
+
+    async def test_get_by_tx_hash_follows_later_transitions(self, store: Store) -> None:
+        key, tx = make_key(), new_tx_hash()
+        record = make_record(state=State.SETTLING, payment=make_payment(key, attempt_id="a1"))
+        await created(store, record, key)
+        note = TransitionRequest(
+            challenge_id=record.challenge_id,
+            expect=State.SETTLING,
+            to=State.SETTLING,
+            at=BASE_TIME + 12,
+            reason="broadcast",
+            attempt_id="a1",
+            claim_tx_hash=tx,
+        )
+        noted = applied(await store.transition(note))
+        assert await store.get_by_tx_hash(tx) == noted
+        done = applied(await store.transition(paid(record, tx)))
+        assert await store.get_by_tx_hash(tx) == done
+
+    async def test_a_refused_tx_claim_keeps_its_owner(self, store: Store) -> None:
+        tx = new_tx_hash()
+        first, second = make_record(), make_record()
+        for record in (first, second):
+            await created(store, record)
+            applied(await store.transition(settling(record)))
+        owner = applied(await store.transition(paid(first, tx)))
+        assert await store.transition(paid(second, tx)) == TxClaimed(first.challenge_id)
+        assert await store.get_by_tx_hash(tx) == owner
+
+    # ------------------------------------------------------------ prune
+
+    async def _delivered(
+        self, store: Store, *, at: float = BASE_TIME + 40
+    ) -> tuple[ChallengeRecord, PaymentKey, str]:
+        """A record taken through every claim-writing step, last updated ``at``."""
+        record, key, tx = make_record(), make_key(), new_tx_hash()
+        await created(store, record)
+        applied(await store.transition(settling(record, key, at=at - 30)))
+        done = applied(await store.transition(paid(record, tx, at=at - 20)))
+        delivered = applied(
+            await store.transition(
+                TransitionRequest(
+                    challenge_id=record.challenge_id,
+                    expect=State.PAID,
+                    to=State.DELIVERED,
+                    at=at,
+                    reason="delivered",
+                    changes=RecordChanges(grant=make_grant(done)),
+                )
+            )
+        )
+        return delivered, key, tx
+
+    async def test_prune_removes_the_record_with_its_index_and_claims(self, store: Store) -> None:
+        gone, key, tx = await self._delivered(store)
+        kept, kept_key, kept_tx = await self._delivered(store, at=BASE_TIME + 500)
+        pruned = await store.prune(states=[State.DELIVERED], updated_before=BASE_TIME + 100)
+        assert pruned == 1
+        assert await store.get_challenge(gone.challenge_id) is None
+        assert await store.get_by_request_id(gone.request_id) is None
+        assert await store.get_by_payment(key) is None
+        assert await store.get_by_tx_hash(tx) is None
+        assert await store.list_challenges() == [kept]
+        assert await store.get_by_payment(kept_key) == kept
+        assert await store.get_by_tx_hash(kept_tx) == kept
+        # The freed requestId, payment and txHash can be used again.
+        again = make_record(request_id=gone.request_id)
+        await created(store, again)
+        applied(await store.transition(settling(again, key)))
+        reused = applied(await store.transition(paid(again, tx)))
+        assert await store.get_by_tx_hash(tx) == reused
+        assert await store.get_by_request_id(gone.request_id) == reused
+
+    async def test_prune_removes_a_claim_taken_at_creation(self, store: Store) -> None:
+        key = make_key()
+        record = make_record(state=State.EXPIRED)  # a claim without payment details
+        await created(store, record, key)
+        assert await store.prune(states=[State.EXPIRED], updated_before=BASE_TIME + 1) == 1
+        assert await store.get_by_payment(key) is None
+        await created(store, make_record(), key)
+
+    async def test_prune_respects_states_and_age(self, store: Store) -> None:
+        old_pending = make_record(at=BASE_TIME)
+        old_expired = make_record(at=BASE_TIME + 1, state=State.EXPIRED)
+        old_cancelled = make_record(at=BASE_TIME + 2, state=State.CANCELLED)
+        young_expired = make_record(at=BASE_TIME + 10, state=State.EXPIRED)
+        for record in (old_pending, old_expired, old_cancelled, young_expired):
+            await created(store, record)
+        assert await store.prune(states=[], updated_before=BASE_TIME + 100) == 0
+        # ``updated_before`` is strict: a record updated exactly then stays.
+        both = [State.EXPIRED, State.CANCELLED]
+        assert await store.prune(states=both, updated_before=BASE_TIME + 1) == 0
+        assert await store.prune(states=both, updated_before=BASE_TIME + 10) == 2
+        assert await store.list_challenges() == [old_pending, young_expired]
+        assert await store.prune(states=both, updated_before=BASE_TIME + 10) == 0
+
+    async def test_prune_takes_the_oldest_first_up_to_the_limit(self, store: Store) -> None:
+        records = [
+            make_record(at=BASE_TIME + offset, state=State.EXPIRED) for offset in (3, 1, 4, 0, 2)
+        ]
+        for record in records:
+            await created(store, record)
+        ordered = sorted(records, key=lambda r: r.updated_at)
+        expired = [State.EXPIRED]
+        assert await store.prune(states=expired, updated_before=BASE_TIME + 9, limit=0) == 0
+        assert await store.prune(states=expired, updated_before=BASE_TIME + 9, limit=2) == 2
+        assert await store.list_challenges() == ordered[2:]
+        assert await store.prune(states=expired, updated_before=BASE_TIME + 9, limit=10) == 3
+        assert await store.list_challenges() == []
+
+    async def test_prune_leaves_claims_that_moved_to_another_challenge(self, store: Store) -> None:
+        key = make_key()
+        released, owner = make_record(), make_record()
+        await created(store, released)
+        await created(store, owner)
+        applied(await store.transition(settling(released, key)))
+        applied(await store.transition(back_to_pending(released, at=BASE_TIME + 30)))
+        taken = applied(await store.transition(settling(owner, key, at=BASE_TIME + 31)))
+        assert await store.prune(states=[State.PENDING], updated_before=BASE_TIME + 100) == 1
+        assert await store.get_challenge(released.challenge_id) is None
+        assert await store.get_by_payment(key) == taken
+
+    async def test_prune_racing_transitions_leaves_no_orphan_claims(self, store: Store) -> None:
+        """Per record, prune and a claiming transition are each all-or-nothing."""
+        records = [make_record() for _ in range(RACERS)]
+        for record in records:
+            await created(store, record)
+        requests = [settling(record) for record in records]
+        results = await asyncio.gather(
+            store.prune(states=[State.PENDING], updated_before=BASE_TIME + 1),
+            *(store.transition(request) for request in requests),
+        )
+        pruned, moves = results[0], results[1:]
+        assert isinstance(pruned, int)
+        moved = [r for r in moves if isinstance(r, TransitionApplied)]
+        assert pruned + len(moved) == RACERS
+        assert all(r == StateMismatch(None) for r in moves if not isinstance(r, TransitionApplied))
+        for record, request, result in zip(records, requests, moves, strict=True):
+            assert request.claim_payment is not None
+            owner = await store.get_by_payment(request.claim_payment)
+            stored = await store.get_challenge(record.challenge_id)
+            if isinstance(result, TransitionApplied):
+                assert owner == stored == result.record
+            else:
+                assert owner is None
+                assert stored is None
+
+    # ------------------------------------------------------------ A2A tasks
+
+    async def test_task_is_created_only_if_absent(self, store: Store) -> None:
+        first, second = {"id": "t-1", "status": "submitted"}, {"id": "t-1", "status": "other"}
+        assert await store.save_task("t-1", first, expect_version=None) == 1
+        assert await store.get_task("t-1") == (first, 1)
+        assert await store.save_task("t-1", second, expect_version=None) is None
+        assert await store.get_task("t-1") == (first, 1)
+
+    async def test_task_replace_is_compare_and_set_on_the_version(self, store: Store) -> None:
+        docs = [{"status": "submitted"}, {"status": "working"}, {"status": "completed"}]
+        assert await store.save_task("t-2", docs[0], expect_version=None) == 1
+        assert await store.save_task("t-2", docs[1], expect_version=1) == 2
+        assert await store.save_task("t-2", docs[2], expect_version=1) is None
+        assert await store.save_task("t-2", docs[2], expect_version=3) is None
+        assert await store.get_task("t-2") == (docs[1], 2)
+        assert await store.save_task("t-2", docs[2], expect_version=2) == 3
+        assert await store.get_task("t-2") == (docs[2], 3)
+        assert await store.save_task("missing", docs[0], expect_version=1) is None
+        assert await store.get_task("missing") is None
+
+    async def test_concurrent_task_updates_have_one_winner(self, store: Store) -> None:
+        assert await store.save_task("t-3", {"n": -1}, expect_version=None) == 1
+        results = await asyncio.gather(
+            *(store.save_task("t-3", {"n": i}, expect_version=1) for i in range(RACERS))
+        )
+        assert sorted(results, key=lambda v: v or 0) == [None] * (RACERS - 1) + [2]
+        winner = results.index(2)
+        assert await store.get_task("t-3") == ({"n": winner}, 2)
+
+    async def test_concurrent_task_creates_have_one_winner(self, store: Store) -> None:
+        results = await asyncio.gather(
+            *(store.save_task("t-4", {"n": i}, expect_version=None) for i in range(RACERS))
+        )
+        assert results.count(1) == 1
+        assert results.count(None) == RACERS - 1
+        assert await store.get_task("t-4") == ({"n": results.index(1)}, 1)
+
+    async def test_task_documents_round_trip(self, store: Store) -> None:
+        document: dict[str, Any] = {
+            "id": "t-5",
+            "contextId": "ctx",
+            "kind": "task",
+            "status": {"state": "input-required", "timestamp": "2026-11-21T10:15:00Z"},
+            "history": [{"role": "user", "parts": [{"kind": "text", "text": "¡hola ☃ \u2028"}]}],
+            "metadata": {
+                "big": 2**70,
+                "float": 0.1,
+                "negative": -1.5,
+                "flags": [True, False, None],
+                "empty": {},
+                "nested": [[], [{}], [[1, 2]]],
+                "quote": 'a "quoted" \\ string',
+            },
+        }
+        assert await store.save_task("t-5", document, expect_version=None) == 1
+        stored = await store.get_task("t-5")
+        assert stored is not None
+        assert stored == (document, 1)
+        returned: dict[str, Any] = stored[0]
+        returned["status"]["state"] = "mutated"  # callers get their own copy
+        assert await store.get_task("t-5") == (document, 1)
+
+    async def test_a_document_that_is_not_json_is_refused(self, store: Store) -> None:
+        with pytest.raises((TypeError, ValueError)):
+            await store.save_task("t-6", {"value": object()}, expect_version=None)
+        with pytest.raises((TypeError, ValueError)):
+            await store.save_task("t-6", {"value": float("nan")}, expect_version=None)
+        assert await store.get_task("t-6") is None
+
     # ------------------------------------------------------------ listing
 
     async def test_list_is_oldest_updated_first(self, store: Store) -> None:
@@ -635,6 +868,13 @@ class StoreContract:
         again = await reopened.acquire_lease("gas-wallet", "worker-2", 30, BASE_TIME + 1)
         assert again is not None
         assert (again.fence, again.value) == (2, "nonce=5")
+        assert await reopened.get_by_tx_hash(tx) == done
+
+    async def test_tasks_survive_reopening(self, store: Store, reopen: Reopen) -> None:
+        assert await store.save_task("durable", {"status": "working"}, expect_version=None) == 1
+        reopened = await reopen()
+        assert await reopened.get_task("durable") == ({"status": "working"}, 1)
+        assert await reopened.save_task("durable", {"status": "done"}, expect_version=1) == 2
 
     async def test_two_instances_share_one_atomic_view(self, store: Store, second: Store) -> None:
         record = make_record()
@@ -663,3 +903,12 @@ class StoreContract:
             )
         )
         assert sum(lease is not None for lease in leases) == 1
+        assert await store.save_task("shared", {"n": 0}, expect_version=None) == 1
+        saves = await asyncio.gather(
+            *(
+                (store if i % 2 else second).save_task("shared", {"n": i}, expect_version=1)
+                for i in range(RACERS)
+            )
+        )
+        assert saves.count(2) == 1
+        assert await second.get_task("shared") == ({"n": saves.index(2)}, 2)

@@ -1,0 +1,66 @@
+"""Where the Redis store keeps what: every key name, in one place.
+
+With the default prefix ``x402srv:``::
+
+    x402srv:c:<challengeId>         hash   json (ChallengeRecord.to_dict), state,
+                                           updated_at, rid, ver (a write counter)
+    x402srv:rid:<requestId>         string challengeId          (the requestId index)
+    x402srv:pay:<chain:asset:from:nonce>  string challengeId    (payment claim)
+    x402srv:tx:<txHash>             string challengeId          (txHash claim, lowercase)
+    x402srv:claims:<challengeId>    set    the claim keys this challenge owns
+    x402srv:by-updated              zset   challengeId by updated_at (listing)
+    x402srv:by-state:<STATE>        zset   challengeId by updated_at, one per state
+    x402srv:lease:<name>            hash   holder, fence, expires_at, released, value
+    x402srv:task:<taskId>           hash   doc (JSON), ver
+
+Records, their indexes, claims and tasks expire ``record_ttl_seconds`` after
+their last write; leases never expire (their fence must only grow), nor do the
+two sorted sets, whose members ``prune`` removes with the records.
+
+The Lua scripts derive some key names from the prefix themselves (a record's
+claims, the records a listing returns), so the store needs one Redis primary,
+not a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from x402srv.records import State
+
+__all__ = ["KeySpace"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Key names under one prefix; the scripts build the same names from ``prefix``."""
+
+    prefix: str
+
+    def challenge(self, challenge_id: str) -> str:
+        return f"{self.prefix}c:{challenge_id}"
+
+    def request(self, request_id: str) -> str:
+        return f"{self.prefix}rid:{request_id}"
+
+    def payment(self, key: str) -> str:
+        return f"{self.prefix}pay:{key}"
+
+    def tx(self, tx_hash: str) -> str:
+        return f"{self.prefix}tx:{tx_hash}"
+
+    def claims(self, challenge_id: str) -> str:
+        return f"{self.prefix}claims:{challenge_id}"
+
+    @property
+    def by_updated(self) -> str:
+        return f"{self.prefix}by-updated"
+
+    def by_state(self, state: State) -> str:
+        return f"{self.prefix}by-state:{state.value}"
+
+    def lease(self, name: str) -> str:
+        return f"{self.prefix}lease:{name}"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}task:{task_id}"

@@ -1,0 +1,65 @@
+"""``[store.redis]``: how the Redis store connects and how long it keeps records.
+
+The URL is not here on purpose: it is the core's ``[store] url``, a secret
+(``redis://``, ``rediss://`` or ``unix://``, password included), so ``x402srv
+check`` and every log line redact it like the other secrets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+__all__ = ["DAY", "RedisOptions"]
+
+DAY = 86_400
+
+
+class RedisOptions(BaseModel):
+    """Validated options; the defaults suit a Redis on the same network as x402srv."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key_prefix: str = Field(default="x402srv:", min_length=1, max_length=100)
+    """Put in front of every key, so one Redis can serve several sellers (or tests)."""
+
+    max_connections: int = Field(default=32, ge=1, le=10_000)
+    """Connections per worker process; a request waits ``pool_timeout_seconds`` for one."""
+
+    pool_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    """How long a request waits for a free pooled connection before answering 503."""
+
+    socket_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    """Per-command timeout; every command is one short script, so seconds are plenty."""
+
+    connect_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+
+    record_ttl_seconds: int = Field(default=30 * DAY, ge=60, le=3650 * DAY)
+    """Expiry of a record and its claims, renewed on every write of the record.
+
+    It must outlive the authorization's ``validBefore`` (a claim that expired
+    while its authorization can still be submitted could let the payment be
+    attempted twice) and the grant's lifetime (replays fetch the grant). The
+    plugin refuses values shorter than the longest plan ``token_ttl_seconds``
+    plus ``server.max_timeout_seconds`` plus ``server.challenge_ttl_seconds``.
+    """
+
+    tls_ca_file: Path | None = None
+    """``rediss://`` only: the CA that signed the server's certificate (relative to the
+    config file); unset means the system's trust store."""
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable() or any(c.isspace() for c in value):
+            raise ValueError("must be printable and contain no whitespace")
+        return value
+
+    @field_validator("tls_ca_file")
+    @classmethod
+    def _relative_to_config(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is None or value.is_absolute():
+            return value
+        base = Path((info.context or {}).get("base_dir", "."))
+        return base / value

@@ -1,0 +1,61 @@
+"""Entry point ``redis``: builds the store from ``[store] url`` and ``[store.redis]``.
+
+Everything the TOML can get wrong fails here, before the server starts, with
+its key path: no URL, an option out of range, or a record TTL too short for
+the grants and payments it must outlive.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from x402srv.errors import ConfigError
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.plugin_context import PluginContext
+
+from .options import RedisOptions
+from .store import RedisStore
+
+__all__ = ["build_redis_store", "minimum_record_ttl", "register_stores"]
+
+
+def minimum_record_ttl(ctx: PluginContext) -> int:
+    """Seconds a record must live after its last write.
+
+    A record is last written when it is delivered, and its grant is fetched
+    again for up to the plan's token lifetime; before that, its payment claim
+    must outlive the authorization's ``validBefore`` (at most
+    ``max_timeout_seconds`` after the payment, which comes at most
+    ``challenge_ttl_seconds`` after the challenge).
+    """
+    config = ctx.config
+    longest_token = max(plan.token_ttl_seconds for plan in config.plans)
+    return longest_token + config.server.max_timeout_seconds + config.server.challenge_ttl_seconds
+
+
+def build_redis_store(ctx: PluginContext) -> RedisStore:
+    """The factory ``[store] backend = "redis"`` selects."""
+    options = ctx.parse_options(RedisOptions)
+    url = ctx.config.store.url
+    if url is None:
+        raise ConfigError(
+            'required by the redis store: "redis://[:password@]host:6379/0", "rediss://..." '
+            'or { env = "NAME" }',
+            path="store.url",
+        )
+    if options.tls_ca_file is not None and urlsplit(url.reveal()).scheme != "rediss":
+        raise ConfigError("only applies to rediss:// URLs", path=f"{ctx.key_path}.tls_ca_file")
+    needed = minimum_record_ttl(ctx)
+    if options.record_ttl_seconds < needed:
+        raise ConfigError(
+            f"must be at least {needed} s: the longest plan token_ttl_seconds plus "
+            "server.max_timeout_seconds plus server.challenge_ttl_seconds, so no claim "
+            "expires while its payment can still be submitted and no grant before its token",
+            path=f"{ctx.key_path}.record_ttl_seconds",
+        )
+    return RedisStore(url, options)
+
+
+@hookimpl
+def register_stores(register: Register[object]) -> None:
+    register("redis", build_redis_store)

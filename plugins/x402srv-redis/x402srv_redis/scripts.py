@@ -1,0 +1,260 @@
+"""The Lua scripts: every change that touches several keys is one of these.
+
+Redis runs a script without interleaving any other command, so each script is
+one atomic step, the Redis counterpart of the sqlite store's ``BEGIN
+IMMEDIATE`` transactions. Each reads everything it decides on before its first
+write, so an error (a wrong key type, a bug) stops it before anything changed.
+
+The decisions are those of ``x402srv.default_plugins.store_rules``:
+
+- ``CREATE``: an existing requestId wins, then a duplicate challengeId is an
+  error, then a payment claimed by another challenge refuses the insert.
+- ``TRANSITION``: the caller read the record, checked its state and attempt
+  with ``store_rules.check_state`` and computed the new record with
+  ``ChallengeRecord.apply``; the script applies it only if the record's write
+  counter ``ver`` is still the one read (otherwise the caller reads again), and
+  only if neither claim belongs to another challenge (payment first, then
+  txHash, as ``store_rules.claim_conflict``). A release frees the claim only if
+  this challenge owns it.
+
+Numbers that end up in records or sorted sets (``updated_at``, lease expiry)
+come from Python as ``repr(float)`` strings and are stored as given: Lua's
+``tostring`` would round them to 14 digits. Every script starts with a
+``#!lua`` line, so Redis (7 or newer) refuses a writing script *before* it
+runs when the server is out of memory, instead of failing half-way.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACQUIRE_LEASE",
+    "BY_INDEX",
+    "CREATE",
+    "LIST",
+    "PRUNE",
+    "RELEASE_LEASE",
+    "SAVE_TASK",
+    "TRANSITION",
+]
+
+# Sorting by (updated_at, challengeId) as sqlite's ORDER BY does: byte order for
+# the id, since Lua's ``<`` on strings follows the server's locale.
+_BEFORE = """
+local function before(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  local x, y = a[2], b[2]
+  for i = 1, math.min(#x, #y) do
+    local p, q = string.byte(x, i), string.byte(y, i)
+    if p ~= q then return p < q end
+  end
+  return #x < #y
+end
+"""
+
+# Up to ``need`` live members of a by-state/by-updated set scored below ``max``,
+# oldest first, each with one field of its record; members whose record expired
+# (its TTL ran out) are skipped and, when ``dangling`` is a table, collected.
+_COLLECT = """
+local function collect(prefix, zset, max, need, field, dangling)
+  local out, offset = {}, 0
+  while #out < need do
+    local got = redis.call('ZRANGEBYSCORE', zset, '-inf', max, 'WITHSCORES',
+                           'LIMIT', offset, need)
+    if #got == 0 then break end
+    for j = 1, #got, 2 do
+      local value = redis.call('HGET', prefix .. 'c:' .. got[j], field)
+      if value then
+        out[#out + 1] = {tonumber(got[j + 1]), got[j], value, zset}
+      elseif dangling then
+        dangling[#dangling + 1] = {got[j], zset}
+      end
+    end
+    offset = offset + #got / 2
+  end
+  return out
+end
+"""
+
+CREATE = """#!lua
+-- KEYS: c:<id>, rid:<requestId>, pay:<key> (KEYS[1] if no claim), claims:<id>,
+--       by-updated, by-state:<state>
+-- ARGV: id, requestId, json, state, updated_at, ttl, claim ("1"/"0"), prefix
+local id, ttl, claim = ARGV[1], ARGV[6], ARGV[7] == '1'
+local owner = redis.call('GET', KEYS[2])
+if owner then
+  local json = redis.call('HGET', ARGV[8] .. 'c:' .. owner, 'json')
+  if json then return {'exists', json} end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'duplicate'} end
+if claim then
+  local holder = redis.call('GET', KEYS[3])
+  if holder and holder ~= id then return {'claimed', holder} end
+end
+redis.call('HSET', KEYS[1], 'json', ARGV[3], 'state', ARGV[4], 'updated_at', ARGV[5],
+           'rid', ARGV[2], 'ver', '1')
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[2], id, 'EX', ttl)
+redis.call('ZADD', KEYS[5], ARGV[5], id)
+redis.call('ZADD', KEYS[6], ARGV[5], id)
+if claim then
+  redis.call('SET', KEYS[3], id, 'EX', ttl)
+  redis.call('SADD', KEYS[4], KEYS[3])
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
+return {'created'}
+"""
+
+TRANSITION = """#!lua
+-- KEYS: c:<id>, pay:<claim>, tx:<claim>, pay:<released> (each KEYS[1] when unused),
+--       claims:<id>, rid:<requestId>, by-updated, by-state:<from>, by-state:<to>
+-- ARGV: ver as read, id, json, to-state, updated_at, ttl, claim-payment, claim-tx, release
+local ver = redis.call('HGET', KEYS[1], 'ver')
+if not ver then return {'missing'} end
+if ver ~= ARGV[1] then return {'stale'} end
+local id, ttl = ARGV[2], ARGV[6]
+local claim_payment, claim_tx = ARGV[7] == '1', ARGV[8] == '1'
+if claim_payment then
+  local owner = redis.call('GET', KEYS[2])
+  if owner and owner ~= id then return {'payment', owner} end
+end
+if claim_tx then
+  local owner = redis.call('GET', KEYS[3])
+  if owner and owner ~= id then return {'tx', owner} end
+end
+local release = ARGV[9] == '1' and redis.call('GET', KEYS[4]) == id
+redis.call('HSET', KEYS[1], 'json', ARGV[3], 'state', ARGV[4], 'updated_at', ARGV[5])
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
+redis.call('ZREM', KEYS[8], id)
+redis.call('ZADD', KEYS[9], ARGV[5], id)
+redis.call('ZADD', KEYS[7], ARGV[5], id)
+if release then
+  redis.call('DEL', KEYS[4])
+  redis.call('SREM', KEYS[5], KEYS[4])
+end
+if claim_payment then
+  redis.call('SET', KEYS[2], id)
+  redis.call('SADD', KEYS[5], KEYS[2])
+end
+if claim_tx then
+  redis.call('SET', KEYS[3], id)
+  redis.call('SADD', KEYS[5], KEYS[3])
+end
+-- The record, its index and its claims live on together from this write.
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[6], ttl)
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[5])) do redis.call('EXPIRE', key, ttl) end
+redis.call('EXPIRE', KEYS[5], ttl)
+return {'applied'}
+"""
+
+BY_INDEX = """#!lua flags=no-writes
+-- KEYS: rid:<requestId> | pay:<key> | tx:<txHash>; ARGV: prefix
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+return redis.call('HGET', ARGV[1] .. 'c:' .. id, 'json')
+"""
+
+LIST = (
+    """#!lua flags=no-writes
+-- ARGV: prefix, max score ("+inf" or "(<updated_before>"), limit, filtered ("1"/"0"), states...
+"""
+    + _BEFORE
+    + _COLLECT
+    + """
+local prefix, limit = ARGV[1], tonumber(ARGV[3])
+local zsets = {}
+if ARGV[4] == '0' then
+  zsets[1] = prefix .. 'by-updated'
+else
+  for i = 5, #ARGV do zsets[#zsets + 1] = prefix .. 'by-state:' .. ARGV[i] end
+end
+local found = {}
+for _, zset in ipairs(zsets) do
+  for _, item in ipairs(collect(prefix, zset, ARGV[2], limit, 'json', nil)) do
+    found[#found + 1] = item
+  end
+end
+table.sort(found, before)
+local out = {}
+for i = 1, math.min(limit, #found) do out[i] = found[i][3] end
+return out
+"""
+)
+
+PRUNE = (
+    """#!lua
+-- KEYS: by-updated; ARGV: prefix, max score ("(<updated_before>"), limit, states...
+"""
+    + _BEFORE
+    + _COLLECT
+    + """
+local prefix, limit = ARGV[1], tonumber(ARGV[3])
+local found, dangling = {}, {}
+for i = 4, #ARGV do
+  local zset = prefix .. 'by-state:' .. ARGV[i]
+  for _, item in ipairs(collect(prefix, zset, ARGV[2], limit, 'rid', dangling)) do
+    found[#found + 1] = item
+  end
+end
+table.sort(found, before)
+local deleted = 0
+for i = 1, math.min(limit, #found) do
+  local id, rid, zset = found[i][2], found[i][3], found[i][4]
+  local index = prefix .. 'rid:' .. rid
+  if redis.call('GET', index) == id then redis.call('DEL', index) end
+  local claims = prefix .. 'claims:' .. id
+  for _, key in ipairs(redis.call('SMEMBERS', claims)) do
+    if redis.call('GET', key) == id then redis.call('DEL', key) end
+  end
+  redis.call('DEL', claims, prefix .. 'c:' .. id)
+  redis.call('ZREM', zset, id)
+  redis.call('ZREM', KEYS[1], id)
+  deleted = deleted + 1
+end
+-- Members whose record expired by TTL leave the sets too.
+for _, item in ipairs(dangling) do
+  redis.call('ZREM', item[2], item[1])
+  redis.call('ZREM', KEYS[1], item[1])
+end
+return deleted
+"""
+)
+
+ACQUIRE_LEASE = """#!lua
+-- KEYS: lease:<name>; ARGV: holder, now, expires_at
+-- The fence is a counter in the lease's hash (HINCRBY); the hash never expires,
+-- so the fence only grows. Expiry compares the callers' clocks, as in sqlite.
+local held = redis.call('HMGET', KEYS[1], 'expires_at', 'released')
+if held[1] and held[2] == '0' and tonumber(held[1]) > tonumber(ARGV[2]) then
+  return false
+end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'expires_at', ARGV[3], 'released', '0')
+return {fence, redis.call('HGET', KEYS[1], 'value')}
+"""
+
+RELEASE_LEASE = """#!lua
+-- KEYS: lease:<name>; ARGV: holder, fence, value, has-value ("1"/"0")
+local held = redis.call('HMGET', KEYS[1], 'holder', 'fence')
+if held[1] ~= ARGV[1] or held[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'released', '1')
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'value', ARGV[3]) end
+return 1
+"""
+
+SAVE_TASK = """#!lua
+-- KEYS: task:<id>; ARGV: document, expected version ("" = create only), ttl
+local ver = redis.call('HGET', KEYS[1], 'ver')
+local new
+if ARGV[2] == '' then
+  if ver then return false end
+  redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'ver', '1')
+  new = 1
+else
+  if ver ~= ARGV[2] then return false end
+  redis.call('HSET', KEYS[1], 'doc', ARGV[1])
+  new = redis.call('HINCRBY', KEYS[1], 'ver', 1)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return new
+"""

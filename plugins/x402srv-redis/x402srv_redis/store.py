@@ -1,0 +1,355 @@
+"""The ``redis`` store: challenge records, claims, leases and tasks shared by instances.
+
+Several x402srv instances (each with several workers) behind a load balancer
+share one Redis. Every multi-key change is one Lua script (``scripts``), so
+what the sqlite store guarantees across the processes of one host holds across
+hosts: one settlement per challenge, one challenge per payment and per txHash,
+one holder per lease. The key layout is in ``keys``.
+
+Transitions are optimistic: read the record, decide with the same
+``store_rules`` the built-in stores use, compute the new record with
+``ChallengeRecord.apply``, and let the script write it only if the record's
+write counter did not move meanwhile; if it did, read again. Records stay the
+exact JSON ``store_rules.encode_record`` makes, never re-encoded by Lua.
+
+Every Redis or socket error becomes ``StoreUnavailable`` (503 with
+Retry-After) at this boundary; see ``connection``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from x402srv.config import Secret, redact_url
+from x402srv.default_plugins.store_rules import (
+    check_state,
+    decode_record,
+    decode_task,
+    encode_record,
+    encode_task,
+    key_to_release,
+    tx_claim_key,
+)
+from x402srv.errors import ConfigError, StoreUnavailable
+from x402srv.interfaces import (
+    Lease,
+    PaymentClaimed,
+    StateMismatch,
+    TransitionApplied,
+    TransitionRequest,
+    TransitionResult,
+    TxClaimed,
+)
+from x402srv.records import ChallengeRecord, PaymentKey, State
+
+from . import scripts
+from .connection import RETRY_AFTER, UNAVAILABLE, client_for, converted, describe, is_auth_failure
+from .keys import KeySpace
+from .options import RedisOptions
+
+__all__ = ["RedisStore"]
+
+log = logging.getLogger("x402srv_redis")
+
+#: Rounds of read-decide-write one transition may lose to concurrent writers of
+#: the same record before giving up; each lost round means another write won.
+MAX_ROUNDS = 64
+
+
+class RedisStore:
+    """A ``Store`` on one Redis primary, reached at one URL."""
+
+    name = "redis"
+
+    def __init__(self, url: Secret, options: RedisOptions | None = None) -> None:
+        self.url = url
+        self.options = options or RedisOptions()
+        self.keys = KeySpace(self.options.key_prefix)
+        self._client: Redis | None = None
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def __repr__(self) -> str:
+        return f"RedisStore({redact_url(self.url.reveal())}, prefix={self.keys.prefix!r})"
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        """Build the pool and say hello; a server that is down only warns.
+
+        Wrong credentials stop the start (the seller must fix the config). A
+        server that is down does not: requests answer 503 until it is back.
+        """
+        if self._client is not None:
+            return
+        client = client_for(self.url, self.options)
+        self._scripts = {
+            name: client.register_script(getattr(scripts, name)) for name in scripts.__all__
+        }
+        self._client = client
+        try:
+            await client.ping()
+        except (RedisError, OSError) as exc:
+            if is_auth_failure(exc):
+                await self.close()
+                raise ConfigError(
+                    "Redis refused the credentials of this URL (value not shown)",
+                    path="store.url",
+                ) from None
+            log.warning(
+                "redis store %s unreachable at start (%s); requests answer 503 until it is back",
+                redact_url(self.url.reveal()),
+                describe(exc),
+            )
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            await client.aclose()
+        except (RedisError, OSError) as exc:
+            log.warning("redis store: close failed (%s)", describe(exc))
+
+    async def ping(self) -> None:
+        await self._call("ping", self._redis().ping())
+
+    # ------------------------------------------------------------ challenges
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        k = self.keys
+        claim = k.payment(str(claim_payment)) if claim_payment is not None else None
+        reply = await self._script(
+            "CREATE",
+            keys=[
+                k.challenge(record.challenge_id),
+                k.request(record.request_id),
+                claim or k.challenge(record.challenge_id),
+                k.claims(record.challenge_id),
+                k.by_updated,
+                k.by_state(record.state),
+            ],
+            args=[
+                record.challenge_id,
+                record.request_id,
+                encode_record(record),
+                record.state.value,
+                repr(record.updated_at),
+                self.options.record_ttl_seconds,
+                "1" if claim else "0",
+                k.prefix,
+            ],
+        )
+        outcome = reply[0]
+        if outcome == "created":
+            return record, True
+        if outcome == "exists":
+            return decode_record(reply[1]), False
+        if outcome == "claimed":
+            return PaymentClaimed(str(reply[1]))
+        raise ValueError(f"challenge_id {record.challenge_id} already exists")
+
+    async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        text = await self._call(
+            "get_challenge", self._redis().hget(self.keys.challenge(challenge_id), "json")
+        )
+        return decode_record(text) if text is not None else None
+
+    async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        return await self._by_index(self.keys.request(request_id))
+
+    async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
+        return await self._by_index(self.keys.payment(str(key)))
+
+    async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        return await self._by_index(self.keys.tx(tx_claim_key(tx_hash)))
+
+    async def transition(self, request: TransitionRequest) -> TransitionResult:
+        for _ in range(MAX_ROUNDS):
+            record, version = await self._read(request.challenge_id)
+            mismatch = check_state(record, request)
+            if mismatch is not None:
+                return mismatch
+            assert record is not None  # check_state answers for a missing record
+            updated = record.apply(request.changes, request.to, request.at, request.reason)
+            reply = await self._script(
+                "TRANSITION", **self._transition_call(record, updated, version, request)
+            )
+            outcome = reply[0]
+            if outcome == "applied":
+                return TransitionApplied(updated)
+            if outcome == "payment":
+                return PaymentClaimed(str(reply[1]))
+            if outcome == "tx":
+                return TxClaimed(str(reply[1]))
+            if outcome == "missing":
+                return StateMismatch(None)
+            # "stale": another write landed between our read and our script.
+        log.error("redis store: transition of %s kept losing races", request.challenge_id)
+        raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
+
+    def _transition_call(
+        self,
+        record: ChallengeRecord,
+        updated: ChallengeRecord,
+        version: str,
+        request: TransitionRequest,
+    ) -> dict[str, list[Any]]:
+        """KEYS and ARGV of ``scripts.TRANSITION``; unused key slots repeat the record's."""
+        k = self.keys
+        own = k.challenge(record.challenge_id)
+        claim = str(request.claim_payment) if request.claim_payment is not None else None
+        tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+        released = key_to_release(record, request)
+        return {
+            "keys": [
+                own,
+                k.payment(claim) if claim else own,
+                k.tx(tx) if tx else own,
+                k.payment(released) if released else own,
+                k.claims(record.challenge_id),
+                k.request(record.request_id),
+                k.by_updated,
+                k.by_state(record.state),
+                k.by_state(updated.state),
+            ],
+            "args": [
+                version,
+                record.challenge_id,
+                encode_record(updated),
+                updated.state.value,
+                repr(updated.updated_at),
+                self.options.record_ttl_seconds,
+                "1" if claim else "0",
+                "1" if tx else "0",
+                "1" if released else "0",
+            ],
+        }
+
+    async def list_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        updated_before: float | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        wanted = _states(states)
+        if wanted == [] or limit <= 0:
+            return []
+        highest = "+inf" if updated_before is None else f"({updated_before!r}"
+        texts = await self._script(
+            "LIST",
+            keys=[],
+            args=[
+                self.keys.prefix,
+                highest,
+                limit,
+                "0" if wanted is None else "1",
+                *(wanted or []),
+            ],
+        )
+        return [decode_record(text) for text in texts]
+
+    async def prune(
+        self, *, states: Sequence[State], updated_before: float, limit: int = 1000
+    ) -> int:
+        wanted = _states(states)
+        if not wanted or limit <= 0:
+            return 0
+        deleted = await self._script(
+            "PRUNE",
+            keys=[self.keys.by_updated],
+            args=[self.keys.prefix, f"({updated_before!r}", limit, *wanted],
+        )
+        return int(deleted)
+
+    # ------------------------------------------------------------ tasks
+
+    async def save_task(
+        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+    ) -> int | None:
+        text = encode_task(document)
+        version = await self._script(
+            "SAVE_TASK",
+            keys=[self.keys.task(task_id)],
+            args=[
+                text,
+                "" if expect_version is None else str(int(expect_version)),
+                self.options.record_ttl_seconds,
+            ],
+        )
+        return int(version) if version is not None else None
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        found = await self._call(
+            "get_task", self._redis().hmget(self.keys.task(task_id), ["doc", "ver"])
+        )
+        if found[0] is None or found[1] is None:
+            return None
+        return decode_task(found[0]), int(found[1])
+
+    # ------------------------------------------------------------ leases
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        expires_at = now + ttl
+        reply = await self._script(
+            "ACQUIRE_LEASE",
+            keys=[self.keys.lease(name)],
+            args=[holder, repr(now), repr(expires_at)],
+        )
+        if reply is None:
+            return None
+        return Lease(name, holder, int(reply[0]), expires_at, reply[1])
+
+    async def release_lease(self, lease: Lease, value: str | None) -> bool:
+        released = await self._script(
+            "RELEASE_LEASE",
+            keys=[self.keys.lease(lease.name)],
+            args=[lease.holder, str(lease.fence), value or "", "0" if value is None else "1"],
+        )
+        return int(released) == 1
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _read(self, challenge_id: str) -> tuple[ChallengeRecord | None, str]:
+        text, version = await self._call(
+            "transition", self._redis().hmget(self.keys.challenge(challenge_id), ["json", "ver"])
+        )
+        if text is None or version is None:
+            return None, ""
+        return decode_record(text), str(version)
+
+    async def _by_index(self, index_key: str) -> ChallengeRecord | None:
+        text = await self._script("BY_INDEX", keys=[index_key], args=[self.keys.prefix])
+        return decode_record(text) if text is not None else None
+
+    async def _script(self, name: str, *, keys: list[str], args: list[Any]) -> Any:
+        script = self._scripts.get(name) if self._client is not None else None
+        if script is None:
+            log.error("redis store: %s called while the store is closed", name.lower())
+            raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
+        return await self._call(name.lower(), script(keys=keys, args=args))
+
+    async def _call(self, op: str, command: Awaitable[Any]) -> Any:
+        with converted(op, self.url):
+            return await command
+
+    def _redis(self) -> Redis:
+        if self._client is None:
+            log.error("redis store: used while closed")
+            raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
+        return self._client
+
+
+def _states(states: Sequence[State] | None) -> list[str] | None:
+    """Distinct state names in the order given; ``None`` means every state."""
+    if states is None:
+        return None
+    return list(dict.fromkeys(State(s).value for s in states))
