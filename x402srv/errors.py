@@ -24,7 +24,11 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── InternalError            500 INTERNAL_ERROR
         │   └── CredentialPending    500 INTERNAL_ERROR, paid but no credential yet (+ Retry-After)
         ├── SettlementPending        502 SETTLEMENT_PENDING (+ Retry-After)
-        └── StoreUnavailable         503 STORE_UNAVAILABLE (+ Retry-After)
+        ├── UpstreamUnavailable      502 UPSTREAM_UNAVAILABLE, gateway upstream refused/broke
+        ├── StoreUnavailable         503 STORE_UNAVAILABLE (+ Retry-After)
+        ├── NotReady                 503 NOT_READY, /readyz: a dependency is down
+        ├── KeySourceUnavailable     503 KEY_SOURCE_UNAVAILABLE, token keys (JWKS) unreachable
+        └── UpstreamTimeout          504 UPSTREAM_TIMEOUT, gateway upstream too slow
 
 Plugins convert their library's exceptions (web3, redis, jwt, httpx) into
 these at their boundary; nothing else may reach a client.
@@ -42,8 +46,10 @@ __all__ = [
     "InternalError",
     "InvalidRequest",
     "InvalidToken",
+    "KeySourceUnavailable",
     "MethodNotAllowed",
     "NotFound",
+    "NotReady",
     "PaymentFailed",
     "PluginNotFound",
     "ProblemError",
@@ -55,6 +61,8 @@ __all__ = [
     "TokenExpired",
     "TxAlreadyRedeemed",
     "UnsupportedMediaType",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
     "X402SrvError",
 ]
 
@@ -226,3 +234,39 @@ class StoreUnavailable(ProblemError):
     status = 503
     code = "STORE_UNAVAILABLE"
     title = "Store unavailable"
+
+
+class KeySourceUnavailable(ProblemError):
+    """The keys that verify tokens cannot be had now (a JWKS fetch failed).
+
+    The server's problem, not the client's: answering 401 would tell every
+    buyer its token is bad while it is the seller's key endpoint that is down.
+    """
+
+    status = 503
+    code = "KEY_SOURCE_UNAVAILABLE"
+    title = "Token keys unavailable"
+
+
+class UpstreamUnavailable(ProblemError):
+    """Gateway mode: the seller's upstream refused the connection or broke the exchange."""
+
+    status = 502
+    code = "UPSTREAM_UNAVAILABLE"
+    title = "Upstream unavailable"
+
+
+class UpstreamTimeout(ProblemError):
+    """Gateway mode: the seller's upstream did not answer within the route's timeouts."""
+
+    status = 504
+    code = "UPSTREAM_TIMEOUT"
+    title = "Upstream timeout"
+
+
+class NotReady(ProblemError):
+    """``/readyz``: the store, the chain, the facilitator or the gas wallet is not usable."""
+
+    status = 503
+    code = "NOT_READY"
+    title = "Not ready"

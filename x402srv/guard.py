@@ -10,8 +10,16 @@ A request passes with ``Authorization: Bearer <jwt>`` (scheme case-insensitive)
 that the ``TokenVerifier`` accepts; the verified ``AccessClaims`` are then at
 ``request.ctx.x402`` (read them typed with ``access_claims(request)``). Anything
 else gets 401 problem details (``INVALID_TOKEN`` or ``TOKEN_EXPIRED``) with
-``WWW-Authenticate: Bearer error="invalid_token"``. A verifier that breaks in an
-unexpected way answers 500 ``INTERNAL_ERROR`` without saying why (it is logged).
+``WWW-Authenticate: Bearer error="invalid_token"``. Keys that cannot be fetched
+(a JWKS source whose endpoint is down) answer 503 ``KEY_SOURCE_UNAVAILABLE``; a
+verifier that breaks in an unexpected way answers 500 ``INTERNAL_ERROR`` without
+saying why (it is logged). That decision is ``x402srv.admission``'s, shared with
+the ASGI middleware and the gateway, so every integration answers alike.
+
+A path prefix is compared with the raw path, its percent-decoded and its
+dot-segment-normalised forms and the matched route: if any of them is under a
+guarded prefix the request is guarded (``x402srv.paths``), so an encoded
+``/api%2Fdata`` or ``/public/../api`` cannot slip past.
 
 The verifier is built before the guard (``TokenVerifier.from_config``), and a
 missing or unusable key raises ``ConfigError`` there: the app fails at start-up
@@ -21,16 +29,15 @@ instead of refusing every request.
 from __future__ import annotations
 
 import functools
-import logging
-import re
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
-from .errors import InternalError, InvalidToken
+from . import admission
 from .http_problem import problem_response
+from .paths import guarded_prefixes, is_guarded
 from .tokens import AccessClaims, TokenVerifier
 
 __all__ = [
@@ -55,25 +62,10 @@ PathPredicate = Callable[[Request], bool]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_B64TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 2.1
-
-logger = logging.getLogger(__name__)
-
 
 def bearer_token(request: Request) -> str:
     """The token of the request's one ``Authorization: Bearer`` header, else ``InvalidToken``."""
-    values: list[str] = request.headers.getall("authorization", [])
-    if not values:
-        raise InvalidToken("An access token is required (Authorization: Bearer <token>).")
-    if len(values) > 1:
-        raise InvalidToken("Send exactly one Authorization header.")
-    scheme, _, credentials = values[0].strip().partition(" ")
-    if scheme.lower() != "bearer":
-        raise InvalidToken("The Authorization scheme must be Bearer.")
-    token = credentials.strip(" ")
-    if not _B64TOKEN.fullmatch(token):
-        raise InvalidToken("The access token is malformed.")
-    return token
+    return admission.bearer_token(request.headers.getall("authorization", []))
 
 
 def access_claims(request: Request) -> AccessClaims:
@@ -86,15 +78,10 @@ def access_claims(request: Request) -> AccessClaims:
 
 async def _admit(request: Request, verifier: TokenVerifier) -> HTTPResponse | None:
     """None when the request may go on (claims attached), else the response to send."""
-    try:
-        claims = await verifier.verify(bearer_token(request))
-    except InvalidToken as err:
-        return problem_response(err)
-    except Exception:
-        # A broken verifier or key source is the seller's problem: log it, tell the client nothing.
-        logger.exception("token verification failed unexpectedly")
-        return problem_response(InternalError())
-    request.ctx.x402 = claims
+    result = await admission.admit(verifier, request.headers.getall("authorization", []))
+    if not isinstance(result, AccessClaims):
+        return problem_response(result)
+    request.ctx.x402 = result
     return None
 
 
@@ -123,26 +110,14 @@ def require_access(
     return decorate
 
 
-def _under(path: str, prefix: str) -> bool:
-    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
-
-
 def _prefix_predicate(paths: Sequence[str]) -> PathPredicate:
-    prefixes: list[str] = []
-    for path in paths:
-        if not path.startswith("/"):
-            raise ValueError(f"guarded path {path!r} must start with '/'")
-        prefixes.append(path.rstrip("/") or "/")
-    if not prefixes:
-        raise ValueError("access_guard needs at least one path prefix")
+    prefixes = guarded_prefixes(paths)
 
     def guarded(request: Request) -> bool:
         # The raw path is what Sanic routes on; the matched route is checked too,
         # so the guard fails closed if the two ever disagree.
-        candidates = [request.path]
-        if request.route is not None:
-            candidates.append("/" + request.route.path.lstrip("/"))
-        return any(_under(path, prefix) for path in candidates for prefix in prefixes)
+        route = None if request.route is None else "/" + request.route.path.lstrip("/")
+        return is_guarded(request.path, prefixes, also=route)
 
     return guarded
 

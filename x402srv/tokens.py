@@ -2,19 +2,26 @@
 
 The ``jwt`` issuer signs what this module verifies, so the two share the key
 loading (same checks, same ``ConfigError`` paths) and the key ids. Verification
-is framework-free: ``x402srv.guard`` wraps it for Sanic, any other framework can
-call ``TokenVerifier.verify`` itself.
+is framework-free: ``x402srv.guard`` wraps it for Sanic, ``x402srv.asgi`` for
+Starlette/FastAPI, and any other code calls ``verify_access_token`` (async) or
+``verify_access_token_sync`` (Flask, Django views, scripts) itself. The two
+share every check; only the key lookup differs (``KeySource.key_for`` awaits,
+``SyncKeySource.key_for_sync`` blocks).
 
 Verification trusts nothing in the token header. The key comes from a
 ``KeySource`` looked up by ``kid``, and the algorithm is the key source's own
 (``HS256`` or ``EdDSA``), never the header's, so ``alg: none`` and the
 HS256-with-the-public-key confusion are refused before any signature check.
 ``KeySource.key_for`` is async so that a JWKS-URL source (httpx, cached by
-``kid``, refreshed on an unknown ``kid`` at a bounded rate) fits behind the same
-call without blocking the event loop; the static sources here never wait.
+``kid``, refreshed on an unknown ``kid`` at a bounded rate: ``x402srv.jwks``)
+fits behind the same call without blocking the event loop; the static sources
+here never wait, so they serve both lookups.
 
 Every token problem is raised as ``InvalidToken`` or ``TokenExpired`` with a
-detail safe to show the client; pyjwt exceptions never escape. Time comes from
+detail safe to show the client; pyjwt exceptions never escape. A key source
+that cannot answer (a JWKS endpoint down) raises ``KeySourceUnavailable``
+instead: the server cannot check tokens right now, which is not the client's
+fault and must not look like a bad token. Time comes from
 an injected clock (``now``), not from pyjwt, so tests freeze it.
 """
 
@@ -50,6 +57,7 @@ __all__ = [
     "Ed25519KeySource",
     "HS256KeySource",
     "KeySource",
+    "SyncKeySource",
     "TokenVerifier",
     "VerifyingKey",
     "ed25519_jwk",
@@ -60,6 +68,7 @@ __all__ = [
     "load_ed25519_private_key",
     "load_signing_key",
     "verify_access_token",
+    "verify_access_token_sync",
 ]
 
 #: The JWT ``typ`` header of an access token (RFC 9068): it keeps other JWTs
@@ -187,6 +196,20 @@ class KeySource(Protocol):
         ...
 
 
+@runtime_checkable
+class SyncKeySource(Protocol):
+    """A key source that sync code can ask without an event loop (``verify_access_token_sync``)."""
+
+    @property
+    def algorithm(self) -> str:
+        """As ``KeySource.algorithm``."""
+        ...
+
+    def key_for_sync(self, kid: str | None) -> VerifyingKey | None:
+        """As ``KeySource.key_for``, blocking (a JWKS source fetches with ``httpx.Client``)."""
+        ...
+
+
 class HS256KeySource:
     """A shared secret: the issuer and the seller's API hold the same bytes."""
 
@@ -200,6 +223,9 @@ class HS256KeySource:
         return f"HS256KeySource(kid={self.kid!r})"
 
     async def key_for(self, kid: str | None) -> VerifyingKey | None:
+        return self.key_for_sync(kid)
+
+    def key_for_sync(self, kid: str | None) -> VerifyingKey | None:
         return self._secret if kid == self.kid else None
 
 
@@ -231,7 +257,65 @@ class Ed25519KeySource:
         return {"keys": [ed25519_jwk(self.public_key, self.kid)]}
 
     async def key_for(self, kid: str | None) -> VerifyingKey | None:
+        return self.key_for_sync(kid)
+
+    def key_for_sync(self, kid: str | None) -> VerifyingKey | None:
         return self.public_key if kid == self.kid else None
+
+
+class KeyRing:
+    """The current key and the retired ones, one algorithm, looked up by ``kid``.
+
+    Rotation: sign with a new key, keep the old one here until every token it
+    signed has expired (its plans' ``token_ttl_seconds``), then drop it.
+    """
+
+    def __init__(self, sources: Sequence[HS256KeySource | Ed25519KeySource]) -> None:
+        algorithms = {source.algorithm for source in sources}
+        if len(algorithms) != 1:
+            raise ConfigError("previous keys must use the same algorithm as the current key")
+        kids = [source.kid for source in sources]
+        if len(set(kids)) != len(kids):
+            raise ConfigError("two keys share a kid", path="credentials.previous_keys")
+        self.algorithm: str = algorithms.pop()
+        self.sources = list(sources)
+        self.kid = sources[0].kid
+
+    def __repr__(self) -> str:
+        return f"KeyRing({', '.join(repr(s) for s in self.sources)})"
+
+    def jwks(self) -> dict[str, Any]:
+        keys = [
+            ed25519_jwk(s.public_key, s.kid)
+            for s in self.sources
+            if isinstance(s, Ed25519KeySource)
+        ]
+        return {"keys": keys}
+
+    async def key_for(self, kid: str | None) -> VerifyingKey | None:
+        return self.key_for_sync(kid)
+
+    def key_for_sync(self, kid: str | None) -> VerifyingKey | None:
+        for source in self.sources:
+            key = source.key_for_sync(kid)
+            if key is not None:
+                return key
+        return None
+
+
+def key_ring_for(credentials: CredentialsConfig) -> KeyRing:
+    """The configured signing key first, then ``previous_keys``, as one verifying source."""
+    sources = [key_source_for(load_signing_key(credentials), kid=credentials.kid)]
+    for index, previous in enumerate(credentials.previous_keys):
+        path = f"credentials.previous_keys[{index}]"
+        if credentials.algorithm == "EdDSA":
+            sources.append(Ed25519KeySource(previous.key.reveal(), kid=previous.kid, path=path))
+        else:
+            try:
+                sources.append(HS256KeySource(previous.key.reveal(), kid=previous.kid))
+            except ConfigError as exc:
+                raise ConfigError(str(exc).split(": ", 1)[-1], path=path) from None
+    return KeyRing(sources)
 
 
 def load_signing_key(credentials: CredentialsConfig) -> bytes | Ed25519PrivateKey:
@@ -385,7 +469,9 @@ def _access_claims(
     )
 
 
-def _pinned_algorithm(key_source: KeySource, algorithms: Sequence[str] | None) -> str:
+def _pinned_algorithm(
+    key_source: KeySource | SyncKeySource, algorithms: Sequence[str] | None
+) -> str:
     algorithm = key_source.algorithm
     if algorithm not in _SUPPORTED_ALGORITHMS:
         raise ConfigError(f"unsupported token algorithm {algorithm!r} (HS256 or EdDSA)")
@@ -394,6 +480,37 @@ def _pinned_algorithm(key_source: KeySource, algorithms: Sequence[str] | None) -
             f"the key source signs with {algorithm}, which `algorithms` does not allow"
         )
     return algorithm
+
+
+def _header_kid(token: str) -> str | None:
+    """Checks on the unverified header, before any key is looked up; returns its ``kid``."""
+    header = _unverified_header(token)
+    typ = header.get("typ")
+    if not isinstance(typ, str) or typ.lower() not in _ACCEPTED_TYPES:
+        raise InvalidToken(f"The token is not an access token (typ must be {ACCESS_JWT_TYPE}).")
+    kid = header.get("kid")
+    if kid is not None and not isinstance(kid, str):
+        raise InvalidToken("The access token is malformed.")
+    return kid
+
+
+def _verify_with_key(
+    token: str,
+    key: VerifyingKey | None,
+    algorithm: str,
+    *,
+    issuer: str,
+    audience: str,
+    leeway: float,
+    now: float | None,
+) -> AccessClaims:
+    """Everything after the key lookup; shared by the async and the sync entry points."""
+    if key is None:
+        raise InvalidToken("The access token is signed with an unknown key.")
+    claims = _decode(token, key, algorithm, issuer=issuer, audience=audience)
+    current = system_clock() if now is None else now
+    issued_at, expires_at = _check_times(claims, current, leeway)
+    return _access_claims(claims, issued_at, expires_at, audience)
 
 
 async def verify_access_token(
@@ -411,23 +528,38 @@ async def verify_access_token(
     Raises ``TokenExpired`` for an expired token and ``InvalidToken`` for every
     other token problem. ``algorithms`` may only narrow what the key source
     uses; one that excludes it is a programming error (``ConfigError``, raised
-    whatever the token). Failures of the key source itself propagate.
+    whatever the token). Failures of the key source itself propagate
+    (``KeySourceUnavailable`` from a JWKS source that cannot be fetched).
     """
     algorithm = _pinned_algorithm(key_source, algorithms)
-    header = _unverified_header(token)
-    typ = header.get("typ")
-    if not isinstance(typ, str) or typ.lower() not in _ACCEPTED_TYPES:
-        raise InvalidToken(f"The token is not an access token (typ must be {ACCESS_JWT_TYPE}).")
-    kid = header.get("kid")
-    if kid is not None and not isinstance(kid, str):
-        raise InvalidToken("The access token is malformed.")
+    kid = _header_kid(token)
     key = await key_source.key_for(kid)
-    if key is None:
-        raise InvalidToken("The access token is signed with an unknown key.")
-    claims = _decode(token, key, algorithm, issuer=issuer, audience=audience)
-    current = system_clock() if now is None else now
-    issued_at, expires_at = _check_times(claims, current, leeway)
-    return _access_claims(claims, issued_at, expires_at, audience)
+    return _verify_with_key(
+        token, key, algorithm, issuer=issuer, audience=audience, leeway=leeway, now=now
+    )
+
+
+def verify_access_token_sync(
+    token: str,
+    key_source: SyncKeySource,
+    *,
+    issuer: str,
+    audience: str,
+    algorithms: Sequence[str] | None = None,
+    leeway: float = 0,
+    now: float | None = None,
+) -> AccessClaims:
+    """``verify_access_token`` for code without an event loop (Flask, Django, scripts).
+
+    Same checks, same errors; a JWKS source fetches with a blocking client here,
+    so never call this on an event loop.
+    """
+    algorithm = _pinned_algorithm(key_source, algorithms)
+    kid = _header_kid(token)
+    key = key_source.key_for_sync(kid)
+    return _verify_with_key(
+        token, key, algorithm, issuer=issuer, audience=audience, leeway=leeway, now=now
+    )
 
 
 class TokenVerifier:
@@ -478,6 +610,21 @@ class TokenVerifier:
             now=self.clock(),
         )
 
+    def verify_sync(self, token: str) -> AccessClaims:
+        """See ``verify_access_token_sync``; the key source must also be a ``SyncKeySource``."""
+        source = self.key_source
+        if not isinstance(source, SyncKeySource):
+            raise ConfigError(f"{source!r} has no blocking lookup (key_for_sync)")
+        return verify_access_token_sync(
+            token,
+            source,
+            issuer=self.issuer,
+            audience=self.audience,
+            algorithms=[self.algorithm],
+            leeway=self.leeway,
+            now=self.clock(),
+        )
+
     @classmethod
     def from_config(
         cls, config: Config, *, clock: Clock = system_clock, leeway: float = 0
@@ -489,7 +636,7 @@ class TokenVerifier:
                 f"the token guard checks tokens of the jwt issuer, not {credentials.issuer!r}",
                 path="credentials.issuer",
             )
-        source = key_source_for(load_signing_key(credentials), kid=credentials.kid)
+        source = key_ring_for(credentials)
         agent_url = config.seller.agent_url
         return cls(
             source,

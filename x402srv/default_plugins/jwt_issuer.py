@@ -22,7 +22,14 @@ from pydantic import BaseModel, ConfigDict
 from ..hookspecs import Register, hookimpl
 from ..interfaces import Clock, GrantRequest, IssuedCredential
 from ..plugin_context import PluginContext
-from ..tokens import ACCESS_JWT_TYPE, Ed25519KeySource, key_source_for, load_signing_key
+from ..tokens import (
+    ACCESS_JWT_TYPE,
+    Ed25519KeySource,
+    KeyRing,
+    key_ring_for,
+    key_source_for,
+    load_signing_key,
+)
 
 __all__ = ["JwtIssuer", "build_jwt_issuer", "register_credential_issuers"]
 
@@ -48,10 +55,12 @@ class JwtIssuer:
         audience: str,
         clock: Clock,
         kid: str | None = None,
+        ring: KeyRing | None = None,
     ) -> None:
         self._key = key
         # The verifier's own view of this key: same algorithm, same kid, same public JWK.
         self._verification = key_source_for(key, kid=kid)
+        self._ring = ring or KeyRing([self._verification])
         self._issuer = issuer
         self._audience = audience
         self._clock = clock
@@ -104,8 +113,9 @@ class JwtIssuer:
         )
 
     def jwks(self) -> dict[str, Any] | None:
+        """The current and the previous public keys: verifiers accept both during rotation."""
         if isinstance(self._verification, Ed25519KeySource):
-            return self._verification.jwks()
+            return self._ring.jwks()
         return None
 
 
@@ -120,6 +130,7 @@ def build_jwt_issuer(ctx: PluginContext) -> JwtIssuer:
         audience=credentials.audience or agent_url,
         clock=ctx.clock,
         kid=credentials.kid,
+        ring=key_ring_for(credentials),
     )
 
 

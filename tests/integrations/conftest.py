@@ -1,0 +1,137 @@
+"""Fixtures for the seller integrations: a real upstream API and a real x402srv gateway.
+
+Everything here is a real process: the upstream is a Starlette app under
+uvicorn (``apps/echo_upstream.py``), the gateway is ``python -m x402srv`` with
+``[[routes]]`` pointing at it, settling on the session's anvil with the gas
+wallet. Tokens for the forwarding tests come from the real ``jwt`` issuer
+with the gateway's own secret; the purchase tests buy them with the official
+x402 client.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers import JWT_SECRET, Seller
+from tests.integrations.support import AppProcess
+from x402srv.default_plugins.jwt_issuer import JwtIssuer
+from x402srv.interfaces import GrantRequest
+from x402srv.testing.servers import free_port
+
+AGENT_URL = "http://127.0.0.1"  # what x402srv.testing.servers.seller_config sets
+UPSTREAM_SECRET = "gateway-shared-secret-" + "g" * 16
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
+    """The seller's existing API (echoes what it receives)."""
+    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
+    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
+    yield process
+    process.stop()
+
+
+def gateway_routes(upstream_url: str) -> list[dict[str, object]]:
+    return [
+        {"prefix": "/api", "upstream": upstream_url, "secret": UPSTREAM_SECRET},
+        {"prefix": "/api/premium", "upstream": upstream_url, "plans": ["daily"]},
+        {"prefix": "/strip", "upstream": upstream_url + "/base", "strip_prefix": True},
+        {"prefix": "/slow", "upstream": upstream_url, "read_timeout_seconds": 0.5},
+        {"prefix": "/down", "upstream": f"http://127.0.0.1:{free_port()}"},
+        {"prefix": "/small", "upstream": upstream_url, "max_body_bytes": 1000},
+    ]
+
+
+@pytest.fixture(scope="session")
+def gateway(start_seller: Callable[..., Seller], upstream: AppProcess) -> Seller:
+    """x402srv in gateway mode in front of ``upstream``."""
+    return start_seller("gas-wallet", routes=gateway_routes(upstream.url))
+
+
+async def mint_token(plan_id: str = "hourly", *, ttl: int = 600, secret: str = JWT_SECRET) -> str:
+    """A token exactly as the gateway's own ``jwt`` issuer signs one (no purchase needed)."""
+    issuer = JwtIssuer(secret.encode(), issuer=AGENT_URL, audience=AGENT_URL, clock=time.time)
+    credential = await issuer.issue(
+        GrantRequest(
+            request_id=str(uuid.uuid4()),
+            challenge_id=str(uuid.uuid4()),
+            plan_id=plan_id,
+            resource_id="default",
+            tx_hash="0x" + secrets.token_hex(32),
+            payer="0x" + "ab" * 20,
+            token_ttl_seconds=ttl,
+        )
+    )
+    return credential.token
+
+
+def ed25519_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return (
+        Ed25519PrivateKey.generate()
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        .decode()
+    )
+
+
+def eddsa_credentials(kid: str) -> dict[str, str]:
+    return {"algorithm": "EdDSA", "private_key": ed25519_pem(), "kid": kid}
+
+
+@pytest.fixture(scope="session")
+def eddsa_seller(start_seller: Callable[..., Seller]) -> Seller:
+    """An x402srv that signs EdDSA tokens and publishes its key at /.well-known/jwks.json."""
+    return start_seller("gas-wallet", credentials=eddsa_credentials("eddsa-k1"))
+
+
+def _app(
+    tmp_path_factory: pytest.TempPathFactory, target: str, env: dict[str, str], **kw: Any
+) -> Iterator[AppProcess]:
+    log = tmp_path_factory.mktemp("app") / "app.log"
+    process = AppProcess(target, log, env=env, **kw).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def fastapi_app(tmp_path_factory: pytest.TempPathFactory, gateway: Seller) -> Iterator[AppProcess]:
+    """The README's FastAPI seller, verifying with the shared HS256 secret of its config."""
+    env = {**gateway.server.env, "X402SRV_TEST_CONFIG": str(gateway.server.config_path)}
+    yield from _app(tmp_path_factory, "tests.integrations.apps.fastapi_seller:app", env)
+
+
+@pytest.fixture(scope="session")
+def fastapi_jwks_app(
+    tmp_path_factory: pytest.TempPathFactory, eddsa_seller: Seller
+) -> Iterator[AppProcess]:
+    """The same FastAPI seller, verifying with x402srv's published JWKS instead of a secret."""
+    env = {
+        **eddsa_seller.server.env,
+        "X402SRV_TEST_CONFIG": str(eddsa_seller.server.config_path),
+        "X402SRV_TEST_JWKS_URL": f"{eddsa_seller.server.url}/.well-known/jwks.json",
+    }
+    yield from _app(tmp_path_factory, "tests.integrations.apps.fastapi_seller:app", env)
+
+
+@pytest.fixture(scope="session")
+def wsgi_app(
+    tmp_path_factory: pytest.TempPathFactory, eddsa_seller: Seller
+) -> Iterator[AppProcess]:
+    """A framework-free WSGI app using ``verify_access_token_sync`` with the JWKS."""
+    env = {
+        "X402SRV_TEST_AUDIENCE": AGENT_URL,
+        "X402SRV_TEST_JWKS_URL": f"{eddsa_seller.server.url}/.well-known/jwks.json",
+    }
+    yield from _app(tmp_path_factory, "tests.integrations.apps.wsgi_seller", env, uvicorn=False)

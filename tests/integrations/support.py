@@ -1,0 +1,117 @@
+"""Helpers for the integration tests (importable as ``tests.integrations.support``).
+
+``AppProcess`` runs one of ``tests/integrations/apps`` as a real server
+process (uvicorn, or a plain ``python -m``) on a free port and stops it by
+PID. ``raw_request`` writes a request line byte for byte: httpx normalises
+``..`` and re-encodes paths, so path-trick tests cannot go through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+from x402srv.testing.servers import _kill_group, free_port, wait_for_http
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class AppProcess:
+    """``uvicorn <app>`` (or ``python -m <module> <port>``) on a free port."""
+
+    target: str
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    health: str = "/_control/health"
+    uvicorn: bool = True
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Self:
+        if self.uvicorn:
+            command = [sys.executable, "-m", "uvicorn", self.target, "--port", str(self.port)]
+            command += ["--host", "127.0.0.1", "--log-level", "warning", "--no-access-log"]
+        else:
+            command = [sys.executable, "-m", self.target, str(self.port)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
+                start_new_session=True,
+            )
+        try:
+            wait_for_http(self.url + self.health, timeout=30, process=self.process)
+        except Exception as exc:
+            self.stop()
+            raise RuntimeError(f"{self.target} did not start: {exc}\n{self.logs()}") from exc
+        return self
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+async def raw_request(
+    base_url: str, target: str, *, method: str = "GET", headers: Mapping[str, str] | None = None
+) -> RawResponse:
+    """Send ``<method> <target> HTTP/1.1`` exactly as given; read the whole answer."""
+    host, _, port = base_url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parsed = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        parsed[name.strip().lower()] = value.strip()
+    if parsed.get("transfer-encoding") == "chunked":
+        body = _unchunk(body)
+    return RawResponse(int(status_line.split()[1]), parsed, body)
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, rest = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += rest[:size]
+        data = rest[size + 2 :]
+    return out

@@ -1,0 +1,157 @@
+"""Token guard for Starlette and FastAPI sellers: pure ASGI middleware (``x402srv[asgi]``).
+
+```python
+config = load_config("seller.toml")
+app = FastAPI()
+app.add_middleware(
+    AccessMiddleware,
+    verifier=TokenVerifier.from_config(config),   # or a JWKSKeySource, see x402srv.jwks
+    paths=["/api"],
+    agent_card=agent_card(config),                # optional: discovery without Sanic
+)
+
+@app.get("/api/weather")
+async def weather(claims: AccessClaims = Depends(access_claims)): ...
+```
+
+Same decisions as the Sanic guard (``x402srv.admission``): the same 401
+problem bodies and ``WWW-Authenticate``, 503 when the keys cannot be fetched,
+a bare 500 for anything unexpected. The verified ``AccessClaims`` go to
+``request.state.x402`` (``scope["state"]``, which Starlette's ``request.state``
+reads). A guarded websocket without a valid token is closed with 1008 before
+it is accepted.
+
+Pure ASGI rather than ``BaseHTTPMiddleware``: nothing is buffered (streaming
+bodies and responses pass untouched) and the guarded app's context variables
+are its own. Paths are matched fail-closed (``x402srv.paths.is_guarded``) on
+``path``, ``raw_path`` and their decoded and normalised forms: uvicorn decodes
+``%2F`` in ``path`` before Starlette routes on it, so a raw-only check could
+be walked around with ``/api%2Fdata``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from . import admission
+from .errors import ProblemError
+from .http_problem import PROBLEM_CONTENT_TYPE
+from .paths import guarded_prefixes, is_guarded
+from .tokens import AccessClaims, TokenVerifier
+
+__all__ = ["CARD_PATHS", "STATE_KEY", "AccessMiddleware", "ScopePredicate", "access_claims"]
+
+#: The key of ``scope["state"]`` (``request.state.x402``) that holds the claims.
+STATE_KEY: Final = "x402"
+#: Where the agent card is served (SPEC 4.1: both spellings).
+CARD_PATHS: Final = frozenset({"/.well-known/agent.json", "/.well-known/agent-card.json"})
+#: RFC 6455 "policy violation": the websocket counterpart of a 401.
+_WS_POLICY_VIOLATION: Final = 1008
+
+ScopePredicate = Callable[[Scope], bool]
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _header_values(scope: Scope, name: bytes) -> list[str]:
+    return [value.decode("latin-1") for key, value in scope["headers"] if key.lower() == name]
+
+
+class AccessMiddleware:
+    """Guard ``paths`` (prefixes, or a predicate on the scope) of an ASGI app."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        verifier: TokenVerifier,
+        paths: str | Sequence[str] | ScopePredicate,
+        agent_card: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.verifier = verifier
+        if isinstance(paths, str):
+            paths = [paths]
+        if callable(paths):
+            self._guarded: ScopePredicate = paths
+        else:
+            prefixes = guarded_prefixes(paths)
+            self._guarded = lambda scope: self._under(scope, prefixes)
+        self._card = None if agent_card is None else _json(agent_card)
+
+    def _serves_card(self, scope: Scope) -> bool:
+        return (
+            self._card is not None
+            and scope["type"] == "http"
+            and scope["path"] in CARD_PATHS
+            and scope["method"] in ("GET", "HEAD")
+        )
+
+    @staticmethod
+    def _under(scope: Scope, prefixes: Sequence[str]) -> bool:
+        raw = scope.get("raw_path")
+        path: str = scope["path"]
+        if raw and is_guarded(raw.decode("latin-1"), prefixes):
+            return True
+        return is_guarded(path, prefixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if self._serves_card(scope):
+            assert self._card is not None
+            await self._send(send, 200, self._card, "application/json", {}, scope)
+            return
+        if self._guarded(scope):
+            result = await admission.admit(self.verifier, _header_values(scope, b"authorization"))
+            if not isinstance(result, AccessClaims):
+                await self._refuse(result, scope, receive, send)
+                return
+            scope.setdefault("state", {})[STATE_KEY] = result
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, err: ProblemError, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": _WS_POLICY_VIOLATION})
+            return
+        body = _json(err.to_problem())
+        await self._send(send, err.status, body, PROBLEM_CONTENT_TYPE, err.headers(), scope)
+
+    @staticmethod
+    async def _send(
+        send: Send,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: Mapping[str, str],
+        scope: Scope,
+    ) -> None:
+        raw_headers = [
+            (b"content-type", content_type.encode()),
+            (b"content-length", str(len(body)).encode()),
+            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        payload = b"" if scope["method"] == "HEAD" else body
+        await send({"type": "http.response.body", "body": payload})
+
+
+def access_claims(request: HTTPConnection) -> AccessClaims:
+    """The claims the middleware attached (a FastAPI dependency: ``Depends(access_claims)``).
+
+    ``LookupError`` means the route is not guarded: a programming error, a 500.
+    """
+    claims = request.scope.get("state", {}).get(STATE_KEY)
+    if not isinstance(claims, AccessClaims):
+        raise LookupError("no verified access token on this request (is the path guarded?)")
+    return claims

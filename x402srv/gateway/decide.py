@@ -1,0 +1,154 @@
+"""What the gateway does with one request under a route; no HTTP I/O here.
+
+In this order, the first that applies decides:
+
+1. ``Authorization`` present: the token must verify (``x402srv.admission``,
+   the same 401 bodies as every guard) and its plan must be one of the
+   route's -> ``Forward`` with the token's claims; else 401. A request that
+   carries a token is never charged, even if it also carries a payment.
+2. ``PAYMENT-SIGNATURE`` present (the official x402 client retrying the SAME
+   request after our 402): the paid plan (``accepted.extra.planId``) must be
+   one of the route's (else the route's 402 again, nothing settled); then the
+   access pipeline settles it exactly as ``POST /x402/access`` would (same
+   steps, same store, same idempotency: a replay of the same payment returns
+   the same grant, never a second transfer) -> ``Forward`` with the fresh
+   token's claims and the grant, so the buyer gets the upstream's answer plus
+   ``PAYMENT-RESPONSE`` and the token to reuse (``X-X402-Access-Token``).
+3. Neither: the route's 402 offer, built from the pipeline's discovery offer
+   (one requirement per plan the route accepts, in the route's order), so a
+   standard x402 client pays and retries with no custom code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import admission
+from ..config import Config
+from ..errors import InternalError, InvalidToken
+from ..offers import AccessGranted, PaymentOffer
+from ..pipeline import AccessPipeline
+from ..protocol import AccessBody, decode_payment_header, encode_header
+from ..tokens import AccessClaims, TokenVerifier
+from .route_config import RouteConfig
+
+__all__ = ["Forward", "Gateway"]
+
+log = logging.getLogger("x402srv.gateway")
+
+#: Gateway purchases are the same purchases as at /x402/access: their tokens open
+#: every route their plan opens, so they name no particular resource.
+_RESOURCE_ID = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Forward the request upstream as this buyer; ``granted`` is set on a paid retry."""
+
+    route: RouteConfig
+    claims: AccessClaims
+    granted: AccessGranted | None = None
+
+
+class Gateway:
+    """The routes of one config, matched on decoded path segments (longest prefix wins)."""
+
+    def __init__(self, config: Config, pipeline: AccessPipeline, verifier: TokenVerifier) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.verifier = verifier
+        self.routes = sorted(config.routes, key=lambda r: len(r.prefix_segments), reverse=True)
+        self._plans = {
+            route.prefix: tuple(route.plans or config.plan_map) for route in config.routes
+        }
+
+    def match(self, segments: Sequence[str]) -> RouteConfig | None:
+        """The route whose prefix segments start ``segments`` (``/api`` never matches ``/apix``)."""
+        for route in self.routes:
+            prefix = route.prefix_segments
+            if tuple(segments[: len(prefix)]) == prefix:
+                return route
+        return None
+
+    def plans(self, route: RouteConfig) -> tuple[str, ...]:
+        return self._plans[route.prefix]
+
+    def offer(
+        self, route: RouteConfig, resource_url: str, error: str | None = None
+    ) -> PaymentOffer:
+        """The route's 402: the discovery offer narrowed to the route's plans."""
+        discovery = self.pipeline.offers.discovery.body
+        allowed = self.plans(route)
+        by_plan = {accept["extra"]["planId"]: accept for accept in discovery["accepts"]}
+        required: dict[str, Any] = {
+            "x402Version": 2,
+            "error": error
+            or "Payment required: pay one of the accepted requirements and repeat this "
+            "request with PAYMENT-SIGNATURE",
+            "resource": {
+                "url": resource_url,
+                "description": route.description or self.config.seller.agent_description,
+            },
+            "accepts": [by_plan[plan_id] for plan_id in allowed],
+        }
+        body = {
+            **required,
+            "plans": [p for p in discovery["plans"] if p["planId"] in allowed],
+            "walletAddress": discovery["walletAddress"],
+            "chainId": discovery["chainId"],
+            "network": discovery["network"],
+        }
+        return PaymentOffer(body=body, header=encode_header(required))
+
+    async def decide(
+        self,
+        route: RouteConfig,
+        *,
+        authorization: Sequence[str],
+        payment_signature: str | None,
+        resource_url: str,
+    ) -> Forward | PaymentOffer:
+        """See the module docstring; refusals are raised as ``ProblemError``."""
+        if authorization:
+            return await self._with_token(route, authorization)
+        if payment_signature is not None:
+            return await self._paid(route, payment_signature, resource_url)
+        return self.offer(route, resource_url)
+
+    async def _with_token(self, route: RouteConfig, authorization: Sequence[str]) -> Forward:
+        result = await admission.admit(self.verifier, authorization)
+        if not isinstance(result, AccessClaims):
+            raise result
+        if result.plan_id not in self.plans(route):
+            raise InvalidToken(
+                f"A token for plan {result.plan_id!r} does not open {route.prefix}; "
+                f"it needs one of: {', '.join(self.plans(route))}."
+            )
+        return Forward(route, result)
+
+    async def _paid(
+        self, route: RouteConfig, payment_signature: str, resource_url: str
+    ) -> Forward | PaymentOffer:
+        payment = decode_payment_header(payment_signature)
+        plan_id = payment.extra_str("planId")
+        if plan_id not in self.plans(route):
+            return self.offer(
+                route,
+                resource_url,
+                error=f"plan {plan_id!r} does not open this route; pay one of the accepted "
+                "requirements",
+            )
+        result = await self.pipeline.access(AccessBody(None, None, _RESOURCE_ID), payment)
+        if isinstance(result, PaymentOffer):  # (only without a payment; kept total)
+            return result
+        try:
+            claims = await self.verifier.verify(result.grant["accessToken"])
+        except Exception:
+            # Our own issuer's fresh token: failing here is a bug, not the buyer's fault.
+            # A replay of the same payment returns the stored grant.
+            log.exception("the token just issued for %s does not verify", result.grant["requestId"])
+            raise InternalError() from None
+        return Forward(route, claims, result)

@@ -1,0 +1,209 @@
+"""Forward one admitted request to its route's upstream, streaming both ways.
+
+Request: method, raw path (the prefix stripped if the route says so) and raw
+query exactly as received, body streamed as it arrives (bounded by
+``max_body_bytes``). Headers: hop-by-hop ones (and those ``Connection`` names)
+dropped, ``Host`` left to the upstream URL, ``Authorization`` and
+``PAYMENT-SIGNATURE`` removed (they are the buyer's credentials with us, not
+with the upstream), every client ``X-X402-*``, ``X-Forwarded-*`` and the
+route's secret header removed (a client must not be able to claim a plan or
+the gateway's identity), then ``X-X402-Plan`` / ``X-X402-Request-Id`` /
+``X-X402-Payer``, ``X-Forwarded-For/Host/Proto`` and the route's shared secret
+added.
+
+Response: status, headers (hop-by-hop and ``X-X402-*`` dropped) and body
+streamed back as the upstream sends it, undecoded. An upstream that cannot be
+reached or broke before answering is 502 ``UPSTREAM_UNAVAILABLE``, one that
+exceeds the route's timeouts 504 ``UPSTREAM_TIMEOUT``. If it breaks after the
+answer started, the connection is cut so the client sees a truncated body,
+never a complete-looking one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Final
+
+import httpx
+from sanic import Request
+from sanic.compat import Header
+
+from ..errors import InvalidRequest, ProblemError, UpstreamTimeout, UpstreamUnavailable
+from ..tokens import AccessClaims
+from .route_config import RouteConfig
+
+__all__ = ["HOP_BY_HOP", "forward", "request_headers", "response_headers", "upstream_url"]
+
+#: RFC 9110 7.6.1, plus the legacy names proxies still see.
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_CREDENTIALS: Final = frozenset({"authorization", "payment-signature"})
+_SET_BY_GATEWAY: Final = frozenset(
+    {"host", "expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"}
+)
+
+log = logging.getLogger("x402srv.gateway")
+
+
+class _BodyTooLarge(InvalidRequest):
+    pass
+
+
+def _connection_listed(headers: Iterable[tuple[str, str]]) -> set[str]:
+    return {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for token in value.split(",")
+    }
+
+
+def request_headers(
+    headers: Iterable[tuple[str, str]],
+    route: RouteConfig,
+    claims: AccessClaims,
+    *,
+    client_ip: str,
+    host: str,
+    scheme: str,
+) -> list[tuple[str, str]]:
+    """The headers the upstream receives (see the module docstring)."""
+    headers = list(headers)
+    drop = HOP_BY_HOP | _CREDENTIALS | _SET_BY_GATEWAY | _connection_listed(headers)
+    drop |= {route.secret_header.lower()}
+    kept = [
+        (name, value)
+        for name, value in headers
+        if name.lower() not in drop and not name.lower().startswith("x-x402-")
+    ]
+    kept += [("X-X402-Plan", claims.plan_id), ("X-X402-Request-Id", claims.request_id)]
+    if claims.payer:
+        kept.append(("X-X402-Payer", claims.payer))
+    if route.secret is not None:
+        kept.append((route.secret_header, route.secret.reveal()))
+    kept += [("X-Forwarded-Proto", scheme), ("X-Forwarded-Host", host)]
+    if client_ip:
+        kept.append(("X-Forwarded-For", client_ip))
+    return kept
+
+
+def response_headers(
+    headers: httpx.Headers, extra: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The upstream's response headers for the client; ``extra`` replaces same-named ones."""
+    pairs = list(headers.multi_items())
+    drop = HOP_BY_HOP | _connection_listed(pairs) | {k.lower() for k in extra or {}}
+    kept = [
+        (name, value)
+        for name, value in pairs
+        if name.lower() not in drop and not name.lower().startswith("x-x402-")
+    ]
+    return kept + list((extra or {}).items())
+
+
+def upstream_url(route: RouteConfig, raw_path: str, raw_query: str) -> httpx.URL:
+    """``<upstream><path>[?query]`` with the path and query bytes as the client sent them."""
+    path = raw_path
+    if route.strip_prefix and route.prefix_segments:
+        # Segment by segment: the route matched the DECODED segments, and
+        # ``gateway_segments`` made sure raw and decoded segments correspond.
+        rest = raw_path[1:].split("/")[len(route.prefix_segments) :]
+        path = "/" + "/".join(rest) if rest else ""
+    query = f"?{raw_query}" if raw_query else ""
+    return httpx.URL(route.upstream + path + query)
+
+
+async def _body(request: Request, limit: int) -> AsyncIterator[bytes]:
+    stream: Any = request.stream  # Sanic's Http object; its type does not declare __aiter__
+    total = 0
+    async for chunk in stream:
+        total += len(chunk)
+        if total > limit:
+            raise _BodyTooLarge(f"the request body is larger than {limit} bytes")
+        yield chunk
+
+
+def _has_body(request: Request) -> bool:
+    return bool(request.stream is not None and request.stream.request_body)
+
+
+def _declared_length(request: Request) -> int | None:
+    value = request.headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _problem(exc: httpx.HTTPError) -> ProblemError:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout("The upstream API did not answer in time.")
+    return UpstreamUnavailable("The upstream API cannot be reached.")
+
+
+async def forward(
+    client: httpx.AsyncClient,
+    request: Request,
+    route: RouteConfig,
+    claims: AccessClaims,
+    *,
+    extra_response_headers: Mapping[str, str] | None = None,
+) -> None:
+    """Send the upstream's answer through ``request.respond``, or raise a ``ProblemError``.
+
+    Raised only before the answer starts (nothing was sent to the client yet).
+    """
+    declared = _declared_length(request)
+    if declared is not None and declared > route.max_body_bytes:
+        raise InvalidRequest(f"the request body is larger than {route.max_body_bytes} bytes")
+    upstream_request = client.build_request(
+        request.method,
+        upstream_url(route, request.path, request.query_string),
+        headers=request_headers(
+            request.headers.items(),
+            route,
+            claims,
+            client_ip=request.remote_addr or request.ip,
+            host=request.host,
+            scheme=request.scheme,
+        ),
+        content=_body(request, route.max_body_bytes) if _has_body(request) else None,
+        timeout=httpx.Timeout(
+            route.read_timeout_seconds,
+            connect=route.connect_timeout_seconds,
+            pool=route.connect_timeout_seconds,
+        ),
+    )
+    try:
+        upstream = await client.send(upstream_request, stream=True)
+    except _BodyTooLarge:
+        raise
+    except httpx.HTTPError as exc:
+        log.warning("upstream %s for %s failed: %s", route.upstream, route.prefix, repr(exc))
+        raise _problem(exc) from None
+    try:
+        response = await request.respond(
+            status=upstream.status_code,
+            headers=Header(response_headers(upstream.headers, extra_response_headers)),
+        )
+        try:
+            async for chunk in upstream.aiter_raw():
+                await response.send(chunk)
+        except httpx.HTTPError as exc:
+            log.warning("upstream %s broke mid-answer: %s", route.upstream, repr(exc))
+            if request.transport is not None:
+                request.transport.close()  # no final chunk: the client sees the truncation
+            return
+        await response.eof()
+    finally:
+        await upstream.aclose()

@@ -1,0 +1,117 @@
+"""Put the gateway's routes on the x402srv app: ``install_gateway(app, pipeline)``.
+
+One Sanic route pair per ``[[routes]]`` prefix (``<prefix>`` and
+``<prefix>/<rest:path>``, streaming, every method but OPTIONS, which stays
+with CORS). x402srv's own routes (``/.well-known/*``, ``/x402/access``, the
+A2A route) are static and win over these, so they are never forwarded. Every
+request that lands here is re-read by ``x402srv.paths.gateway_segments`` and
+matched again by ``Gateway.match`` on its decoded segments: Sanic's choice of
+route only decides that the gateway looks at it, never which route applies.
+
+One ``httpx.AsyncClient`` per worker carries all upstream traffic: opened in
+``before_server_start``, closed in ``after_server_stop``. It trusts no proxy
+environment variables, follows no redirects (the client sees the upstream's
+3xx), and sends none of httpx's default headers (the upstream sees the
+buyer's ``Accept-Encoding``, not ours, so bodies pass through undecoded).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import httpx
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse
+
+from ..errors import NotFound, ProblemError
+from ..http_problem import problem_response
+from ..offers import PaymentOffer
+from ..paths import gateway_segments
+from ..pipeline import AccessPipeline
+from ..protocol import encode_header
+from ..tokens import TokenVerifier
+from .decide import Forward, Gateway
+from .forward import forward
+
+__all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "install_gateway"]
+
+METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+#: Paid-retry response headers: the token to reuse, and the whole AccessGrant (base64 JSON).
+ACCESS_TOKEN_HEADER: Final = "X-X402-Access-Token"  # noqa: S105 - a header name
+GRANT_HEADER: Final = "X-X402-Grant"
+
+
+def _grant_headers(decision: Forward) -> dict[str, str]:
+    granted = decision.granted
+    if granted is None:
+        return {}
+    return {
+        "PAYMENT-RESPONSE": granted.payment_response,
+        ACCESS_TOKEN_HEADER: str(granted.grant["accessToken"]),
+        GRANT_HEADER: encode_header(granted.grant),
+        "Cache-Control": "no-store",  # it carries a bearer token
+    }
+
+
+def _offer_response(offer: PaymentOffer) -> HTTPResponse:
+    headers = {"PAYMENT-REQUIRED": offer.header, "Cache-Control": "no-store"}
+    body = json.dumps(offer.body, separators=(",", ":")).encode()
+    return HTTPResponse(body, 402, headers, content_type="application/json")
+
+
+def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
+    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none)."""
+    config = pipeline.config
+    if not config.routes:
+        return
+    gateway = Gateway(config, pipeline, TokenVerifier.from_config(config, clock=pipeline.clock))
+
+    @app.before_server_start
+    async def open_gateway_client(app: Sanic[Any, Any]) -> None:
+        client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
+        client.headers.clear()
+        app.ctx.gateway_client = client
+
+    @app.after_server_stop
+    async def close_gateway_client(app: Sanic[Any, Any]) -> None:
+        await app.ctx.gateway_client.aclose()
+
+    async def gateway_route(request: Request, rest: str = "") -> HTTPResponse | None:
+        route = gateway.match(gateway_segments(request.path))
+        if route is None:  # (Sanic matched a prefix, so this only guards against drift)
+            raise NotFound(f"no route for {request.path}")
+        decision = await gateway.decide(
+            route,
+            authorization=request.headers.getall("authorization", []),
+            payment_signature=request.headers.get("payment-signature"),
+            resource_url=config.seller.agent_url + request.path,
+        )
+        if isinstance(decision, PaymentOffer):
+            return _offer_response(decision)
+        extra = _grant_headers(decision)
+        try:
+            await forward(
+                app.ctx.gateway_client,
+                request,
+                route,
+                decision.claims,
+                extra_response_headers=extra,
+            )
+        except ProblemError as err:
+            # A paid retry whose upstream failed still hands the buyer its token.
+            response = problem_response(err)
+            response.headers.update(extra)
+            return response
+        return None
+
+    for index, route in enumerate(config.routes):
+        base = "" if route.prefix == "/" else route.prefix
+        for suffix, uri in enumerate((base or "/", f"{base}/<rest:path>")):
+            app.add_route(
+                gateway_route,
+                uri,
+                methods=METHODS,
+                stream=True,
+                name=f"gateway_{index}_{suffix}",
+            )
