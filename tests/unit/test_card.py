@@ -15,6 +15,8 @@ SPEC_FIELDS = {
     "name",
     "description",
     "url",
+    "preferredTransport",
+    "additionalInterfaces",
     "version",
     "protocolVersion",
     "capabilities",
@@ -44,6 +46,17 @@ def test_card_validates_as_an_a2a_0_3_card(card: dict[str, Any]) -> None:
     assert [skill.id for skill in parsed.skills] == ["discover-products", "request-access"]
     assert parsed.capabilities.extensions is not None
     assert parsed.capabilities.extensions[0].uri == X402_EXTENSION_URI
+
+
+def test_card_declares_both_json_rpc_urls(card: dict[str, Any]) -> None:
+    """Issue 9: the card's url and <base_path><a2a_path> both speak A2A JSON-RPC."""
+    parsed = AgentCard.model_validate(card)
+    assert parsed.preferred_transport == "JSONRPC"
+    assert parsed.additional_interfaces is not None
+    assert [(i.url, i.transport) for i in parsed.additional_interfaces] == [
+        (f"{AGENT_URL}/pay/x402/access", "JSONRPC"),
+        (f"{AGENT_URL}/pay/a2a", "JSONRPC"),
+    ]
 
 
 def test_card_has_exactly_the_spec_fields(card: dict[str, Any]) -> None:

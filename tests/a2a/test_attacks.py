@@ -1,0 +1,161 @@
+"""The core's payment attacks (``tests/e2e/test_bad_input.py`` ATTACKS), replayed through A2A.
+
+Each attack is signed exactly as over HTTP and sent on a task as
+``x402.payment.payload``. Around each one the chain's block number and every
+challenge table of the seller's sqlite store are snapshot: nothing may be sent
+on-chain and no challenge may change. Verification failures (HTTP 402) answer
+``payment-failed`` with the extension's error code, the task back in
+``input-required`` with the same PaymentRequired; malformed payments (HTTP 400)
+answer -32602 and leave even the task as it was. Both settlement strategies.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from tests.a2a.support import (
+    ERROR,
+    RECEIPTS,
+    REQUIRED,
+    STATUS,
+    a2a_url,
+    error_of,
+    get,
+    open_task,
+    pay,
+    payment_for,
+    required_of,
+    status_metadata,
+    task_of,
+)
+from tests.e2e.test_bad_input import ATTACKS, VALID_BEFORE_OK, Attack, snapshot
+from tests.helpers import Seller
+from x402srv.testing.buyers import encode_payment, signed_payment
+
+#: What the extension calls each attack that fails verification (SPEC 4.2 step 5).
+EXPECTED_CODES = {
+    "wrong payTo": "INVALID_AMOUNT",
+    "amount under": "INVALID_AMOUNT",
+    "amount over": "INVALID_AMOUNT",
+    "accepted amount lowered": "INVALID_AMOUNT",
+    "wrong asset": "INVALID_AMOUNT",
+    "wrong chain id": "NETWORK_MISMATCH",
+    "signed for another chain": "INVALID_SIGNATURE",
+    "signed for another token": "INVALID_SIGNATURE",
+    "signed by someone else": "INVALID_SIGNATURE",
+    "high-s signature": "INVALID_SIGNATURE",
+    "validBefore too far ahead": "EXPIRED_PAYMENT",
+    "validBefore passed": "EXPIRED_PAYMENT",
+    "validAfter in the future": "EXPIRED_PAYMENT",
+}
+
+
+def test_every_verification_attack_has_an_expected_code() -> None:
+    assert {a.name for a in ATTACKS if a.status == 402} == set(EXPECTED_CODES)
+
+
+def challenges(seller: Seller) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table but the A2A tasks (a failed payment is written on its task)."""
+    return {name: rows for name, rows in snapshot(seller).items() if name != "tasks"}
+
+
+@contextmanager
+def no_transfer_no_challenge_change(seller: Seller) -> Iterator[None]:
+    before, block = challenges(seller), seller.chain.rpc.block_number()
+    yield
+    assert seller.chain.rpc.block_number() == block, "a transaction was sent"
+    assert challenges(seller) == before, "a challenge changed"
+
+
+def attack_payload(
+    seller: Seller, buyer: LocalAccount, attack: Attack, accepted: dict[str, Any]
+) -> Any:
+    """The attack's payment, built as ``test_payment_attacks`` builds its header."""
+    now = int(time.time())
+    sign = dict(attack.sign or {})
+    token = seller.chain.token
+    kwargs: dict[str, Any] = {"valid_before": now + VALID_BEFORE_OK}
+    if "to" in sign:
+        kwargs["to"] = Account.create().address
+    if "value" in sign:
+        kwargs["value"] = sign["value"]
+    if "valid_before" in sign:
+        kwargs["valid_before"] = now + sign["valid_before"]
+    if "valid_after" in sign:
+        kwargs["valid_after"] = now + sign["valid_after"]
+    if "signer" in sign:
+        kwargs["sign_with"] = Account.create()
+    if "chain_id" in sign:
+        kwargs["sign_token"] = replace(token, chain_id=sign["chain_id"])
+    if "token_address" in sign:
+        kwargs["sign_token"] = replace(token, address=Account.create().address)
+    payload = signed_payment(buyer, token, copy.deepcopy(accepted), **kwargs)
+    if attack.mutate:
+        attack.mutate(payload)
+    # A2A carries the object itself; the header's own damage arrives as a bare string.
+    return encode_payment(payload) if attack.raw else payload
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_payment_attacks_over_a2a(seller: Seller, buyer: LocalAccount, attack: Attack) -> None:
+    url = a2a_url(seller)
+    task = open_task(url)
+    payload = attack_payload(seller, buyer, attack, required_of(task)["accepts"][0])
+    with no_transfer_no_challenge_change(seller):
+        answer = pay(url, task, payload)
+    if attack.status == 400:
+        error = error_of(answer, -32602)
+        assert error["data"]["code"] == attack.code
+        assert task_of(get(url, task["id"])) == task  # the task is as it was
+        return
+    failed = task_of(answer)
+    assert failed["status"]["state"] == "input-required"
+    metadata = status_metadata(failed)
+    assert metadata[STATUS] == "payment-failed"
+    assert metadata[ERROR] == EXPECTED_CODES[attack.name]
+    assert metadata[REQUIRED] == required_of(task)
+    [receipt] = metadata[RECEIPTS]
+    assert receipt == {
+        "success": False,
+        "errorReason": attack.reason,
+        "transaction": "",
+        "network": seller.chain.network,
+    }
+    assert metadata["x402srv.problem"]["code"] == "PAYMENT_FAILED"
+    assert task_of(get(url, task["id"])) == failed
+
+
+def test_a_redeemed_payment_on_another_task_is_a_duplicate_nonce(
+    seller: Seller, buyer: LocalAccount
+) -> None:
+    """The authorization settled task A; replayed on task B (re-targeted) it is DUPLICATE_NONCE."""
+    url = a2a_url(seller)
+    first = open_task(url)
+    payment = payment_for(seller, buyer, first)
+    assert task_of(pay(url, first, payment))["status"]["state"] == "completed"
+
+    second = open_task(url)
+    replayed = copy.deepcopy(payment)
+    for key in ("challengeId", "requestId"):
+        replayed["accepted"]["extra"].pop(key)
+    with no_transfer_no_challenge_change(seller):
+        failed = task_of(pay(url, second, replayed))
+    metadata = status_metadata(failed)
+    assert failed["status"]["state"] == "input-required"
+    assert metadata[STATUS] == "payment-failed"
+    assert metadata[ERROR] == "DUPLICATE_NONCE"
+    assert metadata["x402srv.problem"]["code"] == "TX_ALREADY_REDEEMED"
+
+    # as it is (naming task A's challenge) it is refused as another task's payment
+    with no_transfer_no_challenge_change(seller):
+        error = error_of(pay(url, second, payment), -32602)
+    assert error["data"]["code"] == "REQUEST_ID_CONFLICT"

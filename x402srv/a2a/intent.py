@@ -1,0 +1,157 @@
+"""What a client's message asks for, read the same way for every transport of A2A.
+
+A message without ``taskId`` asks for the catalog or names a plan:
+
+- a data part with ``planId`` (and maybe ``requestId``, ``resourceId``): a purchase,
+  those fields read exactly as the ``POST /x402/access`` body;
+- else text that names exactly one plan id as a word ("Buy the hourly plan"): a
+  purchase of that plan;
+- else (no plan, or several named): the catalog.
+
+A message on a task carries the x402 extension's ``x402.payment.status``:
+``payment-submitted`` with ``x402.payment.payload`` (a v2 PaymentPayload, checked
+by ``protocol.parse_payment_payload`` like the ``PAYMENT-SIGNATURE`` header) or
+``payment-rejected``. Anything malformed is -32602 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..protocol import AccessBody, PaymentPayload, parse_access_body, parse_payment_payload
+from .extension import PAYLOAD_KEY, STATUS_KEY, PaymentStatus
+from .jsonrpc import INVALID_PARAMS, RpcError
+from .outcomes import rpc_error
+from .wire import DataPart, Message, TextPart
+
+__all__ = [
+    "Catalog",
+    "PaymentRejected",
+    "PaymentSubmitted",
+    "Purchase",
+    "Unrelated",
+    "read_followup",
+    "read_request",
+]
+
+_BODY_KEYS = ("planId", "requestId", "resourceId")
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """No single plan named: answer with every plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class Purchase:
+    body: AccessBody
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentSubmitted:
+    payment: PaymentPayload
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentRejected:
+    """The client declines to pay: the task is canceled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unrelated:
+    """A message on a task without an x402 payment status."""
+
+
+def _status(message: Message) -> str | None:
+    value = (message.metadata or {}).get(STATUS_KEY)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RpcError(INVALID_PARAMS, {"detail": f"{STATUS_KEY} must be a string"})
+    return value
+
+
+def _named_plans(texts: Iterable[str], plan_ids: Iterable[str]) -> list[str]:
+    text = " ".join(texts)
+    return [
+        plan_id
+        for plan_id in plan_ids
+        if re.search(rf"(?<![\w.-]){re.escape(plan_id)}(?![\w.-])", text, re.IGNORECASE)
+    ]
+
+
+def _body(fields: dict[str, Any]) -> AccessBody:
+    """The data part's fields, validated exactly as the HTTP body's would be."""
+    raw = json.dumps(fields).encode()
+    try:
+        return parse_access_body(raw, "application/json")
+    except InvalidRequest as exc:
+        raise rpc_error(exc) from None
+
+
+#: Doubles represent every integer up to here exactly.
+_EXACT_DOUBLE = 2**53
+
+
+def _whole_numbers(value: Any) -> Any:
+    """Integral floats back to integers (``2.0`` -> ``2``), everywhere in a JSON value.
+
+    The ``a2a-sdk`` client carries message metadata through a protobuf ``Struct``,
+    whose numbers are doubles: the PaymentPayload it sends has ``"x402Version": 2.0``
+    and ``"maxTimeoutSeconds": 300.0``. Those are the same JSON numbers; the strict
+    x402 parser still sees everything else exactly as the client wrote it.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT_DOUBLE:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    return value
+
+
+def read_request(message: Message, plan_ids: Iterable[str]) -> Catalog | Purchase:
+    if _status(message) is not None:
+        raise RpcError(
+            INVALID_PARAMS,
+            {
+                "detail": f"{STATUS_KEY} belongs on a message that names the taskId of the "
+                "task asking for the payment"
+            },
+        )
+    for part in message.parts:
+        if isinstance(part, DataPart) and "planId" in part.data:
+            return Purchase(_body({k: part.data[k] for k in _BODY_KEYS if k in part.data}))
+    texts = [part.text for part in message.parts if isinstance(part, TextPart)]
+    named = _named_plans(texts, plan_ids)
+    if len(named) == 1:
+        return Purchase(AccessBody(named[0], None, "default"))
+    return Catalog()
+
+
+def read_followup(message: Message) -> PaymentSubmitted | PaymentRejected | Unrelated:
+    status = _status(message)
+    if status is None:
+        return Unrelated()
+    if status == PaymentStatus.REJECTED:
+        return PaymentRejected()
+    if status != PaymentStatus.SUBMITTED:
+        raise RpcError(
+            INVALID_PARAMS,
+            {"detail": f"{STATUS_KEY} from a client is 'payment-submitted' or 'payment-rejected'"},
+        )
+    metadata = message.metadata or {}
+    if PAYLOAD_KEY not in metadata:
+        raise RpcError(
+            INVALID_PARAMS, {"detail": f"payment-submitted needs {PAYLOAD_KEY} (a PaymentPayload)"}
+        )
+    try:
+        payment = parse_payment_payload(_whole_numbers(metadata[PAYLOAD_KEY]), where=PAYLOAD_KEY)
+    except InvalidRequest as exc:
+        raise rpc_error(exc) from None
+    return PaymentSubmitted(payment)

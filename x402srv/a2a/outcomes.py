@@ -1,0 +1,281 @@
+"""Pipeline answers -> task updates: the one table from SPEC 4.2 outcomes to A2A.
+
+The pipeline decides; this module only says how each of its answers looks on a
+task. ``Update`` is that look; ``apply`` folds it into the stored task (pure, so
+the repository can re-apply it after losing a compare-and-set).
+
+    pipeline answer                 task state      x402.payment.status  x402.payment.error
+    ------------------------------  --------------  -------------------  --------------------
+    402 offer (challenge)           input-required  payment-required
+    200 AccessGrant                 completed       payment-completed    (receipt appended)
+    402 PAYMENT_FAILED (reason)     input-required  payment-failed       REASON_CODES[reason]
+    409 TX_ALREADY_REDEEMED         input-required  payment-failed       DUPLICATE_NONCE
+    409 SETTLEMENT_IN_PROGRESS      working         payment-submitted    (retry hint)
+    502 SETTLEMENT_PENDING          working         payment-submitted    (retry hint)
+    500 paid, credential pending    working         payment-completed    (retry hint, receipt)
+    410 CHALLENGE_EXPIRED           failed          payment-failed       EXPIRED_PAYMENT
+    400 INVALID_REQUEST,            JSON-RPC -32602 Invalid params; the task is unchanged
+        TIER_NOT_FOUND,
+    409 REQUEST_ID_CONFLICT
+    503 STORE_UNAVAILABLE, 500      JSON-RPC -32603 Internal error; task unchanged, nothing settled
+
+``tasks/get`` asks the pipeline again about a task that is not final (the same
+request without a payment), so polling a ``working`` task ends in ``completed``
+once the chain shows the transfer, or back in ``input-required``
+(``SETTLEMENT_FAILED``) once it shows none; a task paid over HTTP with its
+requestId shows ``completed`` too. Failed payments leave the task
+``input-required`` with the same PaymentRequired, so the client can sign a new
+authorization and pay again. ``completed`` is never undone, and it replaces a
+``canceled`` or ``failed`` that raced it: a transfer always ends in a grant.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import (
+    ChallengeExpired,
+    CredentialPending,
+    PaymentFailed,
+    ProblemError,
+    SettlementInProgress,
+    SettlementPending,
+    TxAlreadyRedeemed,
+)
+from ..offers import AccessGranted, PaymentOffer
+from ..pipeline import AccessResult
+from .documents import TERMINAL_STATES, Note, Purchase, TaskRecord, TaskState, new_id
+from .extension import REDEEMED_REASON, ExtensionError, PaymentStatus, error_code
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+
+__all__ = [
+    "Update",
+    "apply",
+    "canceled",
+    "from_problem",
+    "from_result",
+    "new_task",
+    "problem_data",
+    "rpc_error",
+    "settlement_failed_after_all",
+]
+
+#: The x402 PaymentRequired members of our 402 body; the rest are our challenge members.
+_PAYMENT_REQUIRED_KEYS = ("x402Version", "error", "resource", "accepts")
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """How one pipeline answer changes a task."""
+
+    state: TaskState
+    note: Note
+    challenge_id: str | None = None
+    required: dict[str, Any] | None = None
+    offer: dict[str, Any] | None = None
+    receipt: dict[str, Any] | None = None
+    grant: dict[str, Any] | None = None
+
+
+def problem_data(error: ProblemError) -> dict[str, Any]:
+    """The problem document (secret-free by construction) plus its retry hint."""
+    data = error.to_problem()
+    if error.retry_after is not None:
+        data["retryAfter"] = max(1, int(error.retry_after))
+    return data
+
+
+def rpc_error(error: ProblemError) -> RpcError:
+    """A pipeline refusal that leaves the task as it was: bad input, or nothing settled."""
+    code = INVALID_PARAMS if 400 <= error.status < 500 else INTERNAL_ERROR
+    return RpcError(code, problem_data(error))
+
+
+def _decode_response(header: str) -> dict[str, Any]:
+    document = json.loads(base64.b64decode(header))
+    assert isinstance(document, dict)
+    return document
+
+
+def from_result(result: AccessResult) -> Update:
+    if isinstance(result, PaymentOffer):
+        body = result.body
+        plan = body.get("planId", "")
+        return Update(
+            state=TaskState.INPUT_REQUIRED,
+            note=Note(
+                text=(
+                    f"Payment is required for plan {plan}: sign one of "
+                    "x402.payment.required.accepts (x402 exact, EIP-3009) and send it on "
+                    "this task with x402.payment.status 'payment-submitted'."
+                ),
+                payment_status=PaymentStatus.REQUIRED,
+            ),
+            challenge_id=body.get("challengeId"),
+            required={key: body[key] for key in _PAYMENT_REQUIRED_KEYS if key in body},
+            offer=body,
+        )
+    assert isinstance(result, AccessGranted)
+    grant = result.grant
+    return Update(
+        state=TaskState.COMPLETED,
+        note=Note(
+            text=(
+                f"Payment settled in {grant['txHash']}. The AccessGrant is in the artifact: "
+                "send its accessToken as Authorization: Bearer to the seller's API."
+            ),
+            payment_status=PaymentStatus.COMPLETED,
+        ),
+        challenge_id=grant.get("challengeId"),
+        receipt=_decode_response(result.payment_response),
+        grant=grant,
+    )
+
+
+def _failed_receipt(reason: str, network: str) -> dict[str, Any]:
+    return {"success": False, "errorReason": reason, "transaction": "", "network": network}
+
+
+def _sentence(error: ProblemError) -> str:
+    detail = error.detail.rstrip(". ")
+    return f"{detail[:1].upper()}{detail[1:]}."
+
+
+def _retry_text(error: ProblemError) -> str:
+    wait = max(1, int(error.retry_after or 1))
+    return (
+        f"{_sentence(error)} Ask again with tasks/get (or send the same payment again) in {wait} s."
+    )
+
+
+def from_problem(error: ProblemError, network: str) -> Update:
+    """The table's failure rows; refusals that change no task are raised as ``RpcError``."""
+    if isinstance(error, PaymentFailed):
+        return Update(
+            state=TaskState.INPUT_REQUIRED,
+            note=Note(
+                text=f"Payment failed: {_sentence(error)} Sign a new authorization and pay again.",
+                payment_status=PaymentStatus.FAILED,
+                error=error_code(error.reason),
+                problem=problem_data(error),
+            ),
+            receipt=_failed_receipt(error.reason, network),
+        )
+    if isinstance(error, TxAlreadyRedeemed):
+        return Update(
+            state=TaskState.INPUT_REQUIRED,
+            note=Note(
+                text=f"Payment failed: {_sentence(error)} Sign a new authorization and pay again.",
+                payment_status=PaymentStatus.FAILED,
+                error=ExtensionError.DUPLICATE_NONCE,
+                problem=problem_data(error),
+            ),
+            receipt=_failed_receipt(REDEEMED_REASON, network),
+        )
+    if isinstance(error, SettlementInProgress | SettlementPending):
+        return Update(
+            state=TaskState.WORKING,
+            note=Note(
+                text=_retry_text(error),
+                payment_status=PaymentStatus.SUBMITTED,
+                retry_after=max(1, int(error.retry_after or 1)),
+                problem=problem_data(error),
+            ),
+        )
+    if isinstance(error, CredentialPending):
+        tx_hash = str(error.extra.get("txHash", ""))
+        return Update(
+            state=TaskState.WORKING,
+            note=Note(
+                text=_retry_text(error),
+                payment_status=PaymentStatus.COMPLETED,
+                retry_after=max(1, int(error.retry_after or 1)),
+                problem=problem_data(error),
+            ),
+            receipt={"success": True, "transaction": tx_hash, "network": network},
+        )
+    if isinstance(error, ChallengeExpired):
+        return Update(
+            state=TaskState.FAILED,
+            note=Note(
+                text=f"{_sentence(error)} It can no longer be paid. Start a new task to buy.",
+                payment_status=PaymentStatus.FAILED,
+                error=ExtensionError.EXPIRED_PAYMENT,
+                problem=problem_data(error),
+            ),
+        )
+    raise rpc_error(error)
+
+
+def settlement_failed_after_all(offer: Update) -> Update:
+    """A ``working`` task whose challenge is payable again: the chain shows no transfer."""
+    return replace(
+        offer,
+        note=Note(
+            text=(
+                "Payment failed: the settlement did not go through (nothing was transferred). "
+                "Sign a new authorization and pay again."
+            ),
+            payment_status=PaymentStatus.FAILED,
+            error=ExtensionError.SETTLEMENT_FAILED,
+        ),
+    )
+
+
+def canceled(*, rejected: bool) -> Update:
+    if rejected:
+        note = Note(
+            text="The payment was rejected by the client; the task is canceled.",
+            payment_status=PaymentStatus.REJECTED,
+        )
+    else:
+        note = Note(text="The task was canceled by the client.")
+    return Update(state=TaskState.CANCELED, note=note)
+
+
+def apply(current: TaskRecord, update: Update, now: float) -> TaskRecord | None:
+    """The task after ``update``, or None when nothing is to be written.
+
+    A completed task never changes (its grant is final). Other terminal states
+    only give way to ``completed``: a transfer the chain shows always ends in a
+    grant on the task, even if the client canceled while it was being settled.
+    """
+    if current.state is TaskState.COMPLETED:
+        return None
+    if current.state in TERMINAL_STATES and update.state is not TaskState.COMPLETED:
+        return None
+    changed = replace(
+        current,
+        state=update.state,
+        note=update.note,
+        challenge_id=update.challenge_id or current.challenge_id,
+        required=update.required or current.required,
+        offer=update.offer or current.offer,
+        receipts=current.with_receipt(update.receipt),
+        grant=update.grant or current.grant,
+    )
+    if changed.same_as(current):
+        return None
+    return replace(changed, message_id=new_id(), updated_at=now)
+
+
+def new_task(
+    task_id: str, context_id: str, purchase: Purchase, update: Update, now: float
+) -> TaskRecord:
+    """A task as its first pipeline answer leaves it."""
+    return TaskRecord(
+        task_id=task_id,
+        context_id=context_id,
+        purchase=purchase,
+        state=update.state,
+        note=update.note,
+        updated_at=now,
+        challenge_id=update.challenge_id,
+        required=update.required,
+        offer=update.offer,
+        receipts=(update.receipt,) if update.receipt else (),
+        grant=update.grant,
+    )
