@@ -8,15 +8,19 @@ into problem+json. Plugins are opened in ``before_server_start`` and closed in
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
 
 from sanic import Request, Sanic
 from sanic.exceptions import SanicException
-from sanic.response import HTTPResponse
+from sanic.response import BaseHTTPResponse, HTTPResponse
 from sanic_ext import Extend
 
+from . import metrics
+from .a2a import A2AEndpoint, A2AService, sniff_envelope
 from .card import agent_card
 from .config import Config
 from .errors import (
@@ -25,12 +29,17 @@ from .errors import (
     MethodNotAllowed,
     NotFound,
     ProblemError,
+    StoreUnavailable,
 )
+from .gateway.install import install_gateway
+from .health import readiness
 from .http_problem import problem_response
 from .interfaces import Clock, system_clock
+from .logs import REQUEST_ID_HEADER, new_request_id, request_id_var
 from .offers import AccessGranted, PaymentOffer
 from .pipeline import AccessPipeline, AccessRequest
 from .protocol import MAX_BODY_BYTES
+from .reconciler import Reconciler
 from .registry import Built, Registry
 
 __all__ = ["create_app"]
@@ -55,6 +64,7 @@ def create_app(
 ) -> Sanic[Any, Any]:
     """Build the server for ``config``; raises ``ConfigError`` if a plugin cannot be built."""
     built = built or (registry or Registry()).build(config, clock=clock)
+    metrics.install(metrics.PrometheusMetrics() if config.metrics.enabled else metrics.Metrics())
     pipeline = AccessPipeline(
         config,
         store=built.store,
@@ -62,6 +72,7 @@ def create_app(
         issuer=built.issuer,
         chain=built.chain,
         clock=clock,
+        metrics=metrics.current(),
     )
     # Our root handler formats every log line; Sanic's own handlers would print each twice.
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
@@ -80,15 +91,35 @@ def create_app(
             "health": False,
             "cors": bool(config.server.cors_origins),
             "cors_origins": ",".join(config.server.cors_origins),
-            "cors_expose_headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE",
-            "cors_allow_headers": "content-type, payment-signature, authorization",
+            "cors_expose_headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-A2A-Extensions, "
+            "X-X402-Access-Token, X-X402-Grant",
+            "cors_allow_headers": "content-type, payment-signature, authorization, "
+            "x-a2a-extensions, a2a-extensions",
             "http_auto_trace": False,
         },
     )
+    _request_ids(app)
     _lifecycle(app, built)
     _routes(app, config, pipeline, built)
+    install_gateway(app, pipeline)  # [[routes]]: x402srv/gateway/
     _errors(app)
     return app
+
+
+def _request_ids(app: Sanic[Any, Any]) -> None:
+    """Every request gets an id: on its log lines and echoed in ``X-Request-Id``."""
+
+    async def assign_request_id(request: Request) -> None:
+        request.ctx.request_id = new_request_id(request.headers.get(REQUEST_ID_HEADER))
+        request_id_var.set(request.ctx.request_id)
+
+    async def echo_request_id(request: Request, response: BaseHTTPResponse) -> None:
+        request_id = getattr(request.ctx, "request_id", None)
+        if request_id is not None:
+            response.headers[REQUEST_ID_HEADER] = request_id
+
+    app.register_middleware(assign_request_id, "request", priority=1000)
+    app.register_middleware(echo_request_id, "response", priority=1000)
 
 
 def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
@@ -99,6 +130,24 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
             await built.chain.open()
         await built.settler.start()
         await built.issuer.start()
+
+    @app.after_server_start
+    async def start_reconciler(app: Sanic[Any, Any]) -> None:
+        config: Config = app.ctx.config
+        if config.reconciler.enabled:
+            reconciler = Reconciler(app.ctx.pipeline, config.reconciler)
+            # Our own task on the running loop (Sanic's add_task defers it under ASGI).
+            app.ctx.reconciler_task = asyncio.get_running_loop().create_task(
+                reconciler.run_forever(), name="x402srv-reconciler"
+            )
+
+    @app.before_server_stop
+    async def stop_reconciler(app: Sanic[Any, Any]) -> None:
+        task = getattr(app.ctx, "reconciler_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     @app.after_server_stop
     async def close_plugins(app: Sanic[Any, Any]) -> None:
@@ -112,12 +161,31 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built) -> None:
     card = _json(agent_card(config))
     base = config.server.base_path
+    a2a = A2AEndpoint(A2AService(config, pipeline, built.store, pipeline.clock))
+    app.ctx.a2a, app.ctx.a2a_path = a2a, f"{base}{config.server.a2a_path}"
 
     async def agent_card_route(request: Request) -> HTTPResponse:
         return HTTPResponse(card, content_type=_JSON)
 
     app.add_route(agent_card_route, "/.well-known/agent.json", methods=["GET"], name="card")
     app.add_route(agent_card_route, "/.well-known/agent-card.json", methods=["GET"], name="card2")
+
+    @app.get("/healthz", name="healthz")
+    async def healthz(request: Request) -> HTTPResponse:
+        return HTTPResponse(b'{"status":"ok"}', content_type=_JSON, headers=_NO_STORE)
+
+    @app.get("/readyz", name="readyz")
+    async def readyz(request: Request) -> HTTPResponse:
+        ready = await readiness(built.store, built.chain, built.settler)
+        return HTTPResponse(_json(ready), content_type=_JSON, headers=_NO_STORE)
+
+    if config.metrics.enabled:
+        sink = metrics.current()
+
+        @app.get(config.metrics.path, name="metrics")
+        async def metrics_route(request: Request) -> HTTPResponse:
+            body, content_type = sink.exposition()
+            return HTTPResponse(body, content_type=content_type, headers=_NO_STORE)
 
     @app.get("/.well-known/jwks.json", name="jwks")
     async def jwks(request: Request) -> HTTPResponse:
@@ -128,6 +196,9 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
 
     @app.post(f"{base}/x402/access", name="access")
     async def access(request: Request) -> HTTPResponse:
+        envelope = sniff_envelope(request.body)
+        if envelope is not None:  # the card's url speaks A2A JSON-RPC too
+            return await a2a.respond_document(envelope, request.headers)
         result = await pipeline.handle(
             AccessRequest(
                 body=request.body,
@@ -142,30 +213,16 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
         headers = {"PAYMENT-RESPONSE": result.payment_response, **_NO_STORE}
         return HTTPResponse(_json(result.grant), 200, headers, _JSON)
 
-    @app.post(f"{base}{config.server.a2a_path}", name="a2a")
-    async def a2a(request: Request) -> HTTPResponse:
-        request_id: Any = None
-        try:
-            envelope = json.loads(request.body or b"null")
-            if isinstance(envelope, dict) and isinstance(envelope.get("id"), str | int):
-                request_id = envelope["id"]
-        except (ValueError, RecursionError):
-            pass
-        body = {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "error": {
-                "code": -32004,
-                "message": "A2A JSON-RPC is not implemented yet; use POST "
-                f"{config.access_url} (x402 over HTTP)",
-            },
-        }
-        return HTTPResponse(_json(body), 501, content_type=_JSON)
+    @app.post(app.ctx.a2a_path, name="a2a")
+    async def a2a_route(request: Request) -> HTTPResponse:
+        return await a2a.respond(request.body, request.headers)
 
 
 def _errors(app: Sanic[Any, Any]) -> None:
     @app.exception(ProblemError)
     async def problem(request: Request, error: ProblemError) -> HTTPResponse:
+        if isinstance(error, StoreUnavailable):
+            metrics.current().store_error()
         return problem_response(error)
 
     @app.exception(SanicException)
@@ -175,6 +232,9 @@ def _errors(app: Sanic[Any, Any]) -> None:
             return problem_response(NotFound(f"no route for {request.path}"))
         if status == 405:
             return problem_response(MethodNotAllowed(f"{request.method} is not allowed here"))
+        if status == 413 and request.path == request.app.ctx.a2a_path:
+            endpoint: A2AEndpoint = request.app.ctx.a2a  # JSON-RPC clients get JSON-RPC
+            return endpoint.too_large(MAX_BODY_BYTES, request.headers)
         if 400 <= status < 500:
             # Oversized bodies/headers and malformed HTTP: the client's input, answered as such.
             return problem_response(InvalidRequest(_client_error_detail(status)))

@@ -3,6 +3,10 @@
     x402srv --config FILE [--host H] [--port P] [--workers N]   serve (the main job)
     x402srv check --config FILE                                  validate, print resolved config
     x402srv plugins                                              list plugins and what they register
+    x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
+    x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
+    x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
+    x402srv demo [--keep]                                        a purchase on a local chain, explained
 
 Exit codes: 0 ok, 2 bad usage or config, 1 anything else.
 """
@@ -13,21 +17,28 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
 
+from . import operations
+from .audit import AuditReport, audit
 from .config import Config, ServerConfig, load_config
-from .errors import ConfigError, StoreUnavailable
+from .errors import ConfigError, ProblemError, StoreUnavailable
 from .logs import configure_logging
+from .metrics import MULTIPROCESS_ENV
+from .offers import rfc3339
+from .records import State
 from .registry import Built, Registry
 
 __all__ = ["main"]
 
-COMMANDS = ("serve", "check", "plugins")
+COMMANDS = ("serve", "check", "plugins", "reconcile", "challenges", "audit", "demo")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Payment-gated access server (x402 v2, A2A agent card, bearer tokens).",
         epilog="Without a command, x402srv serves: x402srv --config seller.toml",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{serve,check,plugins}")
+    commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     serve = commands.add_parser("serve", help="serve the access endpoint (default)")
     serve.add_argument("--config", required=True, help="seller TOML file")
     serve.add_argument("--host", help="override [server] host")
@@ -45,6 +56,30 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a config and print it without secrets")
     check.add_argument("--config", required=True, help="seller TOML file")
     commands.add_parser("plugins", help="list installed plugins")
+    reconcile = commands.add_parser("reconcile", help="run one reconciler pass and print it")
+    reconcile.add_argument("--config", required=True, help="seller TOML file")
+    reconcile.add_argument(
+        "--grace-seconds", type=float, help="override [reconciler] grace_seconds (0 after a crash)"
+    )
+    challenges = commands.add_parser("challenges", help="list, show or cancel challenges")
+    actions = challenges.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="challenges, oldest update first")
+    listing.add_argument("--config", required=True, help="seller TOML file")
+    listing.add_argument("--state", choices=[s.value for s in State], help="only this state")
+    listing.add_argument("--limit", type=int, default=100)
+    for name, text in (
+        ("show", "one challenge with its history"),
+        ("cancel", "PENDING -> CANCELLED"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("challenge_id")
+        action.add_argument("--config", required=True, help="seller TOML file")
+    audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
+    audit.add_argument("--config", required=True, help="seller TOML file")
+    audit.add_argument("--from-block", type=int, required=True)
+    audit.add_argument("--to-block", type=int)
+    demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")
+    demo.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
     return parser
 
 
@@ -65,6 +100,8 @@ def build_app(config_path: str, overrides: dict[str, Any]) -> Any:
     """App factory for Sanic's worker processes (each worker builds its own app)."""
     from .app import create_app
 
+    configure_logging()  # a spawned worker does not inherit the parent's handlers
+
     return create_app(_with_overrides(load_config(config_path), overrides))
 
 
@@ -76,6 +113,9 @@ def _serve(args: argparse.Namespace) -> int:
     config = _with_overrides(load_config(args.config), overrides)
     # Fail here, with exit code 2 and one clear message, not inside a worker.
     asyncio.run(_preflight(Registry().build(config)))
+    if config.metrics.enabled:
+        # Set before any worker imports prometheus_client: each writes its samples there.
+        os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
     server = config.server
     loader = AppLoader(factory=partial(build_app, args.config, overrides))
     app = loader.load()
@@ -136,6 +176,70 @@ def _plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reconcile(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    report = asyncio.run(operations.reconcile(config, grace_seconds=args.grace_seconds))
+    if report is None:
+        print("x402srv: another reconciler holds the lease; try again", file=sys.stderr)
+        return 1
+    for change in report.changes:
+        print(change)
+    for challenge_id in report.unresolved:
+        print(f"{challenge_id}  unresolved (the chain has not decided yet, or the issuer failed)")
+    print(
+        f"reconciled: {len(report.changes)} changed, {len(report.unresolved)} unresolved, "
+        f"{report.pruned} pruned",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _challenges(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.action == "list":
+        state = State(args.state) if args.state else None
+        records = asyncio.run(operations.list_records(config, state=state, limit=args.limit))
+        for record in records:
+            print(
+                f"{record.challenge_id}  {record.state.value:9s}  {record.plan_id:12s}  "
+                f"{record.request_id}  updated {rfc3339(record.updated_at)}"
+            )
+        return 0
+    try:
+        if args.action == "show":
+            record = asyncio.run(operations.show(config, args.challenge_id))
+        else:
+            record = asyncio.run(operations.cancel(config, args.challenge_id))
+    except ProblemError as exc:
+        print(f"x402srv: {exc.detail}", file=sys.stderr)
+        return 1
+    print(json.dumps(operations.redacted(record), indent=2))
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+
+    async def run() -> AuditReport:
+        async with operations.opened(config) as pipeline:
+            return await audit(pipeline, from_block=args.from_block, to_block=args.to_block)
+
+    report = asyncio.run(run())
+    print(f"audit of blocks {report.from_block}..{report.to_block}")
+    for transfer, challenge_id in report.matched:
+        print(f"matched    {transfer.tx_hash}  {transfer.value:>12}  challenge {challenge_id}")
+    for transfer, why in report.unmatched:
+        print(f"UNMATCHED  {transfer.tx_hash}  {transfer.value:>12}  from {transfer.payer}: {why}")
+    for challenge_id, tx_hash in report.missing_on_chain:
+        print(f"MISSING    {tx_hash}  challenge {challenge_id} claims it; the chain does not")
+    print(
+        f"{len(report.matched)} matched, {len(report.unmatched)} unmatched transfers, "
+        f"{len(report.missing_on_chain)} records without their transfer",
+        file=sys.stderr,
+    )
+    return 0 if report.clean else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not args_list or (args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help")):
@@ -147,11 +251,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "plugins":
             return _plugins(args)
+        if args.command == "reconcile":
+            return _reconcile(args)
+        if args.command == "challenges":
+            return _challenges(args)
+        if args.command == "audit":
+            return _audit(args)
+        if args.command == "demo":
+            from .demo import run_demo  # only this command loads the demo (and the x402 SDK)
+
+            return run_demo(keep=args.keep)
         return _serve(args)
     except ConfigError as exc:
         print(f"x402srv: configuration error: {exc}", file=sys.stderr)
         return 2
-    except StoreUnavailable as exc:
+    except StoreUnavailable as exc:  # a subclass of ProblemError: before the generic case
         print(f"x402srv: the store cannot be reached: {exc.detail}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from eth_utils.address import is_checksum_address, to_checksum_address
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -36,14 +37,18 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .gateway.route_config import RouteConfig, check_routes
 from .networks import KNOWN_NETWORKS, NetworkInfo, canonical_network_name
 
 __all__ = [
     "Config",
     "CredentialsConfig",
+    "MetricsConfig",
     "NetworkConfig",
     "Plan",
     "PlanConfig",
+    "PreviousKey",
+    "ReconcilerConfig",
     "Secret",
     "SellerConfig",
     "ServerConfig",
@@ -327,6 +332,20 @@ class SettlementConfig(_PluginTables):
         return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
 
 
+class PreviousKey(_Model):
+    """A retired signing key that still verifies tokens it signed (rotation)."""
+
+    key: SecretValue
+    kid: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+def _previous_key(value: Any) -> Any:
+    # A bare secret (string, {env}, {file}) is a key with a derived kid.
+    if isinstance(value, str) or (isinstance(value, dict) and set(value) <= {"env", "file"}):
+        return {"key": value}
+    return value
+
+
 class CredentialsConfig(_PluginTables):
     issuer: str = "jwt"
     secret: SecretValue | None = None
@@ -336,6 +355,33 @@ class CredentialsConfig(_PluginTables):
     kid: str | None = Field(default=None, min_length=1, max_length=128)
     callback: str | None = None
     callback_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    previous_keys: list[Annotated[PreviousKey, BeforeValidator(_previous_key)]] = Field(
+        default_factory=list, max_length=16
+    )
+
+
+class ReconcilerConfig(_Model):
+    """``[reconciler]``: the background task that finishes what requests left behind."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=30.0, ge=1, le=3600)
+    grace_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    retention_days: float = Field(default=30.0, gt=0, le=3650)
+    batch_size: int = Field(default=200, ge=1, le=10_000)
+
+
+class MetricsConfig(_Model):
+    """``[metrics]``: Prometheus text at ``path`` (needs the ``metrics`` extra)."""
+
+    enabled: bool = False
+    path: str = "/metrics"
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not _PATH.fullmatch(value):
+            raise ValueError('must be a path like "/metrics"')
+        return value
 
 
 class NetworkConfig(_Model):
@@ -372,7 +418,10 @@ class Config(_Model):
     store: StoreConfig = StoreConfig()
     settlement: SettlementConfig = SettlementConfig()
     credentials: CredentialsConfig = CredentialsConfig()
+    reconciler: ReconcilerConfig = ReconcilerConfig()
+    metrics: MetricsConfig = MetricsConfig()
     network: NetworkConfig | None = None
+    routes: list[RouteConfig] = []  # gateway mode: x402srv/gateway/route_config.py
 
     _network_info: NetworkInfo = PrivateAttr()
     _plans: dict[str, Plan] = PrivateAttr()
@@ -383,6 +432,14 @@ class Config(_Model):
         self._base_dir, _ = _context(info)
         self._network_info = self._resolve_network()
         self._plans = self._resolve_plans(self._network_info.decimals)
+        check_routes(self)
+        longest = max(p.token_ttl_seconds for p in self._plans.values())
+        keep = self.reconciler.retention_days * 86_400
+        if keep < longest + self.server.max_timeout_seconds + self.server.challenge_ttl_seconds:
+            raise ValueError(
+                "reconciler.retention_days: records must be kept longer than the longest "
+                "token lifetime plus the payment and challenge windows (replays need them)"
+            )
         return self
 
     def _resolve_network(self) -> NetworkInfo:

@@ -1,21 +1,98 @@
-"""Logging set-up for the ``x402srv`` command.
+"""Logging for the ``x402srv`` command: JSON lines when not on a TTY, a request id on each.
 
-HTTP and RPC client libraries log request URLs (httpx at INFO, web3 at DEBUG);
-facilitator and RPC URLs may carry credentials or API keys, so those loggers
-are held at WARNING whatever the root level is (``sanic.root`` too: it only
-prints the extensions banner at INFO).
+Every HTTP request gets an id (the client's ``X-Request-Id`` when it is a sane
+token, else a fresh one); it is echoed in the response's ``X-Request-Id`` and
+put on every log line written while handling the request, so one purchase can
+be followed across lines (and, with challengeId/requestId, across retries).
+
+What never goes into a log line: signatures, tokens, keys, payloads, and
+credentialed URLs. HTTP and RPC client libraries log request URLs (httpx at
+INFO, web3 at DEBUG), so those loggers are held at WARNING.
 """
 
 from __future__ import annotations
 
+import contextvars
+import json
 import logging
+import re
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
 
-__all__ = ["configure_logging"]
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "configure_logging",
+    "current_request_id",
+    "new_request_id",
+    "request_id_var",
+]
 
 QUIET_LOGGERS = ("httpx", "httpcore", "web3", "urllib3", "websockets", "sanic.root")
+REQUEST_ID_HEADER = "X-Request-Id"
+_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "x402srv_request_id", default=None
+)
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def current_request_id() -> str | None:
+    return request_id_var.get()
+
+
+def new_request_id(offered: str | None) -> str:
+    """The client's id if it is a sane token (so its own logs line up), else a fresh one."""
+    if offered and _SANE_ID.fullmatch(offered):
+        return offered
+    return uuid.uuid4().hex
+
+
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id_http"):
+            record.request_id_http = request_id_var.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request id, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and value is not None:
+                line["http_request_id" if key == "request_id_http" else key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s%(rid)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        rid = getattr(record, "request_id_http", None)
+        record.rid = f" [{rid}]" if rid else ""
+        return super().format(record)
+
+
+def configure_logging(level: int = logging.INFO, *, json_lines: bool | None = None) -> None:
+    """Root handler on stderr; JSON unless stderr is a terminal (``json_lines`` overrides)."""
+    use_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
+    handler.addFilter(_RequestIdFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))

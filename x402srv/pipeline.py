@@ -23,9 +23,11 @@ reaches the store's write path or the chain.
  6. Claim the payment ``(chainId, asset, from, nonce)`` and
  7. move PENDING -> SETTLING, both in ONE compare-and-set, before anything goes
     on-chain.          -> 409 TX_ALREADY_REDEEMED / 409 SETTLEMENT_IN_PROGRESS
- 8. Settle with the configured strategy. Rejected: SETTLING -> PENDING and the
-    claim released, 402. Unknown: the lease is ended, the record stays SETTLING
-    and is resolved from the chain; still unknown -> 502 SETTLEMENT_PENDING.
+ 8. Mark the attempt submitted (a compare-and-set of its own), then settle with
+    the configured strategy. Rejected: SETTLING -> PENDING and the claim
+    released, 402. Unknown: the lease is ended, the record stays SETTLING and is
+    resolved from the chain; still unknown -> 502 SETTLEMENT_PENDING. A SETTLING
+    record that was never submitted (its process died) is simply released.
  9. Record the txHash (claimed atomically) and SETTLING -> PAID.
 10. Issue the credential and PAID -> DELIVERED with the grant stored. If the
     issuer fails the record stays PAID; a retry resumes here.
@@ -40,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from dataclasses import dataclass, replace
 
@@ -61,6 +64,7 @@ from .errors import (
     TxAlreadyRedeemed,
     X402SrvError,
 )
+from .failpoints import failpoint
 from .interfaces import (
     Authorization,
     Clock,
@@ -76,10 +80,13 @@ from .interfaces import (
     Store,
     TransitionApplied,
     TransitionRequest,
+    TransitionResult,
     TxClaimed,
     Unknown,
     system_clock,
 )
+from .metrics import Metrics
+from .metrics import current as current_metrics
 from .offers import AccessGranted, OfferBuilder, PaymentOffer
 from .protocol import AccessBody, PaymentPayload, check_payment, decode_payment_header
 from .protocol import parse_access_body as parse_body
@@ -122,7 +129,7 @@ class _AttemptHooks:
     async def note_broadcast(self, tx_hash: str) -> None:
         payment = self._record.payment
         assert payment is not None
-        result = await self._pipeline.store.transition(
+        result = await self._pipeline.transition(
             TransitionRequest(
                 challenge_id=self._record.challenge_id,
                 expect=State.SETTLING,
@@ -147,8 +154,10 @@ class AccessPipeline:
         issuer: CredentialIssuer,
         chain: ChainReader | None,
         clock: Clock = system_clock,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or current_metrics()
         self.store = store
         self.settler = settler
         self.issuer = issuer
@@ -163,6 +172,27 @@ class AccessPipeline:
             verifying_contract=self.network.asset,
         )
         self.lease_seconds = config.settlement.lease_seconds
+
+    async def transition(self, request: TransitionRequest) -> TransitionResult:
+        """Every state change goes through here: one log line per applied transition."""
+        result = await self.store.transition(request)
+        if isinstance(result, TransitionApplied):
+            record = result.record
+            log.info(
+                "challenge %s request %s: %s -> %s (%s)",
+                record.challenge_id,
+                record.request_id,
+                request.expect.value,
+                request.to.value,
+                request.reason,
+                extra={
+                    "challenge_id": record.challenge_id,
+                    "request_id": record.request_id,
+                    "from_state": request.expect.value,
+                    "to_state": request.to.value,
+                },
+            )
+        return result
 
     # ------------------------------------------------------------ steps 0-2
 
@@ -193,7 +223,9 @@ class AccessPipeline:
             self._new_record(plan, request_id, body.resource_id, self.clock())
         )
         assert not isinstance(created, PaymentClaimed)
-        record, _ = created
+        record, was_created = created
+        if was_created:
+            self._log_created(record)
         self._same_request(record, body, plan)
         return await self._dispatch(record, None)
 
@@ -216,6 +248,21 @@ class AccessPipeline:
             updated_at=now,
             implicit=implicit,
             history=(Transition(State.PENDING, now, "challenge created"),),
+        )
+
+    def _log_created(self, record: ChallengeRecord) -> None:
+        self.metrics.challenge_created()
+        log.info(
+            "challenge %s request %s: created as %s for plan %s",
+            record.challenge_id,
+            record.request_id,
+            record.state.value,
+            record.plan_id,
+            extra={
+                "challenge_id": record.challenge_id,
+                "request_id": record.request_id,
+                "to_state": record.state.value,
+            },
         )
 
     @staticmethod
@@ -293,7 +340,7 @@ class AccessPipeline:
                 raise SettlementInProgress(
                     "this challenge is being settled now", retry_after=min(wait, 30)
                 )
-            resolved = await self._resolve(record)
+            resolved = await self.resolve(record)
             if resolved.state is State.SETTLING:
                 raise SettlementPending(
                     "the chain has not shown the outcome of this payment yet; retry the same "
@@ -303,14 +350,15 @@ class AccessPipeline:
             return await self._dispatch(resolved, payment, depth + 1)
         # PENDING
         if now >= record.expires_at:
-            await self._expire(record)
+            await self.expire(record)
             raise ChallengeExpired(f"challenge {record.challenge_id} expired")
         if payment is None:
             return self.offers.challenge(record, self.config.plan_map.get(record.plan_id))
         return await self._attempt(record, payment[0], payment[1], depth)
 
-    async def _expire(self, record: ChallengeRecord) -> None:
-        await self.store.transition(
+    async def expire(self, record: ChallengeRecord) -> ChallengeRecord:
+        """PENDING past expiresAt -> EXPIRED; returns the record as it is now."""
+        result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,
                 expect=State.PENDING,
@@ -319,6 +367,9 @@ class AccessPipeline:
                 reason="expired before payment",
             )
         )
+        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
+            return result.record
+        return record
 
     # ------------------------------------------------------------ steps 5-7
 
@@ -342,7 +393,7 @@ class AccessPipeline:
         offered = self.offers.offered_requirement(record)
         auth = check_payment(payment, offered, self.network, self.domain, now)
         details = self._details(auth, key, now)
-        result = await self.store.transition(
+        result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,
                 expect=State.PENDING,
@@ -362,6 +413,7 @@ class AccessPipeline:
                 raise SettlementInProgress("this challenge is being settled now", retry_after=2)
             return await self._dispatch(result.record, (payment, key), depth + 1)
         assert isinstance(result, TransitionApplied)
+        failpoint("after-claim")
         return await self._settle(result.record, auth, payment, offered, depth)
 
     async def _implicit_purchase(
@@ -393,6 +445,8 @@ class AccessPipeline:
         if not was_created:
             self._same_request(record, body, plan)
             return await self._dispatch(record, (payment, key), 1)
+        self._log_created(record)
+        failpoint("after-claim")
         return await self._settle(record, auth, payment, offered, 0)
 
     # ------------------------------------------------------------ steps 8-9
@@ -405,6 +459,10 @@ class AccessPipeline:
         offered: dict[str, object],
         depth: int,
     ) -> AccessResult:
+        submitted = await self._submit(record)
+        if submitted is None:
+            return await self._after_lost_race(record, None, depth)
+        record = submitted
         assert record.payment is not None
         request = SettlementRequest(
             challenge_id=record.challenge_id,
@@ -421,15 +479,40 @@ class AccessPipeline:
             self.settler.name,
         )
         hooks = _AttemptHooks(self, record)
+        started = time.perf_counter()
         outcome = await self._run_settler(request, hooks)
+        self.metrics.settlement(
+            self.settler.name, type(outcome).__name__.lower(), time.perf_counter() - started
+        )
         try:
             return await self._after_settlement(hooks.record, outcome, depth)
         except StoreUnavailable:
+            if isinstance(outcome, Rejected):
+                raise  # nothing moved on-chain: a plain 503, retry later
             # The chain may already hold the transfer: never answer "nothing was settled".
             raise SettlementPending(
                 "the payment may have settled but could not be recorded yet; retry later",
                 retry_after=PENDING_RETRY_AFTER,
             ) from None
+
+    async def _submit(self, record: ChallengeRecord) -> ChallengeRecord | None:
+        """Hand-over point: after this CAS the outcome is only ever read from the chain."""
+        payment = record.payment
+        assert payment is not None
+        result = await self.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.SETTLING,
+                to=State.SETTLING,
+                at=self.clock(),
+                reason=f"handed to settler {self.settler.name}",
+                attempt_id=payment.attempt_id,
+                changes=RecordChanges(
+                    payment=replace(payment, submitted=True, attempt_id=uuid.uuid4().hex)
+                ),
+            )
+        )
+        return result.record if isinstance(result, TransitionApplied) else None
 
     async def _run_settler(
         self, request: SettlementRequest, hooks: _AttemptHooks
@@ -456,7 +539,7 @@ class AccessPipeline:
                 record, attempt_id, outcome.tx_hash, outcome.payer, depth
             )
         if isinstance(outcome, Rejected):
-            result = await self.store.transition(
+            result = await self.transition(
                 TransitionRequest(
                     challenge_id=record.challenge_id,
                     expect=State.SETTLING,
@@ -489,7 +572,7 @@ class AccessPipeline:
             lease_until=self.clock(),
             broadcast_tx_hash=payment.broadcast_tx_hash or outcome.tx_hash,
         )
-        result = await self.store.transition(
+        result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,
                 expect=State.SETTLING,
@@ -516,7 +599,7 @@ class AccessPipeline:
     async def _record_paid(
         self, record: ChallengeRecord, attempt_id: str, tx_hash: str, payer: str, depth: int
     ) -> AccessResult:
-        result = await self.store.transition(
+        result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,
                 expect=State.SETTLING,
@@ -538,15 +621,57 @@ class AccessPipeline:
             raise TxAlreadyRedeemed("this transaction is already redeemed for another challenge")
         if isinstance(result, TransitionApplied):
             log.info("challenge %s: paid in %s", record.challenge_id, tx_hash)
+            failpoint("after-paid")
             return await self._deliver(result.record, depth)
         return await self._after_lost_race(record, result, depth)
 
-    async def _resolve(self, record: ChallengeRecord) -> ChallengeRecord:
-        """SETTLING with an expired lease: ask the chain, move the record accordingly."""
+    async def resolve(self, record: ChallengeRecord) -> ChallengeRecord:
+        """A SETTLING record nobody is settling any more: decide it, return it as it is now.
+
+        Never submitted -> released (nothing left this server). Submitted -> the
+        chain decides (SPEC 5.2); nothing is ever settled a second time. Safe to
+        call concurrently and while an attempt is still in flight: every move is a
+        compare-and-set on the attempt it saw.
+        """
+        payment = record.payment
+        assert payment is not None
+        request: TransitionRequest | None
+        if not payment.submitted:
+            request = self._release(record, "never handed to a settler; claim released")
+        else:
+            request = await self._verdict(record)
+        if request is None:
+            return record
+        result = await self.transition(request)
+        if isinstance(result, TransitionApplied):
+            log.info("challenge %s: %s", record.challenge_id, request.reason)
+            return result.record
+        if isinstance(result, StateMismatch) and result.record is not None:
+            return result.record
+        log.error(
+            "challenge %s: could not apply %s: %s", record.challenge_id, request.reason, result
+        )
+        return record
+
+    def _release(self, record: ChallengeRecord, reason: str) -> TransitionRequest:
+        assert record.payment is not None
+        return TransitionRequest(
+            challenge_id=record.challenge_id,
+            expect=State.SETTLING,
+            to=State.PENDING,
+            at=self.clock(),
+            reason=reason,
+            attempt_id=record.payment.attempt_id,
+            changes=RecordChanges(clear_payment=True),
+            release_payment=True,
+        )
+
+    async def _verdict(self, record: ChallengeRecord) -> TransitionRequest | None:
+        """The move the chain justifies for a submitted attempt, or None while undecided."""
         payment = record.payment
         assert payment is not None
         if self.chain is None:
-            return record
+            return None
         try:
             verdict = await resolve_authorization(
                 self.chain,
@@ -560,9 +685,9 @@ class AccessPipeline:
             )
         except ChainUnavailable as exc:
             log.warning("challenge %s: cannot resolve from chain: %s", record.challenge_id, exc)
-            return record
+            return None
         if isinstance(verdict, Transferred):
-            request = TransitionRequest(
+            return TransitionRequest(
                 challenge_id=record.challenge_id,
                 expect=State.SETTLING,
                 to=State.PAID,
@@ -572,33 +697,25 @@ class AccessPipeline:
                 changes=RecordChanges(tx_hash=verdict.tx_hash, payer=payment.payer),
                 claim_tx_hash=verdict.tx_hash,
             )
-        elif isinstance(verdict, NotTransferred):
-            request = TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.SETTLING,
-                to=State.PENDING,
-                at=self.clock(),
-                reason=f"resolved from chain: {verdict.why}",
-                attempt_id=payment.attempt_id,
-                changes=RecordChanges(clear_payment=True),
-                release_payment=True,
-            )
-        else:
-            return record
-        result = await self.store.transition(request)
-        if isinstance(result, TransitionApplied):
-            log.info("challenge %s: %s", record.challenge_id, request.reason)
-            return result.record
-        if isinstance(result, StateMismatch) and result.record is not None:
-            return result.record
-        log.error(
-            "challenge %s: could not apply %s: %s", record.challenge_id, request.reason, result
-        )
-        return record
+        if isinstance(verdict, NotTransferred):
+            return self._release(record, f"resolved from chain: {verdict.why}")
+        return None
 
     # ------------------------------------------------------------ steps 10-11
 
     async def _deliver(self, record: ChallengeRecord, depth: int) -> AccessResult:
+        delivered = await self.deliver(record)
+        if delivered.state is State.DELIVERED:
+            return self.offers.granted(delivered)
+        return await self._dispatch(delivered, None, depth + 1)
+
+    async def deliver(self, record: ChallengeRecord) -> ChallengeRecord:
+        """Step 10 for a PAID record: issue, store the grant, PAID -> DELIVERED.
+
+        Returns the record as it is now (DELIVERED, or whatever a concurrent
+        request made of it). If the issuer fails the record stays PAID and
+        ``CredentialPending`` is raised; calling again retries the issuer.
+        """
         assert record.tx_hash is not None
         assert record.payer is not None
         plan = self.config.plan_map.get(record.plan_id)
@@ -632,18 +749,22 @@ class AccessPipeline:
                 retry_after=PENDING_RETRY_AFTER,
                 extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
             ) from None
-        grant = self.offers.grant(record, credential)
-        result = await self.store.transition(
+        failpoint("after-grant")
+        result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,
                 expect=State.PAID,
                 to=State.DELIVERED,
                 at=self.clock(),
                 reason="credential issued",
-                changes=RecordChanges(grant=grant),
+                changes=RecordChanges(grant=self.offers.grant(record, credential)),
             )
         )
         if isinstance(result, TransitionApplied):
-            log.info("challenge %s: delivered", record.challenge_id)
-            return self.offers.granted(result.record)
-        return await self._after_lost_race(record, result, depth)
+            self.metrics.grant_issued()
+            return result.record
+        current = result.record if isinstance(result, StateMismatch) else None
+        current = current or await self.store.get_challenge(record.challenge_id)
+        if current is None:
+            raise InternalError()
+        return current

@@ -25,8 +25,11 @@ from .networks import NetworkInfo
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_HEADER_CHARS",
+    "MAX_JSON_CONTAINERS",
     "AccessBody",
+    "JsonTooDeep",
     "PaymentPayload",
+    "bounded_json",
     "check_payment",
     "decode_payment_header",
     "encode_header",
@@ -104,10 +107,42 @@ class AccessBody:
     resource_id: str
 
 
-def _loads(raw: bytes | str, what: str) -> Any:
+MAX_JSON_CONTAINERS = 256
+
+
+class JsonTooDeep(ValueError):
+    """More JSON arrays/objects than any document we accept contains."""
+
+
+def bounded_json(raw: bytes | str) -> Any:
+    """``json.loads`` for input we do not control, with nesting bounded up front.
+
+    eth-account pulls in py_ecc, which raises Python's recursion limit to
+    100000; the C JSON parser then recurses on ``[[[[...`` until the C stack
+    overflows and the process dies (a 64 KiB body was enough). Counting the
+    containers first is a C-speed scan, and no document we accept needs more.
+    Raises ValueError (``JsonTooDeep`` for the bound).
+    """
+    if isinstance(raw, bytes):
+        opening = raw.count(b"[") + raw.count(b"{")
+    else:
+        opening = raw.count("[") + raw.count("{")
+    if opening > MAX_JSON_CONTAINERS:
+        raise JsonTooDeep(f"more than {MAX_JSON_CONTAINERS} JSON arrays/objects")
     try:
         return json.loads(raw)
-    except (ValueError, RecursionError, UnicodeDecodeError):
+    except RecursionError:
+        raise JsonTooDeep("nested too deeply") from None
+
+
+def _loads(raw: bytes | str, what: str) -> Any:
+    try:
+        return bounded_json(raw)
+    except JsonTooDeep:
+        raise InvalidRequest(
+            f"{what} has more than {MAX_JSON_CONTAINERS} JSON arrays/objects"
+        ) from None
+    except (ValueError, UnicodeDecodeError):
         raise InvalidRequest(f"{what} is not valid JSON") from None
 
 

@@ -356,3 +356,18 @@ def test_unknown_routes_and_methods_are_problems(seller: Seller) -> None:
     assert_problem(httpx.get(f"{seller.server.url}/nope"), 404, "NOT_FOUND")
     assert_problem(httpx.get(seller.access_url), 405, "METHOD_NOT_ALLOWED")
     json.loads(httpx.get(f"{seller.server.url}/.well-known/agent.json").text)
+
+
+def test_advisory_unclosed_nesting_does_not_crash_the_server(seller: Seller) -> None:
+    """64 KiB of '[' once overflowed the C stack (py_ecc lifts the recursion limit): a crash."""
+    with nothing_changes(seller):
+        for body in (b"[" * 65_000, b'{"a":' * 13_000):
+            response = httpx.post(
+                seller.access_url, content=body, headers={"content-type": "application/json"}
+            )
+            assert_problem(response, 400, "INVALID_REQUEST")
+        header = base64.b64encode(b"[" * 6000).decode()
+        response = httpx.post(seller.access_url, json={}, headers={"PAYMENT-SIGNATURE": header})
+        assert_problem(response, 400, "INVALID_REQUEST")
+    assert seller.server.process is not None
+    assert seller.server.process.poll() is None, "the server died"

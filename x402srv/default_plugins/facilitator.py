@@ -42,6 +42,7 @@ from ..interfaces import (
     Unknown,
 )
 from ..plugin_context import PluginContext
+from ..protocol import bounded_json
 from ..resolution import NotTransferred, Transferred, resolve_authorization
 
 log = logging.getLogger("x402srv.facilitator")
@@ -114,12 +115,25 @@ class FacilitatorSettler:
             await self._client.aclose()
             self._client = None
 
+    async def check_ready(self) -> str | None:
+        """For ``/readyz``: None when the facilitator answers and lists our network."""
+        assert self._client is not None
+        try:
+            response = await self._client.get(f"{self._url}/supported")
+            response.raise_for_status()
+            kinds = bounded_json(response.content).get("kinds", [])
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            return f"facilitator unreachable ({type(exc).__name__})"
+        if (2, "exact", self._network.caip2) not in _listed(kinds):
+            return f"facilitator does not list exact on {self._network.caip2}"
+        return None
+
     async def _check_supported(self) -> None:
         assert self._client is not None
         try:
             response = await self._client.get(f"{self._url}/supported")
             response.raise_for_status()
-            kinds = response.json().get("kinds", [])
+            kinds = bounded_json(response.content).get("kinds", [])
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             log.warning(
                 "facilitator %s unreachable at start-up (%s); settlements will try it anyway",
@@ -128,11 +142,7 @@ class FacilitatorSettler:
             )
             return
         wanted = (2, "exact", self._network.caip2)
-        listed = {
-            (k.get("x402Version"), k.get("scheme"), k.get("network"))
-            for k in kinds
-            if isinstance(k, dict)
-        }
+        listed = _listed(kinds)
         if wanted not in listed:
             offered = ", ".join(sorted(f"v{v} {s} {n}" for v, s, n in listed if s)) or "nothing"
             raise ConfigError(
@@ -203,7 +213,7 @@ class FacilitatorSettler:
         response = await self._client.post(f"{self._url}{path}", json=body)
         if response.status_code >= 400:
             response.raise_for_status()
-        answer = response.json()
+        answer = bounded_json(response.content)  # a facilitator must not be able to crash us
         if not isinstance(answer, dict):
             raise ValueError("facilitator answer is not a JSON object")
         return answer
@@ -245,6 +255,17 @@ class FacilitatorSettler:
         if isinstance(verdict, NotTransferred):
             return Rejected("transaction_failed", "the chain shows no transfer for this payment")
         return Unknown(verdict.why)
+
+
+def _listed(kinds: object) -> set[tuple[object, object, object]]:
+    """(x402Version, scheme, network) of every kind a ``/supported`` answer lists."""
+    if not isinstance(kinds, list):
+        return set()
+    return {
+        (k.get("x402Version"), k.get("scheme"), k.get("network"))
+        for k in kinds
+        if isinstance(k, dict)
+    }
 
 
 def _factory(ctx: PluginContext) -> FacilitatorSettler:

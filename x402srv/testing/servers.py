@@ -66,9 +66,13 @@ def seller_config(
     server: Mapping[str, Any] | None = None,
     asset_name: str = "USD Coin",
     asset_version: str = "2",
+    **sections: Any,
 ) -> dict[str, Any]:
-    """A complete seller config for a custom ``eip155:<id>`` chain (anvil)."""
-    return {
+    """A complete seller config for a custom ``eip155:<id>`` chain (anvil).
+
+    Extra keyword arguments become further top-level tables (``reconciler=...``).
+    """
+    document: dict[str, Any] = {
         "seller": {
             "agent_name": "Weather Oracle",
             "agent_description": "Paid hourly weather data",
@@ -95,6 +99,8 @@ def seller_config(
             "rpc_url": rpc_url,
         },
     }
+    document.update(sections)
+    return document
 
 
 @dataclass
@@ -126,6 +132,8 @@ class ServerProcess:
         return f"{self.url}{base}/x402/access"
 
     def start(self, timeout: float = 30.0) -> Self:
+        if self.process is not None:  # a restart: reap (or stop) the previous process first
+            self.stop()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(toml.dumps(self.config))
         command = [

@@ -24,6 +24,7 @@ from typing import Any
 from eth_account.signers.local import LocalAccount
 from web3.exceptions import Web3RPCError
 
+from x402srv.failpoints import failpoint
 from x402srv.interfaces import Rejected, SettlementHooks
 
 from .calldata import REASON_UNAVAILABLE
@@ -134,6 +135,7 @@ class Broadcaster:
                 return None
             ticket.sent = True
             log.info("challenge %s: sent %s (nonce %d)", who, tx_hash, ticket.nonce)
+            failpoint("after-broadcast")
             return None
         log.error("challenge %s: nonce kept colliding; nothing sent", who)
         return _unavailable("The gas wallet is busy; nothing was sent. Try again.")

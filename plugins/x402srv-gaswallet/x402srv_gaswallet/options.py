@@ -46,6 +46,9 @@ class GasWalletOptions(BaseModel):
     max_fee_per_gas_gwei: Decimal | None = Field(default=None, gt=0)
     """Cap on ``maxFeePerGas``; above it nothing is sent and the payment is refused."""
 
+    min_balance_wei: int = Field(default=10**15, ge=0)
+    """``/readyz`` reports not ready below this balance (default 0.001 ETH)."""
+
     @model_validator(mode="after")
     def _rpc_fits_in_nonce_lease(self) -> GasWalletOptions:
         if self.rpc_timeout_seconds >= self.nonce_lease_seconds:

@@ -144,6 +144,13 @@ class GasWalletSettler:
         """The wallet's native balance in wei (readiness: can it still pay for gas?)."""
         return int(await self._web3().eth.get_balance(self._account.address, "latest"))
 
+    async def check_ready(self) -> str | None:
+        """For ``/readyz``: None when the node answers and the balance covers gas."""
+        balance = await self.gas_balance()
+        if balance < self._options.min_balance_wei:
+            return f"gas wallet balance {balance} wei is below {self._options.min_balance_wei}"
+        return None
+
     # ------------------------------------------------------------ settle
 
     async def settle(self, request: SettlementRequest, hooks: SettlementHooks) -> SettlementOutcome:

@@ -1,0 +1,30 @@
+"""Crash-injection points for tests: SIGKILL this process at a named boundary.
+
+Disabled unless ``X402SRV_FAILPOINT`` names a point when the process starts;
+then ``failpoint(name)`` at that boundary kills the process on the spot, the
+way a power cut or an OOM kill would (no cleanup, no finally blocks). In
+production the call is one comparison against ``None``.
+
+Points (in the order a settlement reaches them):
+
+    after-claim       the payment is claimed and the challenge SETTLING, nothing handed over
+    after-broadcast   the gas wallet's transaction is sent, its receipt not awaited
+    after-paid        the challenge is PAID, no credential issued yet
+    after-grant       the credential is issued, the challenge not yet DELIVERED
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["POINTS", "failpoint"]
+
+POINTS = ("after-claim", "after-broadcast", "after-paid", "after-grant")
+
+_ARMED: str | None = os.environ.get("X402SRV_FAILPOINT") or None
+
+
+def failpoint(name: str) -> None:
+    if _ARMED is not None and name == _ARMED:
+        os.kill(os.getpid(), signal.SIGKILL)

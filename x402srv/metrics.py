@@ -1,0 +1,134 @@
+"""Counters and a latency histogram, exported as Prometheus text at ``[metrics] path``.
+
+Off by default. The pipeline, the token guards and the error handler call the
+process's ``Metrics`` object; the default one does nothing, so a seller who
+does not turn metrics on pays a method call per event and needs no
+``prometheus-client``.
+
+Several workers: the ``x402srv`` command points ``PROMETHEUS_MULTIPROC_DIR`` at
+a fresh directory before it starts them, each worker writes its samples there,
+and whichever worker answers ``/metrics`` adds them all up.
+
+    x402srv_challenges_created_total
+    x402srv_settlements_total{strategy, outcome}      outcome: settled | rejected | unknown
+    x402srv_settlement_seconds{strategy}              histogram, settler call only
+    x402srv_grants_issued_total
+    x402srv_token_rejections_total{code}              INVALID_TOKEN, TOKEN_EXPIRED, ...
+    x402srv_store_errors_total
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["Metrics", "PrometheusMetrics", "current", "install"]
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """Does nothing: what runs when metrics are off (and outside x402srv's own server)."""
+
+    def challenge_created(self) -> None:
+        return None
+
+    def settlement(self, strategy: str, outcome: str, seconds: float) -> None:
+        return None
+
+    def grant_issued(self) -> None:
+        return None
+
+    def token_rejected(self, code: str) -> None:
+        return None
+
+    def store_error(self) -> None:
+        return None
+
+    def exposition(self) -> tuple[bytes, str]:
+        raise RuntimeError("metrics are off")
+
+
+class PrometheusMetrics(Metrics):
+    def __init__(self) -> None:
+        try:
+            import prometheus_client
+        except ImportError:
+            raise ConfigError(
+                "needs prometheus-client: pip install 'x402srv[metrics]'", path="metrics.enabled"
+            ) from None
+        self._prometheus = prometheus_client
+        self._registry = prometheus_client.CollectorRegistry()
+        registry = self._registry
+        self._challenges = prometheus_client.Counter(
+            "x402srv_challenges_created", "Challenges created (PENDING)", registry=registry
+        )
+        self._settlements = prometheus_client.Counter(
+            "x402srv_settlements",
+            "Settlement attempts by strategy and outcome",
+            ["strategy", "outcome"],
+            registry=registry,
+        )
+        self._latency = prometheus_client.Histogram(
+            "x402srv_settlement_seconds",
+            "Time spent in the settler per attempt",
+            ["strategy"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._grants = prometheus_client.Counter(
+            "x402srv_grants_issued", "Access grants issued (PAID -> DELIVERED)", registry=registry
+        )
+        self._rejections = prometheus_client.Counter(
+            "x402srv_token_rejections",
+            "Bearer tokens refused by a guard, by problem code",
+            ["code"],
+            registry=registry,
+        )
+        self._store_errors = prometheus_client.Counter(
+            "x402srv_store_errors",
+            "Requests answered 503 because the store failed",
+            registry=registry,
+        )
+
+    def challenge_created(self) -> None:
+        self._challenges.inc()
+
+    def settlement(self, strategy: str, outcome: str, seconds: float) -> None:
+        self._settlements.labels(strategy, outcome).inc()
+        self._latency.labels(strategy).observe(seconds)
+
+    def grant_issued(self) -> None:
+        self._grants.inc()
+
+    def token_rejected(self, code: str) -> None:
+        self._rejections.labels(code).inc()
+
+    def store_error(self) -> None:
+        self._store_errors.inc()
+
+    def exposition(self) -> tuple[bytes, str]:
+        prometheus = self._prometheus
+        registry: Any = self._registry
+        if os.environ.get(MULTIPROCESS_ENV):
+            from prometheus_client import multiprocess
+
+            registry = prometheus.CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return prometheus.generate_latest(registry), prometheus.CONTENT_TYPE_LATEST
+
+
+_current: Metrics = Metrics()
+
+
+def current() -> Metrics:
+    return _current
+
+
+def install(metrics: Metrics) -> None:
+    """Make ``metrics`` the process's sink (the guards find it here)."""
+    global _current
+    _current = metrics

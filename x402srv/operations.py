@@ -1,0 +1,99 @@
+"""What the operator commands do, without printing (``cli.py`` prints).
+
+Each command opens the configured store, chain reader and issuer the way a
+server worker would (never the settler: nothing here settles), works through
+the same pipeline code, and closes them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from .config import Config
+from .errors import ChallengeExpired, InvalidRequest, NotFound
+from .interfaces import StateMismatch, TransitionApplied, TransitionRequest
+from .pipeline import AccessPipeline
+from .reconciler import PassReport, Reconciler
+from .records import ChallengeRecord, State
+from .registry import Registry
+
+__all__ = ["cancel", "list_records", "opened", "reconcile", "redacted", "show"]
+
+
+@asynccontextmanager
+async def opened(config: Config) -> AsyncIterator[AccessPipeline]:
+    built = Registry().build(config)
+    await built.store.open()
+    try:
+        if built.chain is not None:
+            await built.chain.open()
+        await built.issuer.start()
+        try:
+            yield AccessPipeline(
+                config,
+                store=built.store,
+                settler=built.settler,
+                issuer=built.issuer,
+                chain=built.chain,
+            )
+        finally:
+            await built.issuer.close()
+            if built.chain is not None:
+                await built.chain.close()
+    finally:
+        await built.store.close()
+
+
+async def reconcile(config: Config, *, grace_seconds: float | None) -> PassReport | None:
+    async with opened(config) as pipeline:
+        reconciler = Reconciler(pipeline, config.reconciler)
+        return await reconciler.run_exclusive(grace_seconds=grace_seconds, wait_seconds=30)
+
+
+async def list_records(config: Config, *, state: State | None, limit: int) -> list[ChallengeRecord]:
+    async with opened(config) as pipeline:
+        return await pipeline.store.list_challenges(states=[state] if state else None, limit=limit)
+
+
+async def show(config: Config, challenge_id: str) -> ChallengeRecord:
+    async with opened(config) as pipeline:
+        record = await pipeline.store.get_challenge(challenge_id)
+    if record is None:
+        raise NotFound(f"no challenge {challenge_id}")
+    return record
+
+
+async def cancel(config: Config, challenge_id: str) -> ChallengeRecord:
+    """PENDING -> CANCELLED; a later payment for it gets 410 CHALLENGE_EXPIRED."""
+    async with opened(config) as pipeline:
+        result = await pipeline.transition(
+            TransitionRequest(
+                challenge_id=challenge_id,
+                expect=State.PENDING,
+                to=State.CANCELLED,
+                at=pipeline.clock(),
+                reason="cancelled by operator",
+            )
+        )
+    if isinstance(result, TransitionApplied):
+        return result.record
+    if isinstance(result, StateMismatch) and result.record is None:
+        raise NotFound(f"no challenge {challenge_id}")
+    if isinstance(result, StateMismatch) and result.record is not None:
+        state = result.record.state.value
+        if result.record.state is State.CANCELLED:
+            raise ChallengeExpired(f"challenge {challenge_id} is already cancelled")
+        raise InvalidRequest(f"challenge {challenge_id} is {state}; only PENDING can be cancelled")
+    raise InvalidRequest(f"challenge {challenge_id} could not be cancelled")
+
+
+def redacted(record: ChallengeRecord) -> dict[str, Any]:
+    """A record for display: the bearer token and the payment signature are not shown."""
+    data = record.to_dict()
+    if data.get("payment"):
+        data["payment"]["signature"] = "<redacted>"
+    if data.get("grant") and "accessToken" in data["grant"]:
+        data["grant"]["accessToken"] = "<redacted>"
+    return data

@@ -1,0 +1,177 @@
+"""The reconciler: finishes what requests left behind (SPEC 5.2), then tidies up.
+
+One pass, in this order, each step a compare-and-set through the pipeline's own
+code (``AccessPipeline.resolve`` and ``deliver``), so a pass running beside live
+traffic or beside another pass can only lose races, never double anything:
+
+1. SETTLING records older than the grace period: never submitted -> released
+   (PENDING); submitted -> the chain decides: transferred -> PAID, and on to
+   step 2; not transferred and past validBefore -> PENDING; else left alone.
+2. PAID records older than the grace period: the credential is issued again and
+   the record becomes DELIVERED (the buyer gets it by retrying the same request).
+3. PENDING records past expiresAt -> EXPIRED.
+4. Finished records (DELIVERED, EXPIRED, CANCELLED) older than the retention
+   period are pruned with their claims.
+
+In a server the pass runs every ``interval_seconds`` in each worker, but under
+a store lease so only one runs at a time across workers and instances;
+``x402srv reconcile`` runs one pass by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from .config import ReconcilerConfig
+from .errors import CredentialPending, StoreUnavailable
+from .pipeline import AccessPipeline
+from .records import ChallengeRecord, State
+
+__all__ = ["Change", "PassReport", "Reconciler"]
+
+log = logging.getLogger("x402srv.reconciler")
+
+LEASE_NAME = "x402srv-reconciler"
+FINISHED = (State.DELIVERED, State.EXPIRED, State.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    challenge_id: str
+    request_id: str
+    before: State
+    after: State
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.challenge_id}  {self.before.value} -> {self.after.value}  {self.reason}"
+
+
+@dataclass
+class PassReport:
+    changes: list[Change] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    pruned: int = 0
+
+
+class Reconciler:
+    def __init__(
+        self, pipeline: AccessPipeline, options: ReconcilerConfig, *, holder: str | None = None
+    ) -> None:
+        self.pipeline = pipeline
+        self.options = options
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+
+    def _note(self, report: PassReport, before: ChallengeRecord, after: ChallengeRecord) -> None:
+        if after.state is not before.state:
+            reason = after.history[-1].reason if after.history else ""
+            change = Change(after.challenge_id, after.request_id, before.state, after.state, reason)
+            report.changes.append(change)
+            log.info(
+                "reconciled challenge %s request %s: %s",
+                change.challenge_id,
+                change.request_id,
+                change,
+            )
+
+    async def _each(
+        self, state: State, older_than: float, step: Callable[[ChallengeRecord], Awaitable[None]]
+    ) -> None:
+        """Every record in ``state`` last updated before ``older_than``, oldest first."""
+        seen: set[str] = set()
+        while True:
+            batch = await self.pipeline.store.list_challenges(
+                states=[state], updated_before=older_than, limit=self.options.batch_size
+            )
+            fresh = [r for r in batch if r.challenge_id not in seen]
+            for record in fresh:
+                seen.add(record.challenge_id)
+                await step(record)
+            if len(batch) < self.options.batch_size or not fresh:
+                return
+
+    async def run_once(self, *, grace_seconds: float | None = None) -> PassReport:
+        report = PassReport()
+        now = self.pipeline.clock()
+        grace = self.options.grace_seconds if grace_seconds is None else grace_seconds
+
+        async def settle_left_behind(record: ChallengeRecord) -> None:
+            after = await self.pipeline.resolve(record)
+            self._note(report, record, after)
+            if after.state is State.SETTLING:
+                report.unresolved.append(record.challenge_id)
+            elif after.state is State.PAID:
+                await deliver(after)
+
+        async def deliver(record: ChallengeRecord) -> None:
+            try:
+                after = await self.pipeline.deliver(record)
+            except CredentialPending:
+                report.unresolved.append(record.challenge_id)
+                return
+            self._note(report, record, after)
+
+        async def expire(record: ChallengeRecord) -> None:
+            if record.expires_at <= now:
+                after = await self.pipeline.expire(record)
+                self._note(report, record, after)
+
+        await self._each(State.SETTLING, now - grace, settle_left_behind)
+        await self._each(State.PAID, now - grace, deliver)
+        await self._each(State.PENDING, now, expire)
+        cutoff = now - self.options.retention_days * 86_400
+        while True:
+            pruned = await self.pipeline.store.prune(
+                states=FINISHED, updated_before=cutoff, limit=self.options.batch_size
+            )
+            report.pruned += pruned
+            if pruned < self.options.batch_size:
+                break
+        return report
+
+    async def run_exclusive(
+        self, *, grace_seconds: float | None = None, wait_seconds: float = 0.0
+    ) -> PassReport | None:
+        """One pass under the store lease; None if another runner holds it (after waiting)."""
+        ttl = max(60.0, self.options.interval_seconds * 2)
+        deadline = self.pipeline.clock() + wait_seconds
+        while True:
+            lease = await self.pipeline.store.acquire_lease(
+                LEASE_NAME, self.holder, ttl, self.pipeline.clock()
+            )
+            if lease is not None:
+                break
+            if self.pipeline.clock() >= deadline:
+                return None
+            await asyncio.sleep(0.5)
+        try:
+            return await self.run_once(grace_seconds=grace_seconds)
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                await self.pipeline.store.release_lease(lease, None)
+
+    async def run_forever(self) -> None:
+        """The server's background task; store outages are logged and retried next time."""
+        while True:
+            await asyncio.sleep(self.options.interval_seconds)
+            try:
+                report = await self.run_exclusive()
+            except StoreUnavailable:
+                log.warning("reconciler: store unavailable; will retry")
+                continue
+            except Exception:
+                log.exception("reconciler pass failed; will retry")
+                continue
+            if report and (report.changes or report.pruned):
+                log.info(
+                    "reconciler pass: %d changed, %d unresolved, %d pruned",
+                    len(report.changes),
+                    len(report.unresolved),
+                    report.pruned,
+                )
