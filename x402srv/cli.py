@@ -6,7 +6,7 @@
     x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
     x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
-    x402srv demo [--keep]                                        a purchase on a local chain, explained
+    x402srv demo [--keep]                                        buy a plan on a local chain
 
 Exit codes: 0 ok, 2 bad usage or config, 1 anything else.
 """

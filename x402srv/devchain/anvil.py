@@ -66,6 +66,8 @@ def ensure_anvil(project_dir: Path) -> Path:
     """Return the anvil binary, installing the pinned npm package into `project_dir` if missing.
 
     For the demo: a fresh checkout should run with one command, as long as npm exists.
+    ``--no-save`` keeps npm from rewriting a checkout's package.json and lock (it would
+    loosen the pinned version to a range); in a checkout npm still installs the lock's tree.
     """
     try:
         return find_anvil(project_dir)
@@ -76,7 +78,7 @@ def ensure_anvil(project_dir: Path) -> Path:
         raise AnvilNotFoundError("anvil is not installed and npm is not on PATH to install it")
     package = f"{ANVIL_NPM_PACKAGE}@{ANVIL_VERSION}"
     result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", package],
+        [npm, "install", "--no-save", "--no-audit", "--no-fund", package],
         cwd=project_dir,
         capture_output=True,
         text=True,
@@ -225,6 +227,19 @@ class AnvilProcess:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+
+    def detach(self) -> int:
+        """Leave the node running after this object is gone; return its PID to stop it later.
+
+        For ``x402srv demo --keep``: the finalizer would otherwise stop the node when the
+        demo's interpreter exits. The caller now owns the PID.
+        """
+        pid = self.pid
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._process = None
+        return pid
 
     def __enter__(self) -> Self:
         if self._process is None:
