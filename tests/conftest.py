@@ -84,3 +84,14 @@ def buyer(devchain: Devchain) -> LocalAccount:
 @pytest.fixture
 def request_id() -> str:
     return str(__import__("uuid").UUID(bytes=secrets.token_bytes(16), version=4))
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of our own for the core's Redis-backed tests, stopped by PID."""
+    from x402srv_redis.testing import RedisServer, redis_server_binary
+
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer(tmp_path_factory.mktemp("redis"), appendonly=True) as server:
+        yield server.url

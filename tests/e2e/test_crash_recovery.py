@@ -45,7 +45,7 @@ def store_config(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]
     return {"backend": "redis", "url": redis_url, "redis": {"key_prefix": f"crash-{id(request)}:"}}
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_then_recover(
     start_seller: Callable[..., Seller],
