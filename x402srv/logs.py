@@ -4,6 +4,8 @@ Every HTTP request gets an id (the client's ``X-Request-Id`` when it is a sane
 token, else a fresh one); it is echoed in the response's ``X-Request-Id`` and
 put on every log line written while handling the request, so one purchase can
 be followed across lines (and, with challengeId/requestId, across retries).
+The id of a Sanic request is made on first use (``http_request_id``) and found
+through Sanic's current-request context; other code can set ``request_id_var``.
 
 What never goes into a log line: signatures, tokens, keys, payloads, and
 credentialed URLs. HTTP and RPC client libraries log request URLs (httpx at
@@ -17,14 +19,19 @@ import json
 import logging
 import re
 import sys
-import uuid
 from datetime import UTC, datetime
 from typing import Any
+
+from sanic import Request
+from sanic.exceptions import SanicException
+
+from .ids import uuid4_hex
 
 __all__ = [
     "REQUEST_ID_HEADER",
     "configure_logging",
     "current_request_id",
+    "http_request_id",
     "new_request_id",
     "request_id_var",
 ]
@@ -40,20 +47,36 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 def current_request_id() -> str | None:
-    return request_id_var.get()
+    """The id of the request being handled: ``request_id_var``, else Sanic's current request."""
+    found = request_id_var.get()
+    if found is not None:
+        return found
+    try:
+        request = Request.get_current()
+    except SanicException:  # not handling a request (start-up, the reconciler ...)
+        return None
+    return http_request_id(request)
+
+
+def http_request_id(request: Request) -> str:
+    """The request's id, made (and kept on ``request.ctx``) the first time it is asked for."""
+    found: str | None = getattr(request.ctx, "request_id", None)
+    if found is None:
+        found = request.ctx.request_id = new_request_id(request.headers.get(REQUEST_ID_HEADER))
+    return found
 
 
 def new_request_id(offered: str | None) -> str:
     """The client's id if it is a sane token (so its own logs line up), else a fresh one."""
     if offered and _SANE_ID.fullmatch(offered):
         return offered
-    return uuid.uuid4().hex
+    return uuid4_hex()
 
 
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id_http"):
-            record.request_id_http = request_id_var.get()
+            record.request_id_http = current_request_id()
         return True
 
 
@@ -94,5 +117,12 @@ def configure_logging(level: int = logging.INFO, *, json_lines: bool | None = No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Neither format shows where a call was made, nor thread or process names, so
+    # records need not look them up (the logging HOWTO's "Optimization"): walking
+    # the stack for the caller was a third of the cost of a log line.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))

@@ -43,7 +43,6 @@ import asyncio
 import logging
 import math
 import time
-import uuid
 from dataclasses import dataclass, replace
 
 from .chain import ChainReader, ChainUnavailable
@@ -65,6 +64,7 @@ from .errors import (
     X402SrvError,
 )
 from .failpoints import failpoint
+from .ids import uuid4_hex, uuid4_str
 from .interfaces import (
     Authorization,
     Clock,
@@ -164,6 +164,7 @@ class AccessPipeline:
         self.chain = chain
         self.clock = clock
         self.offers = OfferBuilder(config)
+        self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
         self.network = config.network_info
         self.domain = Eip3009Domain(
             name=self.network.asset_name,
@@ -210,7 +211,7 @@ class AccessPipeline:
             if payment is not None:
                 raise TierNotFound("no planId in the body or in accepted.extra.planId")
             return self.offers.discovery
-        plan = self.config.plan_map.get(plan_id)
+        plan = self.plans.get(plan_id)
         if plan is None:
             raise TierNotFound(f"no plan {plan_id!r}; POST {{}} lists the plans")
         if payment is None:
@@ -218,14 +219,17 @@ class AccessPipeline:
         return await self._settlement(body, plan, payment)
 
     async def _challenge(self, body: AccessBody, plan: Plan) -> AccessResult:
-        request_id = body.request_id or str(uuid.uuid4())
+        request_id = body.request_id or uuid4_str()
         created = await self.store.create_challenge(
             self._new_record(plan, request_id, body.resource_id, self.clock())
         )
         assert not isinstance(created, PaymentClaimed)
         record, was_created = created
         if was_created:
-            self._log_created(record)
+            # DEBUG, not INFO: anyone can send unpaid requests, and a line for each
+            # would let them fill the disk (it was also a third of the cost of a
+            # 402). Everything that follows a payment is logged at INFO.
+            self._log_created(record, logging.DEBUG)
         self._same_request(record, body, plan)
         return await self._dispatch(record, None)
 
@@ -233,7 +237,7 @@ class AccessPipeline:
         self, plan: Plan, request_id: str, resource_id: str, now: float, *, implicit: bool = False
     ) -> ChallengeRecord:
         return ChallengeRecord(
-            challenge_id=str(uuid.uuid4()),
+            challenge_id=uuid4_str(),
             request_id=request_id,
             plan_id=plan.plan_id,
             resource_id=resource_id,
@@ -250,9 +254,12 @@ class AccessPipeline:
             history=(Transition(State.PENDING, now, "challenge created"),),
         )
 
-    def _log_created(self, record: ChallengeRecord) -> None:
+    def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:
         self.metrics.challenge_created()
-        log.info(
+        if not log.isEnabledFor(level):
+            return
+        log.log(
+            level,
             "challenge %s request %s: created as %s for plan %s",
             record.challenge_id,
             record.request_id,
@@ -353,7 +360,7 @@ class AccessPipeline:
             await self.expire(record)
             raise ChallengeExpired(f"challenge {record.challenge_id} expired")
         if payment is None:
-            return self.offers.challenge(record, self.config.plan_map.get(record.plan_id))
+            return self.offers.challenge(record, self.plans.get(record.plan_id))
         return await self._attempt(record, payment[0], payment[1], depth)
 
     async def expire(self, record: ChallengeRecord) -> ChallengeRecord:
@@ -382,7 +389,7 @@ class AccessPipeline:
             valid_before=auth.valid_before,
             signature=auth.signature,
             key=str(key),
-            attempt_id=uuid.uuid4().hex,
+            attempt_id=uuid4_hex(),
             lease_until=now + self.lease_seconds,
         )
 
@@ -425,7 +432,7 @@ class AccessPipeline:
         of one payment converge on a single challenge through the claim.
         """
         now = self.clock()
-        request_id = body.request_id or str(uuid.uuid4())
+        request_id = body.request_id or uuid4_str()
         pending = self._new_record(plan, request_id, body.resource_id, now, implicit=True)
         offered = self.offers.offered_requirement(pending)
         auth = check_payment(payment, offered, self.network, self.domain, now)
@@ -508,7 +515,7 @@ class AccessPipeline:
                 reason=f"handed to settler {self.settler.name}",
                 attempt_id=payment.attempt_id,
                 changes=RecordChanges(
-                    payment=replace(payment, submitted=True, attempt_id=uuid.uuid4().hex)
+                    payment=replace(payment, submitted=True, attempt_id=uuid4_hex())
                 ),
             )
         )
@@ -718,7 +725,7 @@ class AccessPipeline:
         """
         assert record.tx_hash is not None
         assert record.payer is not None
-        plan = self.config.plan_map.get(record.plan_id)
+        plan = self.plans.get(record.plan_id)
         ttl = plan.token_ttl_seconds if plan else 3600
         try:
             credential = await self.issuer.issue(

@@ -13,7 +13,8 @@ same in another and in ``x402srv challenges show``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+import copy
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -90,6 +91,21 @@ class PaymentDetails:
     broadcast_tx_hash: str | None = None
     submitted: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "payer": self.payer,
+            "nonce": self.nonce,
+            "value": self.value,
+            "valid_after": self.valid_after,
+            "valid_before": self.valid_before,
+            "signature": self.signature,
+            "key": self.key,
+            "attempt_id": self.attempt_id,
+            "lease_until": self.lease_until,
+            "broadcast_tx_hash": self.broadcast_tx_hash,
+            "submitted": self.submitted,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Transition:
@@ -128,12 +144,32 @@ class ChallengeRecord:
     history: tuple[Transition, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["state"] = self.state.value
-        data["history"] = [
-            {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
-        ]
-        return data
+        # Written out (not ``dataclasses.asdict``): records are encoded on every
+        # store write, and the generic recursive copy costs several times more.
+        # The keys are the fields, in field order.
+        return {
+            "challenge_id": self.challenge_id,
+            "request_id": self.request_id,
+            "plan_id": self.plan_id,
+            "resource_id": self.resource_id,
+            "amount": self.amount,
+            "network": self.network,
+            "asset": self.asset,
+            "pay_to": self.pay_to,
+            "max_timeout_seconds": self.max_timeout_seconds,
+            "state": self.state.value,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "updated_at": self.updated_at,
+            "implicit": self.implicit,
+            "payment": self.payment.to_dict() if self.payment is not None else None,
+            "payer": self.payer,
+            "tx_hash": self.tx_hash,
+            "grant": copy.deepcopy(self.grant) if self.grant is not None else None,
+            "history": [
+                {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChallengeRecord:

@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .errors import ConfigError, InvalidToken, TokenExpired
 from .interfaces import Clock, system_clock
+from .token_cache import VerifiedTokens
 
 if TYPE_CHECKING:
     from jwt.types import Options
@@ -591,6 +592,7 @@ class TokenVerifier:
         self.audience = audience
         self.clock = clock
         self.leeway = leeway
+        self._verified = VerifiedTokens()
 
     def __repr__(self) -> str:
         return (
@@ -599,31 +601,47 @@ class TokenVerifier:
         )
 
     async def verify(self, token: str) -> AccessClaims:
-        """See ``verify_access_token``; the time is the verifier's clock."""
-        return await verify_access_token(
+        """See ``verify_access_token``; the time is the verifier's clock.
+
+        A token this verifier accepted in the last minute is not decoded again:
+        only its expiry is checked (``x402srv.token_cache``).
+        """
+        now = self.clock()
+        claims = self._verified.get(token, now, self.leeway)
+        if claims is not None:
+            return claims
+        claims = await verify_access_token(
             token,
             self.key_source,
             issuer=self.issuer,
             audience=self.audience,
             algorithms=[self.algorithm],
             leeway=self.leeway,
-            now=self.clock(),
+            now=now,
         )
+        self._verified.put(token, claims, now)
+        return claims
 
     def verify_sync(self, token: str) -> AccessClaims:
         """See ``verify_access_token_sync``; the key source must also be a ``SyncKeySource``."""
         source = self.key_source
         if not isinstance(source, SyncKeySource):
             raise ConfigError(f"{source!r} has no blocking lookup (key_for_sync)")
-        return verify_access_token_sync(
+        now = self.clock()
+        claims = self._verified.get(token, now, self.leeway)
+        if claims is not None:
+            return claims
+        claims = verify_access_token_sync(
             token,
             source,
             issuer=self.issuer,
             audience=self.audience,
             algorithms=[self.algorithm],
             leeway=self.leeway,
-            now=self.clock(),
+            now=now,
         )
+        self._verified.put(token, claims, now)
+        return claims
 
     @classmethod
     def from_config(

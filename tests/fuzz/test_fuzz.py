@@ -109,7 +109,8 @@ def _answered_cleanly(response: httpx.Response) -> None:
     | huge,
     content_type=st.sampled_from(["application/json", "text/plain", "application/octet-stream"]),
     header=st.none()
-    | st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=300)
+    # (stripped: HTTP cannot carry a value with outer spaces; httpx refuses to send one)
+    | st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=300).map(str.strip)
     | json_values.map(lambda v: base64.b64encode(json.dumps(v).encode()).decode()),
 )
 def test_endpoint_random_input(

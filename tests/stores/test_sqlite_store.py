@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from x402srv.config import Config, parse_config
-from x402srv.default_plugins import sqlite_schema
+from x402srv.default_plugins import sqlite_ops, sqlite_schema
+from x402srv.default_plugins.sqlite_checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
 from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.default_plugins.store_rules import encode_record
 from x402srv.errors import ConfigError, StoreUnavailable
@@ -466,3 +467,104 @@ async def test_several_processes_on_one_file(
         assert last.value == str(len(fences))  # every holder saw its predecessor's value
     finally:
         await store.close()
+
+
+# ------------------------------------------------------------------ group commit
+
+
+def _hold_thread(store: SqliteStore) -> threading.Event:
+    """Keep the store's thread busy until the event is set, so inserts queue up."""
+    release = threading.Event()
+    assert store._executor is not None
+    store._executor.submit(release.wait, 10)
+    return release
+
+
+async def _queued(store: SqliteStore, records: list[Any]) -> list[Any]:
+    """Create ``records`` concurrently while the thread is held: they form one batch."""
+    release = _hold_thread(store)
+    tasks = [asyncio.create_task(store.create_challenge(r)) for r in records]
+    await asyncio.sleep(0.05)
+    release.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_concurrent_inserts_commit_together_and_each_keeps_its_answer(
+    opened: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[int] = []
+    real = sqlite_ops.create_challenges
+
+    def spy(conn: sqlite3.Connection, inserts: Any) -> Any:
+        batches.append(len(inserts))
+        return real(conn, inserts)
+
+    monkeypatch.setattr(sqlite_ops, "create_challenges", spy)
+    existing = make_record()
+    await opened.create_challenge(existing)
+    first, plain = make_record(), make_record()
+    same_request = make_record(request_id=first.request_id)
+    taken_id = make_record(challenge_id=existing.challenge_id)
+    old_request = make_record(request_id=existing.request_id)
+    results = await _queued(opened, [first, same_request, taken_id, plain, old_request])
+    assert batches == [1, 5]
+    assert results[0] == (first, True)
+    assert results[1] == (first, False)  # the requestId an earlier insert of the batch took
+    assert isinstance(results[2], ValueError)
+    assert results[3] == (plain, True)
+    assert results[4] == (existing, False)
+    assert await opened.get_by_request_id(first.request_id) == first
+    assert await opened.get_challenge(plain.challenge_id) == plain
+    assert await opened.get_challenge(existing.challenge_id) == existing
+
+
+async def test_the_usual_batch_is_one_statement(opened: SqliteStore) -> None:
+    records = [make_record() for _ in range(40)]
+    results = await _queued(opened, records)
+    assert results == [(r, True) for r in records]
+    assert await opened.list_challenges(limit=100) == sorted(
+        records, key=lambda r: (r.updated_at, r.challenge_id)
+    )
+
+
+async def test_a_cancelled_caller_keeps_its_insert(opened: SqliteStore) -> None:
+    record = make_record()
+    release = _hold_thread(opened)
+    task = asyncio.create_task(opened.create_challenge(record))
+    await asyncio.sleep(0.02)
+    task.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await opened.get_challenge(record.challenge_id) == record  # queued behind it
+
+
+async def test_a_batch_that_cannot_be_written_fails_every_insert(opened: SqliteStore) -> None:
+    blocker = sqlite3.connect(opened.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        records = [make_record() for _ in range(3)]
+        results = await _queued(opened, records)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert all(isinstance(r, StoreUnavailable) for r in results)
+    for error in results:
+        _assert_hidden(error, opened.path)
+    assert await opened.list_challenges() == []
+
+
+async def test_a_thread_of_its_own_checkpoints_the_wal(opened: SqliteStore) -> None:
+    """The store's commits never checkpoint (below the safety net); its thread does."""
+    assert await _pragma(opened, "wal_autocheckpoint") == SAFETY_NET_PAGES
+    thread = opened._checkpointer._thread
+    assert thread is not None
+    assert thread.is_alive()
+    before = opened.path.stat().st_size
+    await asyncio.gather(*(opened.create_challenge(make_record()) for _ in range(300)))
+    deadline = asyncio.get_running_loop().time() + 5
+    while opened.path.stat().st_size == before:  # the pages reached the database file
+        assert asyncio.get_running_loop().time() < deadline, "no checkpoint ran"
+        await asyncio.sleep(INTERVAL_SECONDS)
+    await opened.close()
+    assert not thread.is_alive()

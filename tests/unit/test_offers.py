@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -158,6 +159,38 @@ def test_challenge_offer(config: Config, builder: OfferBuilder) -> None:
     assert (body["planId"], body["resourceId"]) == ("daily", "city:/paris")
     assert body["expiresAt"] == "2023-11-14T22:28:20Z"
     assert decode(offer.header) == {key: body[key] for key in PAYMENT_REQUIRED_KEYS}
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+@pytest.mark.parametrize("description", ["One day of API access", 'quotes " \\ and ünïcode'])
+def test_challenge_offer_is_exactly_the_compact_json_of_its_documents(
+    config: Config, builder: OfferBuilder, implicit: bool, description: str
+) -> None:
+    """The templated 402 is byte for byte ``json.dumps`` of the documents it stands for."""
+    record = record_for(config, implicit=implicit, amount="7", resource_id="a:/b.c-d")
+    plan = dataclasses.replace(config.plan_map["daily"], description=description)
+    offer = builder.challenge(record, plan)
+    required = {
+        "x402Version": 2,
+        "error": "Payment required: sign the accepted requirement and retry with PAYMENT-SIGNATURE",
+        "resource": {
+            "url": config.access_url,
+            "description": description,
+            "mimeType": "application/json",
+        },
+        "accepts": [builder.offered_requirement(record)],
+    }
+    body = {
+        **required,
+        "challengeId": record.challenge_id,
+        "requestId": record.request_id,
+        "planId": record.plan_id,
+        "resourceId": record.resource_id,
+        "expiresAt": rfc3339(record.expires_at),
+    }
+    assert offer.content == json.dumps(body, separators=(",", ":")).encode()
+    assert base64.b64decode(offer.header) == json.dumps(required, separators=(",", ":")).encode()
+    assert offer.body == body
 
 
 def test_challenge_offer_uses_the_stored_requirement_not_todays_prices(

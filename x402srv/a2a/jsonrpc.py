@@ -145,7 +145,12 @@ def sniff_envelope(raw: bytes) -> dict[str, Any] | None:
 
     Lets ``POST /x402/access`` serve both protocols: anything else (including
     bodies that are not JSON at all) stays with the x402 flow and its own errors.
+    A body without the bytes ``jsonrpc`` (and without a backslash-u escape that
+    could spell them) cannot be an envelope, so the x402 flow's bodies are not parsed
+    twice.
     """
+    if b"jsonrpc" not in raw and b"\\u" not in raw:
+        return None
     try:
         document = parse_body(raw)
     except RpcError:

@@ -4,6 +4,11 @@
     POST /verify      {x402Version: 2, paymentPayload, paymentRequirements}
     POST /settle      same body
 
+``/verify`` first is not redundant with the checks of ``/settle``: the official
+SDK's settle does not simulate the transfer, so a payer without the funds got a
+reverted transaction (gas spent, and an outcome only the chain could tell)
+where ``/verify`` answers ``invalid_exact_evm_insufficient_balance`` at once.
+
 How answers map to the pipeline (SPEC 4.2 step 8):
 
 - refused before the request left (connect error/timeout), a 4xx, ``isValid:
@@ -227,6 +232,7 @@ class FacilitatorSettler:
         auth = request.authorization
         asset, pay_to = str(request.requirements["asset"]), str(request.requirements["payTo"])
         deadline = asyncio.get_running_loop().time() + self._options.confirm_seconds
+        delay = 0.02  # doubling up to 0.5 s: a fast chain has the receipt almost at once
         try:
             while True:
                 receipt = await self._chain.receipt(tx_hash)
@@ -234,7 +240,8 @@ class FacilitatorSettler:
                     break
                 if asyncio.get_running_loop().time() >= deadline:
                     return Unknown("facilitator's transaction not found on-chain yet", tx_hash)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
             if receipt.has_transfer(asset, auth.payer, pay_to, auth.value):
                 return Settled(receipt.tx_hash, auth.payer)
             log.warning("facilitator reported %s but the chain shows no matching transfer", tx_hash)

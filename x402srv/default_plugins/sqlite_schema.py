@@ -24,7 +24,7 @@ from typing import Literal
 
 from ..errors import ConfigError
 
-__all__ = ["SCHEMA_VERSION", "Synchronous", "connect"]
+__all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
 SCHEMA_VERSION = 2
 
@@ -72,8 +72,24 @@ _SCHEMA_V2 = (
 _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
 
 
-def connect(path: Path, *, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
+class StoreConnection(sqlite3.Connection):
+    """A connection that remembers its busy timeout (``sqlite_ops`` waits for the lock itself)."""
+
+    busy_timeout_ms: int = 0
+
+
+def connect(
+    path: Path,
+    *,
+    synchronous: Synchronous,
+    busy_timeout_ms: int,
+    autocheckpoint_pages: int = 1000,
+) -> StoreConnection:
     """A connection ready for the store: WAL, busy timeout, current schema.
+
+    ``autocheckpoint_pages`` is the WAL size at which a commit on this
+    connection checkpoints by itself (sqlite's default 1000); the store raises
+    it because a thread of its own checkpoints (``sqlite_checkpoint``).
 
     ``isolation_level=None`` turns off the sqlite3 module's implicit
     transactions; the store issues ``BEGIN IMMEDIATE`` itself wherever it reads
@@ -81,11 +97,17 @@ def connect(path: Path, *, synchronous: Synchronous, busy_timeout_ms: int) -> sq
     concurrent writer in another process makes it wait instead of failing.
     """
     conn = sqlite3.connect(
-        path, timeout=busy_timeout_ms / 1000, isolation_level=None, cached_statements=64
+        path,
+        timeout=busy_timeout_ms / 1000,
+        isolation_level=None,
+        cached_statements=64,
+        factory=StoreConnection,
     )
+    conn.busy_timeout_ms = busy_timeout_ms
     try:
         _use_wal(conn, busy_timeout_ms)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {int(autocheckpoint_pages)}")
         _migrate(conn)
     except BaseException:
         conn.close()

@@ -8,8 +8,14 @@ read-then-write (``sqlite_ops``). Tables and pragmas live in ``sqlite_schema``.
 sqlite3 calls block, so each store owns one thread that owns its connection;
 every store method is one hop to that thread running one transaction, and the
 event loop never waits on the disk. Operations queue on that thread in the
-order they were called. A caller cancelled while its operation runs does not
-undo it: the transaction still commits or rolls back as a whole.
+order they were called, except that claim-free challenge inserts (one per
+unpaid request) are group-committed: whatever is queued when the thread gets
+to them goes into one transaction (``sqlite_batch``). A caller cancelled while
+its operation runs does not undo it: the transaction still commits or rolls
+back as a whole.
+
+WAL checkpoints run on a thread of their own (``sqlite_checkpoint``), so no
+commit of the store's thread stops to copy the WAL back and fsync.
 
 Any sqlite failure (locked past the busy timeout, disk full, corrupt or
 missing file) becomes ``StoreUnavailable``; the file path and sqlite's message
@@ -35,6 +41,8 @@ from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
 from . import sqlite_ops as ops
+from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
+from .sqlite_checkpoint import SAFETY_NET_PAGES, Checkpointer
 from .sqlite_schema import Synchronous, connect
 
 __all__ = ["SqliteOptions", "SqliteStore", "build_sqlite_store"]
@@ -78,6 +86,8 @@ class SqliteStore:
         self.options = options or SqliteOptions()
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None  # used only on the executor thread
+        self._inserts = GroupCommit()
+        self._checkpointer = Checkpointer(path)
 
     async def open(self) -> None:
         if self._executor is not None:
@@ -90,11 +100,13 @@ class SqliteStore:
         except BaseException:
             await self.close()
             raise
+        self._checkpointer.start()
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        await asyncio.get_running_loop().run_in_executor(None, self._checkpointer.stop)
         try:
             await asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
         finally:
@@ -106,8 +118,37 @@ class SqliteStore:
     async def create_challenge(
         self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
     ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
-        key = str(claim_payment) if claim_payment is not None else None
-        return await self._run("create_challenge", lambda c: ops.create_challenge(c, record, key))
+        if claim_payment is not None:  # rare (discovery-first purchases): its own transaction
+            key = str(claim_payment)
+            return await self._run(
+                "create_challenge", lambda c: ops.create_challenge(c, record, key)
+            )
+        executor = self._executor
+        if executor is None:
+            _log.error("sqlite store %s: create_challenge called while closed", self.path)
+            raise StoreUnavailable(_UNAVAILABLE, retry_after=1)
+        future: asyncio.Future[Created] = asyncio.get_running_loop().create_future()
+        if self._inserts.add(PendingInsert(record, ops.challenge_row(record), future)):
+            try:
+                executor.submit(self._drain_inserts)
+            except RuntimeError:  # the store closed meanwhile
+                fail_all(self._inserts.abandon(), _unavailable)
+        return await future
+
+    def _drain_inserts(self) -> None:
+        """Store's thread: commit queued inserts batch by batch until none is left."""
+        while batch := self._inserts.take():
+            try:
+                conn = self._connection("create_challenge")
+                outcomes: list[Created | BaseException] = list(
+                    ops.create_challenges(conn, [(i.record, i.row) for i in batch])
+                )
+            except sqlite3.Error as exc:
+                _log.error("sqlite store %s: create_challenge failed: %s", self.path, exc)
+                outcomes = [_unavailable() for _ in batch]
+            except BaseException as exc:  # StoreUnavailable, or a bug: every caller hears it
+                outcomes = [exc for _ in batch]
+            deliver(batch, outcomes)
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
         return await self._run("get_challenge", lambda c: ops.get_challenge(c, challenge_id))
@@ -201,6 +242,7 @@ class SqliteStore:
             self.path,
             synchronous=self.options.synchronous,
             busy_timeout_ms=self.options.busy_timeout_ms,
+            autocheckpoint_pages=SAFETY_NET_PAGES,
         )
 
     def _disconnect(self) -> None:
@@ -211,6 +253,13 @@ class SqliteStore:
             conn.close()
         except sqlite3.Error as exc:
             _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+
+
+def _unavailable() -> StoreUnavailable:
+    """As ``raise StoreUnavailable(...) from None``: no sqlite error chained to it."""
+    error = StoreUnavailable(_UNAVAILABLE, retry_after=1)
+    error.__suppress_context__ = True
+    return error
 
 
 def build_sqlite_store(ctx: PluginContext) -> SqliteStore:

@@ -8,6 +8,13 @@ do all the work; this module only speaks HTTP (``GET /supported``, ``POST
 /verify``, ``POST /settle``). The SDK's sync facilitator blocks, so requests are
 served on threads (stdlib ``ThreadingHTTPServer``), never on an event loop.
 
+One change to the SDK's signer, for a local chain: it waits for a settlement's
+receipt with web3's default 100 ms between polls, and anvil mines a moment
+after it accepts the transaction, so nearly every settle slept 100 ms after the
+transfer was already final. Here it polls every 5 ms (``RECEIPT_POLL_SECONDS``).
+Everything that uses this facilitator (x402srv's facilitator strategy and the
+official middleware in ``bench``) gets the same one.
+
 ``--fault`` turns it into the faulty facilitator the fault tests need, doing the
 real work first where a real facilitator could fail after it:
 
@@ -30,18 +37,42 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FAULTS", "main"]
+__all__ = ["FAULTS", "RECEIPT_POLL_SECONDS", "main"]
 
 FAULTS = ["settle-drop", "settle-hang", "settle-late", "settle-500-after", "settle-lie"]
 
+#: Seconds between receipt polls while a settle waits for its transaction.
+RECEIPT_POLL_SECONDS = 0.005
+
 
 def _build(rpc_url: str, network: str, key: str) -> Any:
+    from eth_typing import HexStr
     from x402 import x402FacilitatorSync
     from x402.mechanisms.evm import FacilitatorWeb3Signer
+    from x402.mechanisms.evm.constants import TX_STATUS_SUCCESS
     from x402.mechanisms.evm.exact import register_exact_evm_facilitator
+    from x402.mechanisms.evm.types import TransactionReceipt
+
+    class LocalChainSigner(FacilitatorWeb3Signer):
+        """The SDK's signer; only the receipt wait polls faster (same result)."""
+
+        def wait_for_transaction_receipt(self, tx_hash: str) -> Any:
+            if not tx_hash.startswith("0x"):
+                tx_hash = "0x" + tx_hash
+            receipt = self._w3.eth.wait_for_transaction_receipt(
+                HexStr(tx_hash),
+                timeout=self._confirmation_timeout_seconds,
+                poll_latency=RECEIPT_POLL_SECONDS,
+            )
+            return TransactionReceipt(
+                status=TX_STATUS_SUCCESS if receipt["status"] == 1 else 0,
+                block_number=receipt["blockNumber"],
+                tx_hash=tx_hash,
+                logs=list(receipt.get("logs") or []),
+            )
 
     facilitator = x402FacilitatorSync()
-    signer = FacilitatorWeb3Signer(private_key=key, rpc_url=rpc_url)
+    signer = LocalChainSigner(private_key=key, rpc_url=rpc_url)
     register_exact_evm_facilitator(facilitator, signer, networks=network)
     return facilitator
 
@@ -51,6 +82,10 @@ def _handler(facilitator: Any, fault: str | None, delay: float) -> type[BaseHTTP
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body leave in two writes; with Nagle's algorithm on, the body
+        # of every answer on a kept-alive connection waited for the client's
+        # delayed ACK (~40 ms).
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return  # keep test output quiet; payloads must not be logged anyway

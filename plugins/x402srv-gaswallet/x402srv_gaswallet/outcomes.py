@@ -23,12 +23,23 @@ __all__ = ["await_receipt", "judge_receipt", "judge_revert"]
 log = logging.getLogger("x402srv_gaswallet")
 
 
+#: The first wait between receipt polls; it doubles up to ``poll_interval_seconds``.
+FIRST_POLL_SECONDS = 0.02
+
+
 async def await_receipt(
     chain: ChainReader, tx_hash: str, *, within: float, poll: float
 ) -> Receipt | None:
-    """Poll until the receipt exists or ``within`` seconds passed (then ``None``)."""
+    """Poll until the receipt exists or ``within`` seconds passed (then ``None``).
+
+    The first polls come quickly (``FIRST_POLL_SECONDS``, doubling up to
+    ``poll``): a chain that mines at once (anvil, a fast L2) has the receipt a
+    moment after the send, and a fixed ``poll`` made such a purchase wait half a
+    second for nothing.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
+    delay = min(poll, FIRST_POLL_SECONDS)
     while True:
         try:
             receipt = await chain.receipt(tx_hash)
@@ -39,7 +50,8 @@ async def await_receipt(
         remaining = deadline - loop.time()
         if remaining <= 0:
             return None
-        await asyncio.sleep(min(poll, remaining))
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, poll)
 
 
 async def judge_receipt(

@@ -1,0 +1,1 @@
+"""One module per scenario; each returns the rows it adds to the table."""

@@ -1,0 +1,112 @@
+"""The seller's question: 100 API calls by one buyer, pay once or pay every call.
+
+x402srv: one purchase through x402srv (facilitator strategy: the same local
+facilitator the official middleware uses), then 100 calls to the seller's
+guarded ``GET /weather`` with the grant's token. The official middleware: 100
+calls to its ``GET /weather`` with the official client, each one paid and
+settled. Wall time covers everything the buyer waits for (purchase included);
+on-chain transactions are the token's Transfer logs to each seller's wallet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from eth_account import Account
+
+from x402srv.testing.buyers import paying_client
+
+from ..stack import Stack
+from ..table import Row, verdict
+
+__all__ = ["run"]
+
+SECTION = "The seller's question: 100 API calls by one buyer"
+CALLS = 100
+
+
+@dataclass(frozen=True)
+class Outcome:
+    seconds: float
+    transactions: int
+
+
+def _transfers_to(stack: Stack, pay_to: str, from_block: int) -> int:
+    return len(stack.chain.transfer_logs(to=pay_to, from_block=from_block))
+
+
+def _timed(stack: Stack, pay_to: str, work: Callable[[], Coroutine[Any, Any, None]]) -> Outcome:
+    first_block = stack.chain.rpc.block_number() + 1
+    started = time.perf_counter()
+    asyncio.run(work())
+    seconds = time.perf_counter() - started
+    return Outcome(seconds, _transfers_to(stack, pay_to, first_block))
+
+
+def run(stack: Stack, calls: int = CALLS) -> list[Row]:
+    buyer = stack.chain.new_account(eth=0, usdc_atomic=10**12)
+
+    official_pay_to = Account.create().address
+    official_url = stack.official(official_pay_to)
+
+    async def pay_every_call() -> None:
+        http, _ = paying_client(buyer)
+        async with http:
+            for _ in range(calls):
+                response = await http.get(f"{official_url}/weather")
+                if response.status_code != 200:
+                    raise RuntimeError(f"paid call failed: {response.status_code}")
+
+    try:
+        official = _timed(stack, official_pay_to, pay_every_call)
+    finally:
+        stack.stop_app(official_url)
+
+    our_pay_to = Account.create().address
+    server = stack.x402srv(
+        stack.config(store="sqlite", settlement="facilitator", pay_to=our_pay_to), "calls"
+    )
+    api = stack.seller_api(server.config_path)
+
+    async def pay_once() -> None:
+        http, _ = paying_client(buyer)
+        async with http:
+            bought = await http.post(server.access_url, json={"planId": "hourly"})
+        if bought.status_code != 200:
+            raise RuntimeError(f"purchase failed: {bought.status_code}")
+        headers = {"Authorization": f"Bearer {bought.json()['accessToken']}"}
+        async with httpx.AsyncClient(headers=headers) as plain:
+            for _ in range(calls):
+                response = await plain.get(f"{api}/weather")
+                if response.status_code != 200:
+                    raise RuntimeError(f"guarded call failed: {response.status_code}")
+
+    try:
+        ours = _timed(stack, our_pay_to, pay_once)
+    finally:
+        stack.stop_app(api)
+        stack.stop_server(server)
+
+    speedup = official.seconds / ours.seconds
+    fewer = official.transactions / max(ours.transactions, 1)
+    return [
+        Row(
+            SECTION,
+            f"official middleware: {calls} paid calls",
+            f"{official.seconds:7.2f} s wall  {official.transactions:4d} on-chain transactions",
+        ),
+        Row(
+            SECTION,
+            f"x402srv: 1 purchase + {calls} guarded calls",
+            f"{ours.seconds:7.2f} s wall  {ours.transactions:4d} on-chain transaction(s)",
+            (
+                verdict(">= 20x less wall time", speedup >= 20, f"{speedup:.1f}x"),
+                verdict(">= 100x fewer on-chain transactions", fewer >= 100, f"{fewer:.0f}x"),
+            ),
+        ),
+    ]
