@@ -37,8 +37,8 @@ class State(StrEnum):
     CANCELLED = "CANCELLED"
 
 
-#: Moves the state machine allows; stores refuse nothing else (SETTLING → SETTLING
-#: is a lease update by the attempt that holds it).
+#: Moves the state machine allows; stores refuse every other move (SETTLING →
+#: SETTLING is a lease update by the attempt that holds it).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),

@@ -27,6 +27,7 @@ from ..records import ChallengeRecord, PaymentKey, State
 from .store_rules import (
     check_state,
     claim_conflict,
+    claim_keys,
     decode_record,
     decode_task,
     encode_record,
@@ -124,8 +125,7 @@ class MemoryStore:
             if mismatch is not None:
                 return mismatch
             assert record is not None  # check_state answers for a missing record
-            key = str(request.claim_payment) if request.claim_payment is not None else None
-            tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+            key, tx = claim_keys(request)
             conflict = claim_conflict(
                 record.challenge_id,
                 self._payments.get(key) if key is not None else None,

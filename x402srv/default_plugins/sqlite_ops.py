@@ -22,11 +22,13 @@ from ..records import ChallengeRecord, State
 from .store_rules import (
     check_state,
     claim_conflict,
+    claim_keys,
     decode_record,
     decode_task,
     encode_record,
     encode_task,
     key_to_release,
+    state_values,
     tx_claim_key,
 )
 
@@ -253,8 +255,7 @@ def transition(conn: sqlite3.Connection, request: TransitionRequest) -> Result:
         if mismatch is not None:
             return mismatch
         assert record is not None  # check_state answers for a missing record
-        key = str(request.claim_payment) if request.claim_payment is not None else None
-        tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+        key, tx = claim_keys(request)
         conflict = claim_conflict(
             record.challenge_id, _owner(conn, _PAYMENT_OWNER, key), _owner(conn, _TX_OWNER, tx)
         )
@@ -284,7 +285,7 @@ def list_challenges(
     clauses: list[str] = []
     params: list[str | float | int] = []
     if states is not None:
-        wanted = list(dict.fromkeys(State(s).value for s in states))
+        wanted = state_values(states)
         if not wanted:
             return []
         clauses.append(f"state IN ({', '.join('?' * len(wanted))})")
@@ -303,7 +304,7 @@ def prune(
     conn: sqlite3.Connection, states: Sequence[State], updated_before: float, limit: int
 ) -> int:
     """One write transaction: each chosen record leaves with every claim it owns."""
-    wanted = list(dict.fromkeys(State(s).value for s in states))
+    wanted = state_values(states)
     if not wanted or limit <= 0:
         return 0
     # Only placeholders are formatted into the statement; every value is bound.

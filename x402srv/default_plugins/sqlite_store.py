@@ -126,7 +126,7 @@ class SqliteStore:
         executor = self._executor
         if executor is None:
             _log.error("sqlite store %s: create_challenge called while closed", self.path)
-            raise StoreUnavailable(_UNAVAILABLE, retry_after=1)
+            raise _unavailable()
         future: asyncio.Future[Created] = asyncio.get_running_loop().create_future()
         if self._inserts.add(PendingInsert(record, ops.challenge_row(record), future)):
             try:
@@ -208,13 +208,13 @@ class SqliteStore:
         executor = self._executor
         if executor is None:
             _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
-            raise StoreUnavailable(_UNAVAILABLE, retry_after=1)
+            raise _unavailable()
         loop = asyncio.get_running_loop()
         try:
             future = loop.run_in_executor(executor, self._guarded, op, job)
         except RuntimeError:  # closed between the check and the submit
             _log.error("sqlite store %s: %s called while the store closed", self.path, op)
-            raise StoreUnavailable(_UNAVAILABLE, retry_after=1) from None
+            raise _unavailable() from None
         return await future
 
     def _guarded(self, op: str, job: Callable[[], T]) -> T:
@@ -223,12 +223,12 @@ class SqliteStore:
             return job()
         except sqlite3.Error as exc:
             _log.error("sqlite store %s: %s failed: %s", self.path, op, exc)
-            raise StoreUnavailable(_UNAVAILABLE, retry_after=1) from None
+            raise _unavailable() from None
 
     def _connection(self, op: str) -> sqlite3.Connection:
         if self._conn is None:
             _log.error("sqlite store %s: %s called but the file is not open", self.path, op)
-            raise StoreUnavailable(_UNAVAILABLE, retry_after=1)
+            raise _unavailable()
         return self._conn
 
     def _connect(self) -> None:

@@ -3,8 +3,9 @@
 The memory and sqlite stores differ in how they make a step atomic (a lock, a
 ``BEGIN IMMEDIATE`` transaction), not in what they decide. Keeping the checks
 here, as pure functions over what the store has already loaded, means the two
-cannot drift apart; ``x402srv.testing.store_contract`` pins the same rules for
-third-party stores that cannot reuse this code (Lua on Redis).
+cannot drift apart. The redis plugin checks states with them too and repeats
+the claim rules in Lua, where they must run atomically (``x402srv_redis.scripts``);
+``x402srv.testing.store_contract`` pins the same rules for every store.
 
 Records are kept as the JSON of ``ChallengeRecord.to_dict`` so that every store
 holds the same document, and a grant that is not JSON fails in the memory store
@@ -14,20 +15,22 @@ exactly as it would in a durable one.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..interfaces import PaymentClaimed, StateMismatch, TransitionRequest, TxClaimed
-from ..records import ALLOWED_TRANSITIONS, ChallengeRecord
+from ..records import ALLOWED_TRANSITIONS, ChallengeRecord, State
 
 __all__ = [
     "check_state",
     "claim_conflict",
+    "claim_keys",
     "decode_record",
     "decode_task",
     "encode_record",
     "encode_task",
     "key_to_release",
+    "state_values",
     "tx_claim_key",
 ]
 
@@ -62,6 +65,13 @@ def claim_conflict(
     return None
 
 
+def claim_keys(request: TransitionRequest) -> tuple[str | None, str | None]:
+    """The payment claim and the txHash claim a transition takes, as stored keys (or None)."""
+    payment = str(request.claim_payment) if request.claim_payment is not None else None
+    tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+    return payment, tx
+
+
 def key_to_release(record: ChallengeRecord, request: TransitionRequest) -> str | None:
     """The claim a ``release_payment`` frees: the one of the payment being abandoned."""
     if not request.release_payment or record.payment is None:
@@ -72,6 +82,11 @@ def key_to_release(record: ChallengeRecord, request: TransitionRequest) -> str |
 def tx_claim_key(tx_hash: str) -> str:
     """txHashes are compared case-insensitively (explorers and RPCs disagree on case)."""
     return tx_hash.lower()
+
+
+def state_values(states: Sequence[State]) -> list[str]:
+    """Distinct state names in the order given: what listing and pruning filter on."""
+    return list(dict.fromkeys(State(s).value for s in states))
 
 
 def encode_record(record: ChallengeRecord) -> str:

@@ -29,11 +29,13 @@ from redis.exceptions import RedisError
 from x402srv.config import Secret, redact_url
 from x402srv.default_plugins.store_rules import (
     check_state,
+    claim_keys,
     decode_record,
     decode_task,
     encode_record,
     encode_task,
     key_to_release,
+    state_values,
     tx_claim_key,
 )
 from x402srv.errors import ConfigError, StoreUnavailable
@@ -205,8 +207,7 @@ class RedisStore:
         """KEYS and ARGV of ``scripts.TRANSITION``; unused key slots repeat the record's."""
         k = self.keys
         own = k.challenge(record.challenge_id)
-        claim = str(request.claim_payment) if request.claim_payment is not None else None
-        tx = tx_claim_key(request.claim_tx_hash) if request.claim_tx_hash else None
+        claim, tx = claim_keys(request)
         released = key_to_release(record, request)
         return {
             "keys": [
@@ -350,6 +351,4 @@ class RedisStore:
 
 def _states(states: Sequence[State] | None) -> list[str] | None:
     """Distinct state names in the order given; ``None`` means every state."""
-    if states is None:
-        return None
-    return list(dict.fromkeys(State(s).value for s in states))
+    return None if states is None else state_values(states)
