@@ -38,7 +38,6 @@ import asyncio
 import base64
 import binascii
 import ipaddress
-import json
 import logging
 import threading
 import time
@@ -52,6 +51,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .errors import ConfigError, KeySourceUnavailable
+from .protocol import JsonTooDeep, bounded_json
 from .tokens import VerifyingKey
 
 __all__ = ["MAX_JWKS_BYTES", "JWKSKeySource", "parse_jwks"]
@@ -108,8 +108,12 @@ def parse_jwks(document: bytes) -> dict[str, Ed25519PublicKey]:
     if len(document) > MAX_JWKS_BYTES:
         raise ValueError(f"the key set is larger than {MAX_JWKS_BYTES} bytes")
     try:
-        data = json.loads(document)
-    except (ValueError, RecursionError):
+        data = bounded_json(document)  # a key endpoint must not be able to crash the verifier
+    except JsonTooDeep:
+        raise ValueError(
+            "the key set has more JSON arrays/objects than any key set needs"
+        ) from None
+    except ValueError:
         raise ValueError("the key set is not JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
         raise ValueError('the key set is not an object with a "keys" array')

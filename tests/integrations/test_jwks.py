@@ -240,6 +240,13 @@ def test_parse_jwks_skips_what_it_cannot_use() -> None:
     assert list(parse_jwks(json.dumps(document).encode())) == ["good"]
 
 
+def test_parse_jwks_bounds_nesting_before_parsing() -> None:
+    # A key endpoint under someone else's control must not reach the C parser with
+    # deep nesting (``protocol.bounded_json``): refused like any other bad key set.
+    with pytest.raises(ValueError, match="arrays/objects"):
+        parse_jwks(b"[" * 300 + b"]" * 300)
+
+
 async def test_rotation_against_a_restarted_x402srv(
     start_seller: Callable[..., Seller], buyer: LocalAccount
 ) -> None:
