@@ -35,7 +35,7 @@ from .errors import (
 from .gateway.install import install_gateway
 from .health import readiness
 from .http_problem import problem_response
-from .http_response import Response
+from .http_response import Response, offer_response
 from .interfaces import Clock, system_clock
 from .logs import REQUEST_ID_HEADER, http_request_id
 from .offers import AccessGranted, PaymentOffer
@@ -213,8 +213,7 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
             )
         )
         if isinstance(result, PaymentOffer):
-            headers = {"PAYMENT-REQUIRED": result.header, **_NO_STORE}
-            return Response(result.content, 402, headers, _JSON)
+            return offer_response(result)
         assert isinstance(result, AccessGranted)
         headers = {"PAYMENT-RESPONSE": result.payment_response, **_NO_STORE}
         return Response(_json(result.grant), 200, headers, _JSON)

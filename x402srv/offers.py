@@ -101,10 +101,15 @@ class _ChallengeTemplate:
 
 @dataclass(frozen=True, slots=True)
 class AccessGranted:
-    """A 200: the AccessGrant and the PAYMENT-RESPONSE header value."""
+    """A 200: the AccessGrant and the settlement receipt that ``PAYMENT-RESPONSE`` carries."""
 
     grant: dict[str, Any]
-    payment_response: str
+    receipt: dict[str, Any]
+
+    @property
+    def payment_response(self) -> str:
+        """The ``PAYMENT-RESPONSE`` header value: the receipt, base64 JSON."""
+        return encode_header(self.receipt)
 
 
 class OfferBuilder:
@@ -250,10 +255,10 @@ class OfferBuilder:
 
     def granted(self, record: ChallengeRecord) -> AccessGranted:
         assert record.grant is not None
-        response = {
+        receipt = {
             "success": True,
             "transaction": record.tx_hash,
             "network": record.network,
             "payer": record.payer,
         }
-        return AccessGranted(grant=record.grant, payment_response=encode_header(response))
+        return AccessGranted(grant=record.grant, receipt=receipt)

@@ -114,6 +114,38 @@ class AccessRequest:
     payment_signature: str | None
 
 
+def _settling_move(
+    record: ChallengeRecord,
+    to: State,
+    at: float,
+    reason: str,
+    changes: RecordChanges,
+    *,
+    release_payment: bool = False,
+    claim_tx_hash: str | None = None,
+) -> TransitionRequest:
+    """A move of a SETTLING record that only the attempt which wrote it may make."""
+    assert record.payment is not None
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.SETTLING,
+        to=to,
+        at=at,
+        reason=reason,
+        attempt_id=record.payment.attempt_id,
+        changes=changes,
+        release_payment=release_payment,
+        claim_tx_hash=claim_tx_hash,
+    )
+
+
+def _stored(result: TransitionResult | None) -> ChallengeRecord | None:
+    """The record as the store holds it after a compare-and-set, when the answer carries it."""
+    if isinstance(result, TransitionApplied | StateMismatch):
+        return result.record
+    return None
+
+
 class _AttemptHooks:
     """Lets a settler persist its txHash on the SETTLING record of its own attempt."""
 
@@ -130,14 +162,12 @@ class _AttemptHooks:
         payment = self._record.payment
         assert payment is not None
         result = await self._pipeline.transition(
-            TransitionRequest(
-                challenge_id=self._record.challenge_id,
-                expect=State.SETTLING,
-                to=State.SETTLING,
-                at=self._pipeline.clock(),
-                reason="transaction broadcast",
-                attempt_id=payment.attempt_id,
-                changes=RecordChanges(payment=replace(payment, broadcast_tx_hash=tx_hash.lower())),
+            _settling_move(
+                self._record,
+                State.SETTLING,
+                self._pipeline.clock(),
+                "transaction broadcast",
+                RecordChanges(payment=replace(payment, broadcast_tx_hash=tx_hash.lower())),
             )
         )
         if isinstance(result, TransitionApplied):
@@ -374,9 +404,7 @@ class AccessPipeline:
                 reason="expired before payment",
             )
         )
-        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
-            return result.record
-        return record
+        return _stored(result) or record
 
     # ------------------------------------------------------------ steps 5-7
 
@@ -507,16 +535,12 @@ class AccessPipeline:
         payment = record.payment
         assert payment is not None
         result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.SETTLING,
-                to=State.SETTLING,
-                at=self.clock(),
-                reason=f"handed to settler {self.settler.name}",
-                attempt_id=payment.attempt_id,
-                changes=RecordChanges(
-                    payment=replace(payment, submitted=True, attempt_id=uuid4_hex())
-                ),
+            _settling_move(
+                record,
+                State.SETTLING,
+                self.clock(),
+                f"handed to settler {self.settler.name}",
+                RecordChanges(payment=replace(payment, submitted=True, attempt_id=uuid4_hex())),
             )
         )
         return result.record if isinstance(result, TransitionApplied) else None
@@ -539,24 +563,11 @@ class AccessPipeline:
     async def _after_settlement(
         self, record: ChallengeRecord, outcome: SettlementOutcome, depth: int
     ) -> AccessResult:
-        assert record.payment is not None
-        attempt_id = record.payment.attempt_id
         if isinstance(outcome, Settled):
-            return await self._record_paid(
-                record, attempt_id, outcome.tx_hash, outcome.payer, depth
-            )
+            return await self._record_paid(record, outcome.tx_hash, outcome.payer, depth)
         if isinstance(outcome, Rejected):
             result = await self.transition(
-                TransitionRequest(
-                    challenge_id=record.challenge_id,
-                    expect=State.SETTLING,
-                    to=State.PENDING,
-                    at=self.clock(),
-                    reason=f"settlement failed: {outcome.reason}",
-                    attempt_id=attempt_id,
-                    changes=RecordChanges(clear_payment=True),
-                    release_payment=True,
-                )
+                self._release(record, f"settlement failed: {outcome.reason}")
             )
             if isinstance(result, TransitionApplied):
                 log.info(
@@ -580,44 +591,34 @@ class AccessPipeline:
             broadcast_tx_hash=payment.broadcast_tx_hash or outcome.tx_hash,
         )
         result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.SETTLING,
-                to=State.SETTLING,
-                at=self.clock(),
-                reason=f"outcome unknown: {outcome.reason}",
-                attempt_id=payment.attempt_id,
-                changes=RecordChanges(payment=ended),
+            _settling_move(
+                record,
+                State.SETTLING,
+                self.clock(),
+                f"outcome unknown: {outcome.reason}",
+                RecordChanges(payment=ended),
             )
         )
-        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
-            return result.record
-        return record
+        return _stored(result) or record
 
-    async def _after_lost_race(
-        self, record: ChallengeRecord, result: object, depth: int
-    ) -> AccessResult:
-        current = result.record if isinstance(result, StateMismatch) else None
-        current = current or await self.store.get_challenge(record.challenge_id)
+    async def _current(
+        self, record: ChallengeRecord, result: TransitionResult | None
+    ) -> ChallengeRecord:
+        """The record as it is now, after a compare-and-set this request lost."""
+        current = _stored(result) or await self.store.get_challenge(record.challenge_id)
         if current is None:
             raise InternalError()
-        return await self._dispatch(current, None, depth + 1)
+        return current
+
+    async def _after_lost_race(
+        self, record: ChallengeRecord, result: TransitionResult | None, depth: int
+    ) -> AccessResult:
+        return await self._dispatch(await self._current(record, result), None, depth + 1)
 
     async def _record_paid(
-        self, record: ChallengeRecord, attempt_id: str, tx_hash: str, payer: str, depth: int
+        self, record: ChallengeRecord, tx_hash: str, payer: str, depth: int
     ) -> AccessResult:
-        result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.SETTLING,
-                to=State.PAID,
-                at=self.clock(),
-                reason="settled on-chain",
-                attempt_id=attempt_id,
-                changes=RecordChanges(tx_hash=tx_hash.lower(), payer=payer),
-                claim_tx_hash=tx_hash.lower(),
-            )
-        )
+        result = await self.transition(self._paid(record, tx_hash, payer, "settled on-chain"))
         if isinstance(result, TxClaimed):
             log.error(
                 "challenge %s: tx %s already belongs to challenge %s",
@@ -661,16 +662,28 @@ class AccessPipeline:
         return record
 
     def _release(self, record: ChallengeRecord, reason: str) -> TransitionRequest:
-        assert record.payment is not None
-        return TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.PENDING,
-            at=self.clock(),
-            reason=reason,
-            attempt_id=record.payment.attempt_id,
-            changes=RecordChanges(clear_payment=True),
+        """SETTLING -> PENDING with the payment claim released: nothing moved on-chain."""
+        return _settling_move(
+            record,
+            State.PENDING,
+            self.clock(),
+            reason,
+            RecordChanges(clear_payment=True),
             release_payment=True,
+        )
+
+    def _paid(
+        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str
+    ) -> TransitionRequest:
+        """SETTLING -> PAID, claiming the txHash that moved the payment."""
+        tx_hash = tx_hash.lower()
+        return _settling_move(
+            record,
+            State.PAID,
+            self.clock(),
+            reason,
+            RecordChanges(tx_hash=tx_hash, payer=payer),
+            claim_tx_hash=tx_hash,
         )
 
     async def _verdict(self, record: ChallengeRecord) -> TransitionRequest | None:
@@ -694,15 +707,8 @@ class AccessPipeline:
             log.warning("challenge %s: cannot resolve from chain: %s", record.challenge_id, exc)
             return None
         if isinstance(verdict, Transferred):
-            return TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.SETTLING,
-                to=State.PAID,
-                at=self.clock(),
-                reason="resolved from chain: transferred",
-                attempt_id=payment.attempt_id,
-                changes=RecordChanges(tx_hash=verdict.tx_hash, payer=payment.payer),
-                claim_tx_hash=verdict.tx_hash,
+            return self._paid(
+                record, verdict.tx_hash, payment.payer, "resolved from chain: transferred"
             )
         if isinstance(verdict, NotTransferred):
             return self._release(record, f"resolved from chain: {verdict.why}")
@@ -770,8 +776,4 @@ class AccessPipeline:
         if isinstance(result, TransitionApplied):
             self.metrics.grant_issued()
             return result.record
-        current = result.record if isinstance(result, StateMismatch) else None
-        current = current or await self.store.get_challenge(record.challenge_id)
-        if current is None:
-            raise InternalError()
-        return current
+        return await self._current(record, result)

@@ -12,6 +12,7 @@ import binascii
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -29,6 +30,7 @@ __all__ = [
     "AccessBody",
     "JsonTooDeep",
     "PaymentPayload",
+    "access_body",
     "bounded_json",
     "check_payment",
     "decode_payment_header",
@@ -158,6 +160,11 @@ def parse_access_body(raw: bytes, content_type: str | None) -> AccessBody:
     data = _loads(raw, "request body")
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
+    return access_body(data)
+
+
+def access_body(data: Mapping[str, Any]) -> AccessBody:
+    """The fields of an access request, checked: the HTTP body's, or an A2A data part's."""
     plan_id = _optional_str(data, "planId", 64)
     request_id = _optional_str(data, "requestId", 64)
     if request_id is not None:
@@ -171,7 +178,7 @@ def parse_access_body(raw: bytes, content_type: str | None) -> AccessBody:
     return AccessBody(plan_id, request_id, resource_id)
 
 
-def _optional_str(data: dict[str, Any], key: str, max_length: int) -> str | None:
+def _optional_str(data: Mapping[str, Any], key: str, max_length: int) -> str | None:
     value = data.get(key)
     if value is None:
         return None

@@ -13,11 +13,11 @@ who knows the id, and a completed task holds a bearer token.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
+from ..ids import uuid4_str
 from ..offers import rfc3339
 from .extension import (
     ERROR_KEY,
@@ -59,7 +59,7 @@ TERMINAL_STATES: Final = frozenset({TaskState.COMPLETED, TaskState.CANCELED, Tas
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    return uuid4_str()
 
 
 @dataclass(frozen=True, slots=True)

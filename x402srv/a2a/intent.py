@@ -16,14 +16,13 @@ by ``protocol.parse_payment_payload`` like the ``PAYMENT-SIGNATURE`` header) or
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..protocol import AccessBody, PaymentPayload, parse_access_body, parse_payment_payload
+from ..protocol import AccessBody, PaymentPayload, access_body, parse_payment_payload
 from .extension import PAYLOAD_KEY, STATUS_KEY, PaymentStatus
 from .jsonrpc import INVALID_PARAMS, RpcError
 from .outcomes import rpc_error
@@ -86,10 +85,9 @@ def _named_plans(texts: Iterable[str], plan_ids: Iterable[str]) -> list[str]:
 
 
 def _body(fields: dict[str, Any]) -> AccessBody:
-    """The data part's fields, validated exactly as the HTTP body's would be."""
-    raw = json.dumps(fields).encode()
+    """The data part's fields, validated exactly as the HTTP body's are."""
     try:
-        return parse_access_body(raw, "application/json")
+        return access_body(fields)
     except InvalidRequest as exc:
         raise rpc_error(exc) from None
 

@@ -31,8 +31,6 @@ authorization and pay again. ``completed`` is never undone, and it replaces a
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -94,12 +92,6 @@ def rpc_error(error: ProblemError) -> RpcError:
     return RpcError(code, problem_data(error))
 
 
-def _decode_response(header: str) -> dict[str, Any]:
-    document = json.loads(base64.b64decode(header))
-    assert isinstance(document, dict)
-    return document
-
-
 def from_result(result: AccessResult) -> Update:
     if isinstance(result, PaymentOffer):
         body = result.body
@@ -130,7 +122,7 @@ def from_result(result: AccessResult) -> Update:
             payment_status=PaymentStatus.COMPLETED,
         ),
         challenge_id=grant.get("challengeId"),
-        receipt=_decode_response(result.payment_response),
+        receipt=result.receipt,
         grant=grant,
     )
 
@@ -144,57 +136,40 @@ def _sentence(error: ProblemError) -> str:
     return f"{detail[:1].upper()}{detail[1:]}."
 
 
-def _retry_text(error: ProblemError) -> str:
+def _retry_note(error: ProblemError, status: PaymentStatus) -> Note:
+    """A ``working`` task: the answer comes later, from the same request asked again."""
     wait = max(1, int(error.retry_after or 1))
-    return (
-        f"{_sentence(error)} Ask again with tasks/get (or send the same payment again) in {wait} s."
+    return Note(
+        text=f"{_sentence(error)} Ask again with tasks/get (or send the same payment again) "
+        f"in {wait} s.",
+        payment_status=status,
+        retry_after=wait,
+        problem=problem_data(error),
     )
 
 
 def from_problem(error: ProblemError, network: str) -> Update:
     """The table's failure rows; refusals that change no task are raised as ``RpcError``."""
-    if isinstance(error, PaymentFailed):
+    if isinstance(error, PaymentFailed | TxAlreadyRedeemed):
+        # A redeemed payment fails like any other: its reason is the spent nonce.
+        reason = error.reason if isinstance(error, PaymentFailed) else REDEEMED_REASON
         return Update(
             state=TaskState.INPUT_REQUIRED,
             note=Note(
                 text=f"Payment failed: {_sentence(error)} Sign a new authorization and pay again.",
                 payment_status=PaymentStatus.FAILED,
-                error=error_code(error.reason),
+                error=error_code(reason),
                 problem=problem_data(error),
             ),
-            receipt=_failed_receipt(error.reason, network),
-        )
-    if isinstance(error, TxAlreadyRedeemed):
-        return Update(
-            state=TaskState.INPUT_REQUIRED,
-            note=Note(
-                text=f"Payment failed: {_sentence(error)} Sign a new authorization and pay again.",
-                payment_status=PaymentStatus.FAILED,
-                error=ExtensionError.DUPLICATE_NONCE,
-                problem=problem_data(error),
-            ),
-            receipt=_failed_receipt(REDEEMED_REASON, network),
+            receipt=_failed_receipt(reason, network),
         )
     if isinstance(error, SettlementInProgress | SettlementPending):
-        return Update(
-            state=TaskState.WORKING,
-            note=Note(
-                text=_retry_text(error),
-                payment_status=PaymentStatus.SUBMITTED,
-                retry_after=max(1, int(error.retry_after or 1)),
-                problem=problem_data(error),
-            ),
-        )
+        return Update(state=TaskState.WORKING, note=_retry_note(error, PaymentStatus.SUBMITTED))
     if isinstance(error, CredentialPending):
         tx_hash = str(error.extra.get("txHash", ""))
         return Update(
             state=TaskState.WORKING,
-            note=Note(
-                text=_retry_text(error),
-                payment_status=PaymentStatus.COMPLETED,
-                retry_after=max(1, int(error.retry_after or 1)),
-                problem=problem_data(error),
-            ),
+            note=_retry_note(error, PaymentStatus.COMPLETED),
             receipt={"success": True, "transaction": tx_hash, "network": network},
         )
     if isinstance(error, ChallengeExpired):

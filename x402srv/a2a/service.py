@@ -25,12 +25,12 @@ lives here.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..config import Config
 from ..errors import ProblemError
+from ..ids import uuid4_str
 from ..interfaces import Clock, Store
 from ..pipeline import AccessPipeline
 from ..protocol import AccessBody, PaymentPayload
@@ -217,7 +217,7 @@ class A2AService:
             return catalog_message(self._pipeline.offers.discovery.body, context_id)
         body = intent.body
         purchase = Purchase(
-            request_id=body.request_id or str(uuid.uuid4()),
+            request_id=body.request_id or uuid4_str(),
             plan_id=body.plan_id or "",
             resource_id=body.resource_id,
         )

@@ -17,7 +17,6 @@ buyer's ``Accept-Encoding``, not ours, so bodies pass through undecoded).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 import httpx
@@ -26,6 +25,7 @@ from sanic.response import HTTPResponse
 
 from ..errors import NotFound, ProblemError
 from ..http_problem import problem_response
+from ..http_response import offer_response
 from ..offers import PaymentOffer
 from ..paths import gateway_segments
 from ..pipeline import AccessPipeline
@@ -52,12 +52,6 @@ def _grant_headers(decision: Forward) -> dict[str, str]:
         GRANT_HEADER: encode_header(granted.grant),
         "Cache-Control": "no-store",  # it carries a bearer token
     }
-
-
-def _offer_response(offer: PaymentOffer) -> HTTPResponse:
-    headers = {"PAYMENT-REQUIRED": offer.header, "Cache-Control": "no-store"}
-    body = json.dumps(offer.body, separators=(",", ":")).encode()
-    return HTTPResponse(body, 402, headers, content_type="application/json")
 
 
 def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
@@ -88,7 +82,7 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
             resource_url=config.seller.agent_url + request.path,
         )
         if isinstance(decision, PaymentOffer):
-            return _offer_response(decision)
+            return offer_response(decision)
         extra = _grant_headers(decision)
         try:
             await forward(
