@@ -3,7 +3,7 @@
 Readiness asks each dependency once, concurrently, with a short timeout:
 
     store        Store.ping()
-    chain        the RPC answers eth_blockNumber (when an RPC is configured)
+    chain        the RPC answers with its latest block (when an RPC is configured)
     settlement   the settler's own ``check_ready()`` when it has one: the
                  facilitator lists our network; the gas wallet's node answers
                  and its balance covers gas

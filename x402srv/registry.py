@@ -115,27 +115,28 @@ class Registry:
         return list(rows.values())
 
     def _context(self, kind: Kind, section: str, name: str, config: Config, **kw: Any) -> Any:
+        """Build plugin ``name`` of ``kind``; ``section`` is the key that chose it."""
         entries = self._entries[kind]
-        if name not in entries:
-            raise PluginNotFound(
-                f"no {kind} plugin named {name!r} is installed "
-                f"(installed: {', '.join(sorted(entries)) or 'none'})",
-                path=f"{section}",
+        table_section = section.split(".")[0]  # "store.backend" -> [store.<plugin>] tables
+
+        def missing(plugin: str, path: str) -> PluginNotFound:
+            installed = ", ".join(sorted(entries)) or "none"
+            return PluginNotFound(
+                f"no {kind} plugin named {plugin!r} is installed (installed: {installed})",
+                path=path,
             )
-        tables = getattr(config, section.split(".")[0]).plugin_tables()
-        for table in tables:
+
+        if name not in entries:
+            raise missing(name, section)
+        tables = getattr(config, table_section)
+        for table in tables.plugin_tables():
             if table not in entries:
-                raise PluginNotFound(
-                    f"no {kind} plugin named {table!r} is installed "
-                    f"(installed: {', '.join(sorted(entries)) or 'none'})",
-                    path=f"{section.split('.')[0]}.{table}",
-                )
-        options = getattr(config, section.split(".")[0]).plugin_options(name)
+                raise missing(table, f"{table_section}.{table}")
         ctx = PluginContext(
             config=config,
             name=name,
-            key_path=f"{section.split('.')[0]}.{name}",
-            options=options,
+            key_path=f"{table_section}.{name}",
+            options=tables.plugin_options(name),
             **kw,
         )
         return entries[name].factory(ctx)

@@ -610,17 +610,8 @@ class TokenVerifier:
         claims = self._verified.get(token, now, self.leeway)
         if claims is not None:
             return claims
-        claims = await verify_access_token(
-            token,
-            self.key_source,
-            issuer=self.issuer,
-            audience=self.audience,
-            algorithms=[self.algorithm],
-            leeway=self.leeway,
-            now=now,
-        )
-        self._verified.put(token, claims, now)
-        return claims
+        key = await self.key_source.key_for(_header_kid(token))
+        return self._accept(token, key, now)
 
     def verify_sync(self, token: str) -> AccessClaims:
         """See ``verify_access_token_sync``; the key source must also be a ``SyncKeySource``."""
@@ -631,12 +622,16 @@ class TokenVerifier:
         claims = self._verified.get(token, now, self.leeway)
         if claims is not None:
             return claims
-        claims = verify_access_token_sync(
+        return self._accept(token, source.key_for_sync(_header_kid(token)), now)
+
+    def _accept(self, token: str, key: VerifyingKey | None, now: float) -> AccessClaims:
+        """The checks after the key lookup (the algorithm was pinned when this was built)."""
+        claims = _verify_with_key(
             token,
-            source,
+            key,
+            self.algorithm,
             issuer=self.issuer,
             audience=self.audience,
-            algorithms=[self.algorithm],
             leeway=self.leeway,
             now=now,
         )

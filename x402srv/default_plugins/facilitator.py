@@ -122,23 +122,17 @@ class FacilitatorSettler:
 
     async def check_ready(self) -> str | None:
         """For ``/readyz``: None when the facilitator answers and lists our network."""
-        assert self._client is not None
         try:
-            response = await self._client.get(f"{self._url}/supported")
-            response.raise_for_status()
-            kinds = bounded_json(response.content).get("kinds", [])
+            listed = await self._supported()
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             return f"facilitator unreachable ({type(exc).__name__})"
-        if (2, "exact", self._network.caip2) not in _listed(kinds):
+        if (2, "exact", self._network.caip2) not in listed:
             return f"facilitator does not list exact on {self._network.caip2}"
         return None
 
     async def _check_supported(self) -> None:
-        assert self._client is not None
         try:
-            response = await self._client.get(f"{self._url}/supported")
-            response.raise_for_status()
-            kinds = bounded_json(response.content).get("kinds", [])
+            listed = await self._supported()
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             log.warning(
                 "facilitator %s unreachable at start-up (%s); settlements will try it anyway",
@@ -147,7 +141,6 @@ class FacilitatorSettler:
             )
             return
         wanted = (2, "exact", self._network.caip2)
-        listed = _listed(kinds)
         if wanted not in listed:
             offered = ", ".join(sorted(f"v{v} {s} {n}" for v, s, n in listed if s)) or "nothing"
             raise ConfigError(
@@ -155,6 +148,13 @@ class FacilitatorSettler:
                 f"{self._network.caip2} (it lists: {offered})",
                 path="settlement.facilitator_url",
             )
+
+    async def _supported(self) -> set[tuple[object, object, object]]:
+        """What ``GET /supported`` lists; raises what the request or its JSON raise."""
+        assert self._client is not None
+        response = await self._client.get(f"{self._url}/supported")
+        response.raise_for_status()
+        return _listed(bounded_json(response.content).get("kinds", []))
 
     # ------------------------------------------------------------ settle
 
