@@ -38,6 +38,11 @@ class ChainUnavailable(Exception):
     """The RPC endpoint could not answer (network, HTTP or JSON-RPC error)."""
 
 
+def _error_message(error: object) -> str:
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message)
+
+
 def address_topic(address: str) -> str:
     return "0x" + "0" * 24 + address[2:].lower()
 
@@ -119,6 +124,29 @@ class ChainReader:
         self._client = None
 
     async def call(self, method: str, params: list[Any]) -> Any:
+        answer = await self._request(method, params)
+        if answer.get("error"):
+            raise ChainUnavailable(f"{method}: {_error_message(answer['error'])}")
+        return answer.get("result")
+
+    async def simulate(self, to: str, data: str) -> str | None:
+        """``eth_call`` at the latest block: None if it succeeds, else the revert message.
+
+        Raises ``ChainUnavailable`` when the node cannot answer, or answers with an
+        error that is not a revert.
+        """
+        answer = await self._request("eth_call", [{"to": to, "data": data}, "latest"])
+        error = answer.get("error")
+        if not error:
+            return None
+        message = _error_message(error)
+        code = error.get("code") if isinstance(error, dict) else None
+        # EIP-1474 gives reverts code 3; nodes that predate it say so in the message.
+        if code == 3 or "revert" in message.lower():
+            return message
+        raise ChainUnavailable(f"eth_call: {message}")
+
+    async def _request(self, method: str, params: list[Any]) -> dict[str, Any]:
         if self._client is None:
             await self.open()
         assert self._client is not None
@@ -131,11 +159,7 @@ class ChainReader:
             raise ChainUnavailable(f"{method}: RPC request failed ({type(exc).__name__})") from None
         if not isinstance(answer, dict):
             raise ChainUnavailable(f"{method}: malformed RPC answer")
-        if answer.get("error"):
-            error = answer["error"]
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            raise ChainUnavailable(f"{method}: {message}")
-        return answer.get("result")
+        return answer
 
     async def chain_id(self) -> int:
         return int(await self.call("eth_chainId", []), 16)

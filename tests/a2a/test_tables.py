@@ -34,7 +34,7 @@ def test_every_reason_we_raise_has_a_code() -> None:
     sources = [
         REPO / "x402srv/protocol.py",
         REPO / "x402srv/default_plugins/facilitator.py",
-        REPO / "plugins/x402srv-gaswallet/x402srv_gaswallet/calldata.py",
+        REPO / "x402srv/transfer_call.py",
     ]
     reasons = set().union(*(_reasons_in(path) for path in sources))
     assert protocol.REASON_SIGNATURE in reasons

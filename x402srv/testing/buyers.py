@@ -12,18 +12,22 @@ import base64
 import json
 import secrets
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from eth_account.signers.local import LocalAccount
 
+from ..config import Config
 from ..devchain import TokenInfo, sign_transfer_authorization
+from ..interfaces import Authorization, SettlementRequest
 
 __all__ = [
     "RecordingTransport",
     "encode_payment",
     "official_client",
     "paying_client",
+    "settlement_request",
     "signed_payment",
 ]
 
@@ -112,3 +116,39 @@ def signed_payment(
         "payload": {"signature": signature, "authorization": authorization},
         "accepted": accepted,
     }
+
+
+def settlement_request(
+    config: Config, signature: str, authorization: Mapping[str, Any], *, challenge: str = "c1"
+) -> SettlementRequest:
+    """A SettlementRequest as the pipeline builds it from an x402 wire authorization."""
+    info = config.network_info
+    requirements = {
+        "scheme": "exact",
+        "network": info.caip2,
+        "amount": str(authorization["value"]),
+        "asset": info.asset,
+        "payTo": authorization["to"],
+        "maxTimeoutSeconds": 300,
+        "extra": {"name": info.asset_name, "version": info.asset_version},
+    }
+    return SettlementRequest(
+        challenge_id=challenge,
+        attempt_id=f"{challenge}-attempt",
+        authorization=Authorization(
+            payer=str(authorization["from"]),
+            to=str(authorization["to"]),
+            value=int(authorization["value"]),
+            valid_after=int(authorization["validAfter"]),
+            valid_before=int(authorization["validBefore"]),
+            nonce=str(authorization["nonce"]),
+            signature=signature,
+        ),
+        payload={
+            "x402Version": 2,
+            "payload": {"authorization": dict(authorization), "signature": signature},
+            "accepted": requirements,
+        },
+        requirements=requirements,
+        network=info,
+    )

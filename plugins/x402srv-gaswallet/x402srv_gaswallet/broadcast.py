@@ -26,8 +26,8 @@ from web3.exceptions import Web3RPCError
 
 from x402srv.failpoints import failpoint
 from x402srv.interfaces import Rejected, SettlementHooks
+from x402srv.transfer_call import REASON_UNAVAILABLE
 
-from .calldata import REASON_UNAVAILABLE
 from .nonces import NonceGate, NonceTicket, NonceUnavailable
 from .rpc import GasWalletWeb3, never_left, node_message
 

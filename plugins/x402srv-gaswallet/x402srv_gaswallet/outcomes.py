@@ -1,10 +1,11 @@
 """From what the chain shows to a settlement outcome.
 
-Three moments ask the chain: the simulation reverted, the receipt arrived, the
-receipt did not arrive. Whenever the authorization may already be spent the
-answer comes from ``x402srv.resolution.resolve_authorization`` (the core's one
-reading of SPEC 5.2), never from a revert string alone: a payment that did
-arrive must come back as ``Settled`` with the transaction that moved it.
+Two moments here ask the chain: the receipt arrived, the receipt did not
+arrive (a reverted simulation is judged by ``x402srv.transfer_call``, which the
+facilitator settler shares). Whenever the authorization may already be spent the
+answer comes from ``x402srv.transfer_call.from_chain`` (the core's one reading of
+SPEC 5.2), never from a revert string alone: a payment that did arrive must come
+back as ``Settled`` with the transaction that moved it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ import logging
 
 from x402srv.chain import ChainReader, ChainUnavailable, Receipt
 from x402srv.interfaces import Rejected, Settled, SettlementOutcome, SettlementRequest, Unknown
-from x402srv.resolution import NotTransferred, Transferred, resolve_authorization
+from x402srv.transfer_call import DETAILS, REASON_TRANSACTION_FAILED, from_chain
 
-from .calldata import DETAILS, REASON_NONCE_USED, REASON_TRANSACTION_FAILED, Revert, RevertKind
-
-__all__ = ["await_receipt", "judge_receipt", "judge_revert"]
+__all__ = ["await_receipt", "judge_receipt"]
 
 log = logging.getLogger("x402srv_gaswallet")
 
@@ -74,48 +73,3 @@ async def judge_receipt(
     # settler, the payer), or a success without our Transfer log: only the
     # authorization's own history can tell.
     return await from_chain(chain, request, tx_hint=receipt.tx_hash)
-
-
-async def judge_revert(
-    chain: ChainReader, request: SettlementRequest, revert: Revert
-) -> SettlementOutcome:
-    """The simulation reverted: refuse, unless the authorization may be spent already."""
-    auth = request.authorization
-    if revert.kind is RevertKind.UNSURE:
-        try:
-            spent = await chain.authorization_state(request.network.asset, auth.payer, auth.nonce)
-        except ChainUnavailable:
-            return Unknown("simulation reverted; authorization state unreadable")
-        if spent:
-            return await from_chain(chain, request, tx_hint=None)
-    if revert.kind is RevertKind.USED:
-        return await from_chain(chain, request, tx_hint=None)
-    log.info("challenge %s: refused (%s)", request.challenge_id, revert.reason)
-    return Rejected(revert.reason, DETAILS[revert.reason])
-
-
-async def from_chain(
-    chain: ChainReader, request: SettlementRequest, *, tx_hint: str | None
-) -> SettlementOutcome:
-    """What the chain says happened to this authorization, as an outcome."""
-    auth = request.authorization
-    try:
-        verdict = await resolve_authorization(
-            chain,
-            asset=request.network.asset,
-            payer=auth.payer,
-            pay_to=auth.to,
-            value=auth.value,
-            nonce=auth.nonce,
-            valid_before=auth.valid_before,
-            tx_hint=tx_hint,
-        )
-    except ChainUnavailable:
-        return Unknown("chain unreadable while resolving the authorization", tx_hint)
-    if isinstance(verdict, Transferred):
-        log.info("challenge %s: paid in %s", request.challenge_id, verdict.tx_hash)
-        return Settled(verdict.tx_hash, auth.payer)
-    if isinstance(verdict, NotTransferred):
-        log.info("challenge %s: not transferred (%s)", request.challenge_id, verdict.why)
-        return Rejected(REASON_NONCE_USED, DETAILS[REASON_NONCE_USED])
-    return Unknown(verdict.why, tx_hint)

@@ -5,7 +5,7 @@ attempt can be on-chain (SPEC 4.2 step 8, 5.2):
 
 1. Simulate ``transferWithAuthorization`` with ``eth_call`` from the gas wallet.
    A revert refuses the payment with its x402 reason, unless the authorization
-   may already be spent: then the chain decides (``outcomes.judge_revert``), so
+   may already be spent: then the chain decides (``x402srv.transfer_call.judge_revert``), so
    a payment that already arrived is ``Settled`` with its original txHash.
    A node that cannot be reached refuses too: nothing was sent.
 2. Gas and EIP-1559 fees are read outside the nonce gate, to keep it short.
@@ -42,19 +42,20 @@ from x402srv.interfaces import (
     Unknown,
 )
 from x402srv.networks import NetworkInfo
-
-from .broadcast import Attempt, Broadcaster
-from .calldata import (
+from x402srv.transfer_call import (
     DETAILS,
     REASON_INVALID_SIGNATURE,
     REASON_UNAVAILABLE,
     MalformedSignature,
     classify_revert,
+    judge_revert,
     transfer_calldata,
 )
+
+from .broadcast import Attempt, Broadcaster
 from .nonces import NonceGate
 from .options import GasWalletOptions
-from .outcomes import await_receipt, judge_receipt, judge_revert
+from .outcomes import await_receipt, judge_receipt
 from .rpc import GasWalletWeb3, connect, disconnect
 
 __all__ = ["GasWalletSettler"]

@@ -22,7 +22,8 @@ from eth_account.signers.local import LocalAccount
 from x402srv.chain import ChainReader
 from x402srv.config import Config, parse_config
 from x402srv.devchain import Devchain, sign_transfer_authorization
-from x402srv.interfaces import Authorization, SettlementRequest
+from x402srv.interfaces import SettlementRequest
+from x402srv.testing.buyers import settlement_request as request_from
 
 if TYPE_CHECKING:
     from .settler import GasWalletSettler
@@ -97,42 +98,6 @@ def make_config(
             "network": network_table,
         },
         env={},
-    )
-
-
-def request_from(
-    config: Config, signature: str, authorization: Mapping[str, Any], *, challenge: str = "c1"
-) -> SettlementRequest:
-    """A SettlementRequest as the pipeline builds it from an x402 wire authorization."""
-    info = config.network_info
-    requirements = {
-        "scheme": "exact",
-        "network": info.caip2,
-        "amount": str(authorization["value"]),
-        "asset": info.asset,
-        "payTo": authorization["to"],
-        "maxTimeoutSeconds": 300,
-        "extra": {"name": info.asset_name, "version": info.asset_version},
-    }
-    return SettlementRequest(
-        challenge_id=challenge,
-        attempt_id=f"{challenge}-attempt",
-        authorization=Authorization(
-            payer=str(authorization["from"]),
-            to=str(authorization["to"]),
-            value=int(authorization["value"]),
-            valid_after=int(authorization["validAfter"]),
-            valid_before=int(authorization["validBefore"]),
-            nonce=str(authorization["nonce"]),
-            signature=signature,
-        ),
-        payload={
-            "x402Version": 2,
-            "payload": {"authorization": dict(authorization), "signature": signature},
-            "accepted": requirements,
-        },
-        requirements=requirements,
-        network=info,
     )
 
 

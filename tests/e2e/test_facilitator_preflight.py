@@ -1,0 +1,170 @@
+"""The facilitator settler asks the token before it asks the facilitator to settle.
+
+With an RPC of its own x402srv simulates ``transferWithAuthorization`` (one
+``eth_call``) instead of a ``/verify`` round trip; without one it asks
+``/verify``. Each case runs the real settler against the real local facilitator
+on anvil; a transport under the settler's client records which facilitator
+paths were asked (it forwards every request unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from eth_account import Account
+
+from x402srv.chain import ChainReader, ChainUnavailable
+from x402srv.config import Config, parse_config
+from x402srv.default_plugins.facilitator import FacilitatorOptions, FacilitatorSettler
+from x402srv.devchain import Devchain, sign_transfer_authorization
+from x402srv.interfaces import Rejected, Settled, SettlementRequest
+from x402srv.testing.buyers import settlement_request
+from x402srv.testing.fixtures import FacilitatorProcess
+from x402srv.testing.servers import free_port, seller_config
+from x402srv.transfer_call import REASON_INSUFFICIENT_BALANCE, transfer_calldata
+
+PRICE = 100_000
+
+
+class PathRecorder(httpx.AsyncBaseTransport):
+    """Forwards to the real facilitator and keeps the path of each request."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.paths: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self.noted: list[str] = []
+
+    async def note_broadcast(self, tx_hash: str) -> None:
+        self.noted.append(tx_hash)
+
+
+def _request(
+    devchain: Devchain, seller: str, payer: Any, facilitator_url: str = "http://127.0.0.1:1"
+) -> tuple[Config, SettlementRequest]:
+    config = parse_config(
+        seller_config(
+            rpc_url=devchain.rpc_url,
+            chain_id=devchain.chain_id,
+            asset=devchain.token.address,
+            wallet_address=seller,
+            store={"backend": "memory"},
+            settlement={"strategy": "facilitator", "facilitator_url": facilitator_url},
+            asset_name=devchain.token.name,
+            asset_version=devchain.token.version,
+        ),
+        env={},
+    )
+    signature, authorization = sign_transfer_authorization(
+        payer,
+        devchain.token,
+        to=seller,
+        value=PRICE,
+        valid_after=0,
+        valid_before=devchain.block_timestamp() + 600,
+    )
+    return config, settlement_request(config, signature, authorization)
+
+
+@asynccontextmanager
+async def _settler(
+    config: Config, chain: ChainReader | None, **options: Any
+) -> AsyncIterator[tuple[FacilitatorSettler, PathRecorder]]:
+    recorder = PathRecorder()
+    settler = FacilitatorSettler(config, FacilitatorOptions(**options), chain, transport=recorder)
+    await settler.start()
+    try:
+        yield settler, recorder
+    finally:
+        await settler.close()
+
+
+@pytest.fixture
+async def chain(devchain: Devchain) -> AsyncIterator[ChainReader]:
+    reader = ChainReader(devchain.rpc_url)
+    await reader.open()
+    yield reader
+    await reader.close()
+
+
+async def test_simulate_tells_a_revert_from_success(devchain: Devchain, chain: ChainReader) -> None:
+    seller = Account.create().address
+    funded = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    broke = devchain.new_account(eth=0, usdc_atomic=0)
+    for payer, expected in ((funded, None), (broke, "exceeds balance")):
+        _, request = _request(devchain, seller, payer)
+        data = "0x" + transfer_calldata(request.authorization).hex()
+        reverted = await chain.simulate(devchain.token.address, data)
+        if expected is None:
+            assert reverted is None
+        else:
+            assert reverted is not None and expected in reverted
+    assert devchain.balance_of(seller) == 0  # a simulation moves nothing
+
+    down = ChainReader(f"http://127.0.0.1:{free_port()}", timeout=2)
+    with pytest.raises(ChainUnavailable):
+        await down.simulate(devchain.token.address, "0x")
+    await down.close()
+
+
+async def test_unfunded_payment_never_reaches_the_facilitator(
+    devchain: Devchain,
+    facilitator: Callable[..., FacilitatorProcess],
+    chain: ChainReader,
+) -> None:
+    process = facilitator()
+    broke = devchain.new_account(eth=0, usdc_atomic=0)
+    config, request = _request(devchain, Account.create().address, broke, process.url)
+    block = devchain.rpc.block_number()
+    async with _settler(config, chain) as (settler, recorder):
+        outcome = await settler.settle(request, Hooks())
+    assert isinstance(outcome, Rejected)
+    assert outcome.reason == REASON_INSUFFICIENT_BALANCE
+    assert recorder.paths == ["/supported"]  # neither /verify nor /settle
+    assert devchain.rpc.block_number() == block  # no reverted transfer mined
+
+
+@pytest.mark.parametrize(
+    ("with_rpc", "verify_before_settle", "expected"),
+    [
+        (True, None, ["/supported", "/settle"]),  # simulated on our RPC instead
+        (False, None, ["/supported", "/verify", "/settle"]),  # nothing to simulate on
+        (True, True, ["/supported", "/verify", "/settle"]),
+        (False, False, ["/supported", "/settle"]),
+    ],
+)
+async def test_which_facilitator_calls_a_purchase_makes(
+    devchain: Devchain,
+    facilitator: Callable[..., FacilitatorProcess],
+    chain: ChainReader,
+    with_rpc: bool,
+    verify_before_settle: bool | None,
+    expected: list[str],
+) -> None:
+    process = facilitator()
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    hooks = Hooks()
+    async with _settler(
+        config, chain if with_rpc else None, verify_before_settle=verify_before_settle
+    ) as (settler, recorder):
+        outcome = await settler.settle(request, hooks)
+    assert isinstance(outcome, Settled), outcome
+    assert hooks.noted == [outcome.tx_hash]
+    assert recorder.paths == expected
+    assert devchain.balance_of(seller) == PRICE
