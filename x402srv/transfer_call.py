@@ -154,18 +154,15 @@ def classify_revert(message: str) -> Revert:
 async def preflight(chain: ChainReader, request: SettlementRequest) -> SettlementOutcome | None:
     """Simulate the transfer at the latest block: None when the token would take it now.
 
-    Otherwise the outcome its revert means (``judge_revert``). A node that cannot
-    answer is not a reason to refuse: None, and whoever broadcasts checks again.
+    Otherwise the outcome its revert means (``judge_revert``). Raises
+    ``ChainUnavailable`` when the node cannot answer: that is no reason to refuse a
+    payment, so the caller decides how else to check it.
     """
     try:
         data = transfer_calldata(request.authorization)
     except MalformedSignature:
         return Rejected(REASON_INVALID_SIGNATURE, DETAILS[REASON_INVALID_SIGNATURE])
-    try:
-        reverted = await chain.simulate(request.network.asset, "0x" + data.hex())
-    except ChainUnavailable as exc:
-        log.warning("challenge %s: could not simulate the transfer: %s", request.challenge_id, exc)
-        return None
+    reverted = await chain.simulate(request.network.asset, "0x" + data.hex())
     if reverted is None:
         return None
     return await judge_revert(chain, request, classify_revert(reverted))

@@ -21,7 +21,7 @@ from x402srv.chain import ChainReader, ChainUnavailable
 from x402srv.config import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorOptions, FacilitatorSettler
 from x402srv.devchain import Devchain, sign_transfer_authorization
-from x402srv.interfaces import Rejected, Settled, SettlementRequest
+from x402srv.interfaces import Rejected, Settled, SettlementRequest, Unknown
 from x402srv.testing.buyers import settlement_request
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port, seller_config
@@ -167,4 +167,22 @@ async def test_which_facilitator_calls_a_purchase_makes(
     assert isinstance(outcome, Settled), outcome
     assert hooks.noted == [outcome.tx_hash]
     assert recorder.paths == expected
+    assert devchain.balance_of(seller) == PRICE
+
+
+async def test_rpc_down_falls_back_to_verify(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+) -> None:
+    """No simulation possible: /verify checks the payment; the outcome waits for the chain."""
+    process = facilitator()
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    down = ChainReader(f"http://127.0.0.1:{free_port()}", timeout=2)
+    async with _settler(config, down) as (settler, recorder):
+        outcome = await settler.settle(request, Hooks())
+    await down.close()
+    assert recorder.paths == ["/supported", "/verify", "/settle"]
+    # settled, but not confirmable on our RPC: Unknown with its txHash, decided later
+    assert isinstance(outcome, Unknown) and outcome.tx_hash is not None
     assert devchain.balance_of(seller) == PRICE

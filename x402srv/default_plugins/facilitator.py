@@ -10,8 +10,9 @@ transfer, so a payer without the funds got a reverted transaction (the
 facilitator's gas spent, and an outcome only the chain could tell). With an RPC
 of its own x402srv simulates ``transferWithAuthorization`` there
 (``transfer_call.preflight``: one ``eth_call``, ~1 ms on a local node); without
-one it asks ``/verify`` (a round trip through the facilitator, ~10 ms). Either
-way an unfunded payer gets ``invalid_exact_evm_insufficient_balance`` at once.
+one, or when it cannot answer, it asks ``/verify`` (a round trip through the
+facilitator, ~10 ms). Either way an unfunded payer gets
+``invalid_exact_evm_insufficient_balance`` at once.
 
 How answers map to the pipeline (SPEC 4.2 step 8):
 
@@ -65,7 +66,7 @@ class FacilitatorOptions(BaseModel):
 
     connect_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
-    # None: /verify only when x402srv has no RPC to simulate the transfer on.
+    # None: /verify only when the transfer could not be simulated on x402srv's RPC.
     verify_before_settle: bool | None = None
     confirm_seconds: float = Field(default=10.0, ge=0, le=120)
 
@@ -170,12 +171,18 @@ class FacilitatorSettler:
             "paymentPayload": dict(request.payload),
             "paymentRequirements": dict(request.requirements),
         }
+        simulated = False
         if self._chain is not None:
-            refused = await preflight(self._chain, request)
-            if refused is not None:
-                return refused  # the token refuses it, or it was paid already
+            try:
+                refused = await preflight(self._chain, request)
+            except ChainUnavailable as exc:
+                log.warning("cannot simulate the transfer (%s); asking /verify instead", exc)
+            else:
+                if refused is not None:
+                    return refused  # the token refuses it, or it was paid already
+                simulated = True
         verify = self._options.verify_before_settle
-        if verify or (verify is None and self._chain is None):
+        if verify or (verify is None and not simulated):
             verdict = await self._verify(body)
             if verdict is not None:
                 return verdict
