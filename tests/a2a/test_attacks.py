@@ -12,14 +12,11 @@ answer -32602 and leave even the task as it was. Both settlement strategies.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import pytest
-from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from tests.a2a.support import (
@@ -37,9 +34,9 @@ from tests.a2a.support import (
     status_metadata,
     task_of,
 )
-from tests.e2e.test_bad_input import ATTACKS, VALID_BEFORE_OK, Attack, snapshot
+from tests.e2e.test_bad_input import ATTACKS, Attack, attack_payment, snapshot
 from tests.helpers import Seller
-from x402srv.testing.buyers import encode_payment, signed_payment
+from x402srv.testing.buyers import encode_payment
 
 #: What the extension calls each attack that fails verification (SPEC 4.2 step 5).
 EXPECTED_CODES = {
@@ -80,27 +77,7 @@ def attack_payload(
     seller: Seller, buyer: LocalAccount, attack: Attack, accepted: dict[str, Any]
 ) -> Any:
     """The attack's payment, built as ``test_payment_attacks`` builds its header."""
-    now = int(time.time())
-    sign = dict(attack.sign or {})
-    token = seller.chain.token
-    kwargs: dict[str, Any] = {"valid_before": now + VALID_BEFORE_OK}
-    if "to" in sign:
-        kwargs["to"] = Account.create().address
-    if "value" in sign:
-        kwargs["value"] = sign["value"]
-    if "valid_before" in sign:
-        kwargs["valid_before"] = now + sign["valid_before"]
-    if "valid_after" in sign:
-        kwargs["valid_after"] = now + sign["valid_after"]
-    if "signer" in sign:
-        kwargs["sign_with"] = Account.create()
-    if "chain_id" in sign:
-        kwargs["sign_token"] = replace(token, chain_id=sign["chain_id"])
-    if "token_address" in sign:
-        kwargs["sign_token"] = replace(token, address=Account.create().address)
-    payload = signed_payment(buyer, token, copy.deepcopy(accepted), **kwargs)
-    if attack.mutate:
-        attack.mutate(payload)
+    payload = attack_payment(buyer, seller.chain.token, attack, accepted)
     # A2A carries the object itself; the header's own damage arrives as a bare string.
     return encode_payment(payload) if attack.raw else payload
 

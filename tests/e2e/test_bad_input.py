@@ -12,6 +12,7 @@ import base64
 import copy
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -291,15 +292,12 @@ ATTACKS = [
 ]
 
 
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_payment_attacks(seller: Seller, buyer: LocalAccount, attack: Attack) -> None:
-    challenge = seller.challenge("hourly")
-    accepted = copy.deepcopy(challenge["accepts"][0])
-    import time
-
+def attack_payment(
+    buyer: LocalAccount, token: TokenInfo, attack: Attack, accepted: dict[str, Any]
+) -> dict[str, Any]:
+    """The attack's payment: signed with its changes, then mutated (shared with A2A)."""
     now = int(time.time())
     sign = dict(attack.sign or {})
-    token: TokenInfo = seller.chain.token
     kwargs: dict[str, Any] = {"valid_before": now + VALID_BEFORE_OK}
     if "to" in sign:
         kwargs["to"] = Account.create().address
@@ -315,9 +313,16 @@ def test_payment_attacks(seller: Seller, buyer: LocalAccount, attack: Attack) ->
         kwargs["sign_token"] = replace(token, chain_id=sign["chain_id"])
     if "token_address" in sign:
         kwargs["sign_token"] = replace(token, address=Account.create().address)
-    payload = signed_payment(buyer, token, accepted, **kwargs)
+    payload = signed_payment(buyer, token, copy.deepcopy(accepted), **kwargs)
     if attack.mutate:
         attack.mutate(payload)
+    return payload
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_payment_attacks(seller: Seller, buyer: LocalAccount, attack: Attack) -> None:
+    challenge = seller.challenge("hourly")
+    payload = attack_payment(buyer, seller.chain.token, attack, challenge["accepts"][0])
     header = attack.raw(payload) if attack.raw else encode_payment(payload)
     with nothing_changes(seller):
         response = httpx.post(
