@@ -160,9 +160,16 @@ class Store(Protocol):
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
-        """Records oldest-updated first (operators and the reconciler page through them)."""
+        """Records in ``(updated_at, challenge_id)`` order, oldest first.
+
+        ``after`` is a cursor: only records strictly after that position are
+        listed, so a caller pages with the last record's ``(updated_at,
+        challenge_id)`` and never reads the same page twice, however many
+        records it leaves as they are (the reconciler, operators).
+        """
 
     async def prune(
         self, *, states: Sequence[State], updated_before: float, limit: int = 1000
@@ -174,17 +181,38 @@ class Store(Protocol):
         """
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         """Store an A2A task as a JSON document, compare-and-set on its version.
 
         ``expect_version=None`` creates it only if absent; otherwise it replaces the
         document only if the stored version equals ``expect_version``. Returns the
         new version (1 on creation), or None when the condition failed.
+        ``prune_after`` is the time after which ``prune_tasks`` may delete the task
+        (each save sets it anew; ``None``: never).
         """
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
         """The stored task document and its version."""
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` tasks whose ``prune_after`` is earlier than ``before``."""
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        """Add ``hits`` to shared per-key counters; return each key's total after the add.
+
+        The caller names one key per client and time window; a counter lives
+        until ``window_end`` and the store may forget any counter whose
+        ``window_end`` is before ``now``. Atomic per key across every process
+        that shares the store (the unpaid-request limit, SPEC 4.4 ``RATE_LIMITED``).
+        """
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         """Take the named lease if it is free or expired; ``None`` when someone holds it."""

@@ -38,7 +38,8 @@ class State(StrEnum):
 
 
 #: Moves the state machine allows; stores refuse every other move (SETTLING →
-#: SETTLING is a lease update by the attempt that holds it).
+#: SETTLING is a lease update by the attempt that holds it; PAID → PAID takes
+#: the delivery claim, so one request at a time calls the credential issuer).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),
@@ -47,6 +48,7 @@ ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (State.SETTLING, State.SETTLING),
         (State.SETTLING, State.PENDING),
         (State.SETTLING, State.PAID),
+        (State.PAID, State.PAID),
         (State.PAID, State.DELIVERED),
     }
 )
