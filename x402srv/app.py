@@ -33,7 +33,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .gateway.install import install_gateway
-from .health import readiness
+from .health import Readiness
 from .http_problem import problem_response
 from .http_response import Response, offer_response
 from .interfaces import Clock, system_clock
@@ -41,6 +41,7 @@ from .logs import REQUEST_ID_HEADER, http_request_id
 from .offers import AccessGranted, PaymentOffer
 from .pipeline import AccessPipeline, AccessRequest
 from .protocol import MAX_BODY_BYTES
+from .ratelimit import LimitOptions, UnpaidLimiter, client_of
 from .reconciler import Reconciler
 from .registry import Built, Registry
 
@@ -67,6 +68,7 @@ def create_app(
     """Build the server for ``config``; raises ``ConfigError`` if a plugin cannot be built."""
     built = built or (registry or Registry()).build(config, clock=clock)
     metrics.install(metrics.PrometheusMetrics() if config.metrics.enabled else metrics.Metrics())
+    limits = config.rate_limit
     pipeline = AccessPipeline(
         config,
         store=built.store,
@@ -75,6 +77,11 @@ def create_app(
         chain=built.chain,
         clock=clock,
         metrics=metrics.current(),
+        limiter=UnpaidLimiter(
+            built.store, LimitOptions(limits.unpaid_requests, limits.window_seconds), clock
+        )
+        if limits.enabled
+        else None,
     )
     # Our root handler formats every log line; Sanic's own handlers would print each twice.
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
@@ -180,10 +187,13 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
     async def healthz(request: Request) -> HTTPResponse:
         return HTTPResponse(b'{"status":"ok"}', content_type=_JSON, headers=_NO_STORE)
 
+    ready = Readiness(
+        built.store, built.chain, built.settler, cache_seconds=config.server.readiness_cache_seconds
+    )
+
     @app.get("/readyz", name="readyz")
     async def readyz(request: Request) -> HTTPResponse:
-        ready = await readiness(built.store, built.chain, built.settler)
-        return HTTPResponse(_json(ready), content_type=_JSON, headers=_NO_STORE)
+        return HTTPResponse(_json(await ready.check()), content_type=_JSON, headers=_NO_STORE)
 
     if config.metrics.enabled:
         sink = metrics.current()
@@ -210,6 +220,7 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
                 body=request.body,
                 content_type=request.headers.get("content-type"),
                 payment_signature=request.headers.get("payment-signature"),
+                client=client_of(request),
             )
         )
         if isinstance(result, PaymentOffer):

@@ -103,8 +103,9 @@ async def audit(pipeline: AccessPipeline, *, from_block: int, to_block: int | No
         assert record.tx_hash is not None
         receipt = await chain.receipt(record.tx_hash)
         payer = record.payer or ""
-        if receipt is None or not receipt.has_transfer(
-            record.asset, payer, record.pay_to, int(record.amount)
+        nonce = record.payment.nonce if record.payment else ""
+        if receipt is None or not receipt.settles(
+            record.asset, payer, record.pay_to, int(record.amount), nonce
         ):
             report.missing_on_chain.append((record.challenge_id, record.tx_hash))
     return report

@@ -79,6 +79,15 @@ class Log:
             and int(self.data, 16) == value
         )
 
+    def is_authorization_used(self, asset: str, payer: str, nonce: str) -> bool:
+        return (
+            self.address == asset.lower()
+            and len(self.topics) == 3
+            and self.topics[0] == AUTHORIZATION_USED_TOPIC
+            and topic_address(self.topics[1]) == payer.lower()
+            and self.topics[2] == nonce.lower()
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
@@ -91,6 +100,22 @@ class Receipt:
         """The receipt succeeded and moved exactly ``value`` from payer to pay_to."""
         return self.status == 1 and any(
             log.is_transfer(asset, payer, pay_to, value) for log in self.logs
+        )
+
+    def settles(self, asset: str, payer: str, pay_to: str, value: int, nonce: str) -> bool:
+        """This transaction used THIS authorization, and it paid ``pay_to``.
+
+        Matched per authorization (SPEC 5.2): the token's ``AuthorizationUsed``
+        for ``(payer, nonce)`` and a ``Transfer`` of exactly ``value`` from the
+        payer to ``pay_to``, in one successful transaction. A transaction that
+        settles several authorizations (a batching facilitator, a multicall)
+        pays each of their challenges; a transaction that merely holds a
+        matching Transfer from another authorization pays none of ours.
+        """
+        return (
+            self.status == 1
+            and any(log.is_authorization_used(asset, payer, nonce) for log in self.logs)
+            and self.has_transfer(asset, payer, pay_to, value)
         )
 
 
@@ -165,7 +190,7 @@ class ChainReader:
         return int(await self.call("eth_chainId", []), 16)
 
     async def latest_block(self) -> tuple[int, int]:
-        """(number, timestamp) of the latest block."""
+        """(number, timestamp) of the latest block: the pin for reads that decide together."""
         block = await self.call("eth_getBlockByNumber", ["latest", False])
         return int(block["number"], 16), int(block["timestamp"], 16)
 
@@ -180,15 +205,26 @@ class ChainReader:
             logs=tuple(Log.from_rpc(log) for log in raw.get("logs", ())),
         )
 
-    async def authorization_state(self, asset: str, payer: str, nonce: str) -> bool:
+    async def authorization_state(
+        self, asset: str, payer: str, nonce: str, *, block: int | None = None
+    ) -> bool:
+        """``authorizationState(payer, nonce)`` at ``block`` (default: latest).
+
+        A node that does not have ``block`` yet (a load-balanced RPC lagging
+        behind another) answers with an error: ``ChainUnavailable``, never a
+        stale "unused".
+        """
         data = (
             "0x"
             + _AUTHORIZATION_STATE_SELECTOR
             + address_topic(payer)[2:]
             + nonce[2:].lower().rjust(64, "0")
         )
-        result = await self.call("eth_call", [{"to": asset, "data": data}, "latest"])
-        return int(result or "0x0", 16) != 0
+        tag = "latest" if block is None else hex(block)
+        result = await self.call("eth_call", [{"to": asset, "data": data}, tag])
+        if not isinstance(result, str) or not result.startswith("0x"):
+            raise ChainUnavailable("eth_call: malformed RPC answer")
+        return int(result, 16) != 0 if len(result) > 2 else False
 
     async def logs(
         self, address: str, topics: list[Any], from_block: int, to_block: int
@@ -212,13 +248,16 @@ class ChainReader:
             start = end + 1
         return found
 
-    async def authorization_events(self, asset: str, payer: str, nonce: str) -> list[Log]:
+    async def authorization_events(
+        self, asset: str, payer: str, nonce: str, *, to_block: int | None = None
+    ) -> list[Log]:
         """AuthorizationUsed / AuthorizationCanceled logs of (payer, nonce), newest window only."""
-        latest, _ = await self.latest_block()
+        if to_block is None:
+            to_block, _ = await self.latest_block()
         topics = [
             [AUTHORIZATION_USED_TOPIC, AUTHORIZATION_CANCELED_TOPIC],
             address_topic(payer),
             nonce.lower(),
         ]
-        start = max(0, latest - self.log_lookback_blocks)
-        return await self.logs(asset, topics, start, latest)
+        start = max(0, to_block - self.log_lookback_blocks)
+        return await self.logs(asset, topics, start, to_block)

@@ -48,6 +48,7 @@ __all__ = [
     "Plan",
     "PlanConfig",
     "PreviousKey",
+    "RateLimitConfig",
     "ReconcilerConfig",
     "Secret",
     "SellerConfig",
@@ -294,6 +295,8 @@ class ServerConfig(_Model):
     challenge_ttl_seconds: int = Field(default=900, gt=0)
     max_timeout_seconds: int = Field(default=300, ge=10, le=86_400)
     cors_origins: list[str] = Field(default_factory=lambda: ["*"])
+    # /readyz answers from its last checks for this long: probes never hammer the RPC.
+    readiness_cache_seconds: float = Field(default=2.0, ge=0, le=300)
 
     @field_validator("base_path")
     @classmethod
@@ -367,7 +370,24 @@ class ReconcilerConfig(_Model):
     interval_seconds: float = Field(default=30.0, ge=1, le=3600)
     grace_seconds: float = Field(default=60.0, ge=0, le=86_400)
     retention_days: float = Field(default=30.0, gt=0, le=3650)
+    # Never-paid records (expired, cancelled, stale PENDING) and unpaid A2A tasks.
+    unpaid_retention_hours: float = Field(default=6.0, gt=0, le=87_600)
     batch_size: int = Field(default=200, ge=1, le=10_000)
+
+
+class RateLimitConfig(_Model):
+    """``[rate_limit]``: unpaid requests (discovery, challenges, A2A) per client and window.
+
+    Requests that carry a payment are never limited. ``client_ip_header`` names
+    a header whose first hop is the client's address (``X-Forwarded-For``,
+    ``X-Real-IP``); set it only behind a proxy that writes that header itself,
+    since a client can send any value it likes.
+    """
+
+    enabled: bool = True
+    unpaid_requests: int = Field(default=600, ge=1, le=100_000_000)
+    window_seconds: float = Field(default=60.0, ge=1, le=86_400)
+    client_ip_header: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class MetricsConfig(_Model):
@@ -419,6 +439,7 @@ class Config(_Model):
     settlement: SettlementConfig = SettlementConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     reconciler: ReconcilerConfig = ReconcilerConfig()
+    rate_limit: RateLimitConfig = RateLimitConfig()
     metrics: MetricsConfig = MetricsConfig()
     network: NetworkConfig | None = None
     routes: list[RouteConfig] = []  # gateway mode: x402srv/gateway/route_config.py
@@ -439,6 +460,13 @@ class Config(_Model):
             raise ValueError(
                 "reconciler.retention_days: records must be kept longer than the longest "
                 "token lifetime plus the payment and challenge windows (replays need them)"
+            )
+        unpaid = self.reconciler.unpaid_retention_hours * 3600
+        if unpaid <= self.server.challenge_ttl_seconds + self.server.max_timeout_seconds:
+            raise ValueError(
+                "reconciler.unpaid_retention_hours: unpaid records must be kept longer than "
+                "a challenge and its payment window live (server.challenge_ttl_seconds + "
+                "server.max_timeout_seconds)"
             )
         return self
 

@@ -21,6 +21,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── RequestIdConflict        409 REQUEST_ID_CONFLICT
         ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
+        ├── RateLimited              429 RATE_LIMITED, too many unpaid requests (+ Retry-After)
         ├── InternalError            500 INTERNAL_ERROR
         │   └── CredentialPending    500 INTERNAL_ERROR, paid but no credential yet (+ Retry-After)
         ├── SettlementPending        502 SETTLEMENT_PENDING (+ Retry-After)
@@ -53,6 +54,7 @@ __all__ = [
     "PaymentFailed",
     "PluginNotFound",
     "ProblemError",
+    "RateLimited",
     "RequestIdConflict",
     "SettlementInProgress",
     "SettlementPending",
@@ -210,6 +212,14 @@ class ChallengeExpired(ProblemError):
     status = 410
     code = "CHALLENGE_EXPIRED"
     title = "Challenge expired"
+
+
+class RateLimited(ProblemError):
+    """One client sent more unpaid requests than the limit allows (paid ones never are)."""
+
+    status = 429
+    code = "RATE_LIMITED"
+    title = "Too many unpaid requests"
 
 
 class InternalError(ProblemError):

@@ -10,42 +10,45 @@ reaches the store's write path or the chain.
  2. Resolve the plan: ``body.planId``, else ``accepted.extra.planId``. No plan and
     no payment is *discovery* (402, every plan). Unknown plan -> 400 TIER_NOT_FOUND.
     Without a payment this is a *challenge*: create (or find, by requestId) a
-    PENDING record and answer 402 for it.
+    PENDING record and answer 402 for it. Unpaid requests (discovery and
+    challenges) count against the client's limit -> 429 RATE_LIMITED.
  3. Find the challenge: ``accepted.extra.challengeId``, else ``body.requestId``,
     else the challenge that already claimed this very payment, else none yet
     (a discovery-first purchase; its challenge is created in step 6).
- 4. Pre-settlement state check (``_dispatch``): DELIVERED -> the stored grant;
-    EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> EXPIRED, 410; SETTLING
-    within its lease -> 409 SETTLEMENT_IN_PROGRESS; SETTLING past its lease ->
-    resolved from the chain first (SPEC 5.2); PAID -> step 10.
+ 4. Answer from the record's state (``_step``, in a bounded loop: a lost
+    compare-and-set re-reads the record and answers from its state now):
+    DELIVERED -> the stored grant, PAID -> step 10, SETTLING -> the chain
+    decides at once (SPEC 5.2), else 409 SETTLEMENT_IN_PROGRESS while a lease
+    runs or 502 SETTLEMENT_PENDING after; all three only on proof (SPEC 4.2,
+    ``_prove``: the requestId, or the exact signed authorization stored).
+    EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> EXPIRED, 410.
  5. Check the payment against the requirement this server offered
     (``protocol.check_payment``).                     -> 402 PAYMENT_FAILED
  6. Claim the payment ``(chainId, asset, from, nonce)`` and
  7. move PENDING -> SETTLING, both in ONE compare-and-set, before anything goes
     on-chain.          -> 409 TX_ALREADY_REDEEMED / 409 SETTLEMENT_IN_PROGRESS
  8. Mark the attempt submitted (a compare-and-set of its own), then settle with
-    the configured strategy. Rejected: SETTLING -> PENDING and the claim
-    released, 402. Unknown: the lease is ended, the record stays SETTLING and is
-    resolved from the chain; still unknown -> 502 SETTLEMENT_PENDING. A SETTLING
-    record that was never submitted (its process died) is simply released.
+    the configured strategy; the ids never leave with the payment
+    (``protocol.for_third_parties``). Rejected: SETTLING -> PENDING and the
+    claim released, 402. Unknown: the lease is ended, the record stays SETTLING
+    and the chain decides (``settling.SettlingResolver``).
  9. Record the txHash (claimed atomically) and SETTLING -> PAID.
-10. Issue the credential and PAID -> DELIVERED with the grant stored. If the
-    issuer fails the record stays PAID; a retry resumes here.
+10. Take the delivery claim (PAID -> PAID), issue the credential once, and
+    PAID -> DELIVERED with the grant stored. If the issuer fails the record
+    stays PAID; a retry resumes here.
 11. 200 with the AccessGrant and ``PAYMENT-RESPONSE``.
-
-A lost compare-and-set is never an error by itself: the pipeline re-reads the
-record and answers from the state it is in now.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
 from dataclasses import dataclass, replace
 
-from .chain import ChainReader, ChainUnavailable
+from .chain import ChainReader
 from .config import Config, Plan
 from .eip712 import Eip3009Domain
 from .errors import (
@@ -88,10 +91,17 @@ from .interfaces import (
 from .metrics import Metrics
 from .metrics import current as current_metrics
 from .offers import AccessGranted, OfferBuilder, PaymentOffer
-from .protocol import AccessBody, PaymentPayload, check_payment, decode_payment_header
+from .protocol import (
+    AccessBody,
+    PaymentPayload,
+    check_payment,
+    decode_payment_header,
+    for_third_parties,
+)
 from .protocol import parse_access_body as parse_body
+from .ratelimit import UnpaidLimiter
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
-from .resolution import NotTransferred, Transferred, resolve_authorization
+from .settling import Paid, Release, SettlingResolver
 
 __all__ = ["AccessPipeline", "AccessRequest", "AccessResult"]
 
@@ -101,17 +111,43 @@ AccessResult = PaymentOffer | AccessGranted
 
 #: Retry-After for an outcome that only the chain can tell.
 PENDING_RETRY_AFTER = 5
-#: How many times one request follows a record through lost races before giving up.
-MAX_REDISPATCH = 4
+#: How many states one request follows a record through (lost races) before giving up.
+MAX_STEPS = 6
+#: How long a request waits for another request's credential issuance of the same record.
+DELIVERY_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class AccessRequest:
-    """What the HTTP route hands over: raw bytes and two header values."""
+    """What the HTTP route hands over: raw bytes, two header values and the client's key."""
 
     body: bytes
     content_type: str | None
     payment_signature: str | None
+    client: str | None = None
+
+
+@dataclass(slots=True)
+class _Caller:
+    """Who asks, and what they can prove (SPEC 4.2, "A grant is a bearer credential")."""
+
+    body: AccessBody
+    payment: PaymentPayload | None = None
+    key: PaymentKey | None = None
+    #: The payment passed step 5 against this challenge's requirement: (challengeId, auth).
+    checked: tuple[str, Authorization] | None = None
+
+
+def _same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
+    """Byte for byte the authorization stored on the challenge (SPEC 4.2 proof)."""
+    return (
+        auth.payer.lower() == stored.payer.lower()
+        and str(auth.value) == stored.value
+        and auth.valid_after == stored.valid_after
+        and auth.valid_before == stored.valid_before
+        and auth.nonce.lower() == stored.nonce.lower()
+        and auth.signature.lower() == stored.signature.lower()
+    )
 
 
 def _settling_move(
@@ -124,11 +160,11 @@ def _settling_move(
     release_payment: bool = False,
     claim_tx_hash: str | None = None,
 ) -> TransitionRequest:
-    """A move of a SETTLING record that only the attempt which wrote it may make."""
+    """A move that only the attempt (settlement or delivery) which wrote it may make."""
     assert record.payment is not None
     return TransitionRequest(
         challenge_id=record.challenge_id,
-        expect=State.SETTLING,
+        expect=record.state,
         to=to,
         at=at,
         reason=reason,
@@ -185,6 +221,7 @@ class AccessPipeline:
         chain: ChainReader | None,
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
+        limiter: UnpaidLimiter | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or current_metrics()
@@ -193,6 +230,7 @@ class AccessPipeline:
         self.issuer = issuer
         self.chain = chain
         self.clock = clock
+        self.limiter = limiter
         self.offers = OfferBuilder(config)
         self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
         self.network = config.network_info
@@ -203,6 +241,9 @@ class AccessPipeline:
             verifying_contract=self.network.asset,
         )
         self.lease_seconds = config.settlement.lease_seconds
+        # A delivery claim outlives the slowest issuer call, so it is never taken over mid-call.
+        self.delivery_lease_seconds = config.credentials.callback_timeout_seconds + 5.0
+        self.resolver = SettlingResolver(chain, clock)
 
     async def transition(self, request: TransitionRequest) -> TransitionResult:
         """Every state change goes through here: one log line per applied transition."""
@@ -232,26 +273,36 @@ class AccessPipeline:
         payment = None
         if request.payment_signature is not None:
             payment = decode_payment_header(request.payment_signature)
-        return await self.access(body, payment)
+        return await self.access(body, payment, client=request.client)
 
-    async def access(self, body: AccessBody, payment: PaymentPayload | None) -> AccessResult:
-        """Steps 2-11 for an already-parsed request (HTTP and A2A both come through here)."""
+    async def access(
+        self, body: AccessBody, payment: PaymentPayload | None, *, client: str | None = None
+    ) -> AccessResult:
+        """Steps 2-11 for an already-parsed request (HTTP, the gateway and A2A come here)."""
         plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
         if plan_id is None:
             if payment is not None:
                 raise TierNotFound("no planId in the body or in accepted.extra.planId")
+            await self.limit_unpaid(client)
             return self.offers.discovery
         plan = self.plans.get(plan_id)
         if plan is None:
-            raise TierNotFound(f"no plan {plan_id!r}; POST {{}} lists the plans")
+            raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
         if payment is None:
+            await self.limit_unpaid(client)
             return await self._challenge(body, plan)
         return await self._settlement(body, plan, payment)
 
+    async def limit_unpaid(self, client: str | None) -> None:
+        """429 for a client over its unpaid-request limit; paying requests never come here."""
+        if self.limiter is not None and client is not None:
+            await self.limiter.check(client)
+
     async def _challenge(self, body: AccessBody, plan: Plan) -> AccessResult:
-        request_id = body.request_id or uuid4_str()
+        body = replace(body, request_id=body.request_id or uuid4_str())
+        assert body.request_id is not None
         created = await self.store.create_challenge(
-            self._new_record(plan, request_id, body.resource_id, self.clock())
+            self._new_record(plan, body.request_id, body.resource_id, self.clock())
         )
         assert not isinstance(created, PaymentClaimed)
         record, was_created = created
@@ -261,7 +312,7 @@ class AccessPipeline:
             # 402). Everything that follows a payment is logged at INFO.
             self._log_created(record, logging.DEBUG)
         self._same_request(record, body, plan)
-        return await self._dispatch(record, None)
+        return await self._answer(record, _Caller(body))
 
     def _new_record(
         self, plan: Plan, request_id: str, resource_id: str, now: float, *, implicit: bool = False
@@ -317,11 +368,12 @@ class AccessPipeline:
     ) -> AccessResult:
         auth = payment.payload.authorization
         key = PaymentKey(self.network.chain_id, self.network.asset, auth.from_, auth.nonce)
+        caller = _Caller(body, payment, key)
         record = await self._find_challenge(body, payment, key)
         if record is None:
-            return await self._implicit_purchase(body, plan, payment, key)
+            return await self._implicit_purchase(caller, plan)
         self._same_request(record, body, plan)
-        return await self._dispatch(record, (payment, key))
+        return await self._answer(record, caller)
 
     async def _find_challenge(
         self, body: AccessBody, payment: PaymentPayload, key: PaymentKey
@@ -343,7 +395,7 @@ class AccessPipeline:
             return None
         # (from, nonce, signature) become public on-chain once settled: a replayed
         # payment alone may only reach a discovery-first purchase, and only while the
-        # authorization is still valid. Everyone else uses their requestId/challengeId.
+        # authorization is still valid. Everyone else uses their requestId.
         replay_window = record.payment.valid_before if record.payment else 0
         if not record.implicit or self.clock() > replay_window:
             raise TxAlreadyRedeemed(
@@ -351,47 +403,120 @@ class AccessPipeline:
             )
         return record
 
+    async def _implicit_purchase(self, caller: _Caller, plan: Plan) -> AccessResult:
+        """A discovery-first purchase: check, then create the challenge already SETTLING.
+
+        Nothing is stored before the payment passes step 5, and concurrent replays
+        of one payment converge on a single challenge through the claim.
+        """
+        assert caller.payment is not None
+        assert caller.key is not None
+        now = self.clock()
+        body = caller.body
+        pending = self._new_record(
+            plan, body.request_id or uuid4_str(), body.resource_id, now, implicit=True
+        )
+        offered = self.offers.offered_requirement(pending)
+        auth = check_payment(caller.payment, offered, self.network, self.domain, now)
+        settling = pending.apply(
+            RecordChanges(payment=self._details(auth, caller.key, now)),
+            State.SETTLING,
+            now,
+            "settlement started",
+        )
+        created = await self.store.create_challenge(settling, claim_payment=caller.key)
+        if isinstance(created, PaymentClaimed):
+            owner = await self.store.get_challenge(created.owner)
+            if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
+                raise TxAlreadyRedeemed("this payment is already used for another challenge")
+            return await self._answer(owner, caller)
+        record, was_created = created
+        if not was_created:
+            self._same_request(record, body, plan)
+            return await self._answer(record, caller)
+        caller.checked = (record.challenge_id, auth)
+        self._log_created(record)
+        failpoint("after-claim")
+        return await self._answer(await self._settle(record, auth, caller.payment, offered), caller)
+
     # ------------------------------------------------------------ step 4
 
-    async def _dispatch(
-        self,
-        record: ChallengeRecord,
-        payment: tuple[PaymentPayload, PaymentKey] | None,
-        depth: int = 0,
-    ) -> AccessResult:
-        if depth > MAX_REDISPATCH:
-            log.error("challenge %s: gave up following concurrent updates", record.challenge_id)
+    async def _answer(self, start: ChallengeRecord | AccessResult, caller: _Caller) -> AccessResult:
+        """Follow the record through its states until one of them answers."""
+        current = start
+        for _ in range(MAX_STEPS):
+            if not isinstance(current, ChallengeRecord):
+                return current
+            current = await self._step(current, caller)
+        if isinstance(current, ChallengeRecord):
+            log.error("challenge %s: gave up following concurrent updates", current.challenge_id)
             raise SettlementInProgress("the challenge is changing; retry", retry_after=1)
-        now = self.clock()
+        return current
+
+    async def _step(
+        self, record: ChallengeRecord, caller: _Caller
+    ) -> AccessResult | ChallengeRecord:
+        """One state's answer: a final result, or the record as it is now to look at again."""
         state = record.state
         if state is State.DELIVERED:
+            self._prove(record, caller)
             return self.offers.granted(record)
         if state in (State.EXPIRED, State.CANCELLED):
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
         if state is State.PAID:
-            return await self._deliver(record, depth)
+            self._prove(record, caller)
+            return await self._deliver(record)
         if state is State.SETTLING:
-            assert record.payment is not None
-            if now < record.payment.lease_until:
-                wait = math.ceil(record.payment.lease_until - now)
-                raise SettlementInProgress(
-                    "this challenge is being settled now", retry_after=min(wait, 30)
-                )
-            resolved = await self.resolve(record)
-            if resolved.state is State.SETTLING:
-                raise SettlementPending(
-                    "the chain has not shown the outcome of this payment yet; retry the same "
-                    "request later",
-                    retry_after=PENDING_RETRY_AFTER,
-                )
-            return await self._dispatch(resolved, payment, depth + 1)
-        # PENDING
-        if now >= record.expires_at:
+            self._prove(record, caller)
+            return await self._settling(record)
+        if self.clock() >= record.expires_at:
             await self.expire(record)
             raise ChallengeExpired(f"challenge {record.challenge_id} expired")
-        if payment is None:
+        if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
-        return await self._attempt(record, payment[0], payment[1], depth)
+        return await self._attempt(record, caller)
+
+    def _prove(self, record: ChallengeRecord, caller: _Caller) -> None:
+        """Raise unless the caller proves it bought this challenge (SPEC 4.2).
+
+        The proof is the requestId, or a payment whose signature verifies and
+        whose authorization is byte for byte the stored one. A caller that
+        fails gets what a fresh, invalid payment would get, never the grant.
+        No chain call happens before this check.
+        """
+        if caller.body.request_id is not None and caller.body.request_id == record.request_id:
+            return
+        stored = record.payment
+        if caller.payment is None or stored is None:
+            raise TxAlreadyRedeemed("this challenge is already paid")
+        if caller.checked is not None and caller.checked[0] == record.challenge_id:
+            auth = caller.checked[1]
+        else:
+            offered = self.offers.offered_requirement(record)
+            auth = check_payment(caller.payment, offered, self.network, self.domain, self.clock())
+            caller.checked = (record.challenge_id, auth)
+        if not _same_authorization(auth, stored):
+            if record.state is State.SETTLING:
+                raise SettlementInProgress(
+                    "this challenge is being settled with another payment", retry_after=2
+                )
+            raise TxAlreadyRedeemed("this challenge is already paid with another payment")
+
+    async def _settling(self, record: ChallengeRecord) -> ChallengeRecord:
+        """A proven caller's SETTLING record: the chain decides now, or the caller waits."""
+        current = await self.resolve(record)
+        if current.state is not State.SETTLING:
+            return current
+        assert current.payment is not None
+        left = current.payment.lease_until - self.clock()
+        if left > 0:
+            raise SettlementInProgress(
+                "this challenge is being settled now", retry_after=min(math.ceil(left), 30)
+            )
+        raise SettlementPending(
+            "the chain has not shown the outcome of this payment yet; retry the same request later",
+            retry_after=PENDING_RETRY_AFTER,
+        )
 
     async def expire(self, record: ChallengeRecord) -> ChallengeRecord:
         """PENDING past expiresAt -> EXPIRED; returns the record as it is now."""
@@ -422,12 +547,14 @@ class AccessPipeline:
         )
 
     async def _attempt(
-        self, record: ChallengeRecord, payment: PaymentPayload, key: PaymentKey, depth: int
-    ) -> AccessResult:
+        self, record: ChallengeRecord, caller: _Caller
+    ) -> AccessResult | ChallengeRecord:
+        assert caller.payment is not None
+        assert caller.key is not None
         now = self.clock()
         offered = self.offers.offered_requirement(record)
-        auth = check_payment(payment, offered, self.network, self.domain, now)
-        details = self._details(auth, key, now)
+        auth = check_payment(caller.payment, offered, self.network, self.domain, now)
+        caller.checked = (record.challenge_id, auth)
         result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,
@@ -435,8 +562,8 @@ class AccessPipeline:
                 to=State.SETTLING,
                 at=now,
                 reason="settlement started",
-                changes=RecordChanges(payment=details),
-                claim_payment=key,
+                changes=RecordChanges(payment=self._details(auth, caller.key, now)),
+                claim_payment=caller.key,
             )
         )
         if isinstance(result, PaymentClaimed):
@@ -445,44 +572,12 @@ class AccessPipeline:
             if result.record is None:
                 raise InternalError()
             if result.record.state is State.SETTLING:
+                # Another request won this very moment: it is settling, nothing to ask yet.
                 raise SettlementInProgress("this challenge is being settled now", retry_after=2)
-            return await self._dispatch(result.record, (payment, key), depth + 1)
+            return result.record
         assert isinstance(result, TransitionApplied)
         failpoint("after-claim")
-        return await self._settle(result.record, auth, payment, offered, depth)
-
-    async def _implicit_purchase(
-        self, body: AccessBody, plan: Plan, payment: PaymentPayload, key: PaymentKey
-    ) -> AccessResult:
-        """A discovery-first purchase: check, then create the challenge already SETTLING.
-
-        Nothing is stored before the payment passes step 5, and concurrent replays
-        of one payment converge on a single challenge through the claim.
-        """
-        now = self.clock()
-        request_id = body.request_id or uuid4_str()
-        pending = self._new_record(plan, request_id, body.resource_id, now, implicit=True)
-        offered = self.offers.offered_requirement(pending)
-        auth = check_payment(payment, offered, self.network, self.domain, now)
-        settling = pending.apply(
-            RecordChanges(payment=self._details(auth, key, now)),
-            State.SETTLING,
-            now,
-            "settlement started",
-        )
-        created = await self.store.create_challenge(settling, claim_payment=key)
-        if isinstance(created, PaymentClaimed):
-            owner = await self.store.get_challenge(created.owner)
-            if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
-                raise TxAlreadyRedeemed("this payment is already used for another challenge")
-            return await self._dispatch(owner, (payment, key), 1)
-        record, was_created = created
-        if not was_created:
-            self._same_request(record, body, plan)
-            return await self._dispatch(record, (payment, key), 1)
-        self._log_created(record)
-        failpoint("after-claim")
-        return await self._settle(record, auth, payment, offered, 0)
+        return await self._settle(result.record, auth, caller.payment, offered)
 
     # ------------------------------------------------------------ steps 8-9
 
@@ -492,19 +587,18 @@ class AccessPipeline:
         auth: Authorization,
         payment: PaymentPayload,
         offered: dict[str, object],
-        depth: int,
-    ) -> AccessResult:
+    ) -> AccessResult | ChallengeRecord:
         submitted = await self._submit(record)
-        if submitted is None:
-            return await self._after_lost_race(record, None, depth)
-        record = submitted
+        if not isinstance(submitted, TransitionApplied):
+            return await self._current(record, submitted)
+        record = submitted.record
         assert record.payment is not None
         request = SettlementRequest(
             challenge_id=record.challenge_id,
             attempt_id=record.payment.attempt_id,
             authorization=auth,
-            payload=payment.model_dump(mode="json", by_alias=True),
-            requirements=offered,
+            payload=for_third_parties(payment.model_dump(mode="json", by_alias=True)),
+            requirements=for_third_parties(offered),
             network=self.network,
         )
         log.info(
@@ -520,7 +614,7 @@ class AccessPipeline:
             self.settler.name, type(outcome).__name__.lower(), time.perf_counter() - started
         )
         try:
-            return await self._after_settlement(hooks.record, outcome, depth)
+            return await self._after_settlement(hooks.record, outcome)
         except StoreUnavailable:
             if isinstance(outcome, Rejected):
                 raise  # nothing moved on-chain: a plain 503, retry later
@@ -530,11 +624,11 @@ class AccessPipeline:
                 retry_after=PENDING_RETRY_AFTER,
             ) from None
 
-    async def _submit(self, record: ChallengeRecord) -> ChallengeRecord | None:
+    async def _submit(self, record: ChallengeRecord) -> TransitionResult:
         """Hand-over point: after this CAS the outcome is only ever read from the chain."""
         payment = record.payment
         assert payment is not None
-        result = await self.transition(
+        return await self.transition(
             _settling_move(
                 record,
                 State.SETTLING,
@@ -543,7 +637,6 @@ class AccessPipeline:
                 RecordChanges(payment=replace(payment, submitted=True, attempt_id=uuid4_hex())),
             )
         )
-        return result.record if isinstance(result, TransitionApplied) else None
 
     async def _run_settler(
         self, request: SettlementRequest, hooks: _AttemptHooks
@@ -561,10 +654,10 @@ class AccessPipeline:
             return Unknown("settler raised")
 
     async def _after_settlement(
-        self, record: ChallengeRecord, outcome: SettlementOutcome, depth: int
-    ) -> AccessResult:
+        self, record: ChallengeRecord, outcome: SettlementOutcome
+    ) -> AccessResult | ChallengeRecord:
         if isinstance(outcome, Settled):
-            return await self._record_paid(record, outcome.tx_hash, outcome.payer, depth)
+            return await self._record_paid(record, outcome.tx_hash, outcome.payer)
         if isinstance(outcome, Rejected):
             result = await self.transition(
                 self._release(record, f"settlement failed: {outcome.reason}")
@@ -574,15 +667,14 @@ class AccessPipeline:
                     "challenge %s: settlement rejected: %s", record.challenge_id, outcome.reason
                 )
                 raise PaymentFailed(outcome.reason, outcome.detail)
-            return await self._after_lost_race(record, result, depth)
+            return await self._current(record, result)
         log.warning(
             "challenge %s: settlement outcome unknown: %s", record.challenge_id, outcome.reason
         )
-        current = await self._end_lease(record, outcome)
-        return await self._dispatch(current, None, depth + 1)
+        return await self._end_lease(record, outcome)
 
     async def _end_lease(self, record: ChallengeRecord, outcome: Unknown) -> ChallengeRecord:
-        """Unknown outcome: end this attempt's lease so the next request asks the chain."""
+        """Unknown outcome: end this attempt's lease so the chain decides from now on."""
         payment = record.payment
         assert payment is not None
         ended = replace(
@@ -610,15 +702,10 @@ class AccessPipeline:
             raise InternalError()
         return current
 
-    async def _after_lost_race(
-        self, record: ChallengeRecord, result: TransitionResult | None, depth: int
-    ) -> AccessResult:
-        return await self._dispatch(await self._current(record, result), None, depth + 1)
-
     async def _record_paid(
-        self, record: ChallengeRecord, tx_hash: str, payer: str, depth: int
-    ) -> AccessResult:
-        result = await self.transition(self._paid(record, tx_hash, payer, "settled on-chain"))
+        self, record: ChallengeRecord, tx_hash: str, payer: str
+    ) -> AccessResult | ChallengeRecord:
+        result = await self._mark_paid(record, tx_hash, payer, "settled on-chain")
         if isinstance(result, TxClaimed):
             log.error(
                 "challenge %s: tx %s already belongs to challenge %s",
@@ -630,35 +717,49 @@ class AccessPipeline:
         if isinstance(result, TransitionApplied):
             log.info("challenge %s: paid in %s", record.challenge_id, tx_hash)
             failpoint("after-paid")
-            return await self._deliver(result.record, depth)
-        return await self._after_lost_race(record, result, depth)
+            return await self._deliver(result.record)
+        return await self._current(record, result)
 
-    async def resolve(self, record: ChallengeRecord) -> ChallengeRecord:
-        """A SETTLING record nobody is settling any more: decide it, return it as it is now.
+    async def _mark_paid(
+        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str
+    ) -> TransitionResult:
+        """SETTLING -> PAID, claiming the txHash; shared with other challenges only on proof.
 
-        Never submitted -> released (nothing left this server). Submitted -> the
-        chain decides (SPEC 5.2); nothing is ever settled a second time. Safe to
-        call concurrently and while an attempt is still in flight: every move is a
-        compare-and-set on the attempt it saw.
+        One transaction may settle several authorizations (a batching
+        facilitator): when the txHash already belongs to another challenge, the
+        chain must show THIS authorization used in it, and then the record is
+        PAID without a claim of its own on the txHash (SPEC 5.2).
         """
-        payment = record.payment
-        assert payment is not None
-        request: TransitionRequest | None
-        if not payment.submitted:
-            request = self._release(record, "never handed to a settler; claim released")
-        else:
-            request = await self._verdict(record)
-        if request is None:
+        result = await self.transition(self._paid(record, tx_hash, payer, reason))
+        if not isinstance(result, TxClaimed) or record.payment is None:
+            return result
+        if not await self.resolver.settles_in(record, tx_hash):
+            return result
+        shared = f"{reason}; transaction shared with challenge {result.owner}"
+        return await self.transition(self._paid(record, tx_hash, payer, shared, claim=False))
+
+    async def resolve(self, record: ChallengeRecord, *, grace: float = 0.0) -> ChallengeRecord:
+        """A SETTLING record: let the chain decide it, and return it as it is now.
+
+        Transferred -> PAID at once, whatever lease is running; nothing is ever
+        settled a second time. Not transferred -> released only after the lease
+        (plus ``grace``). Safe to call concurrently and while an attempt is still
+        in flight: every move is a compare-and-set on the attempt it saw.
+        """
+        decision = await self.resolver.decide(record, grace=grace)
+        if decision is None:
             return record
-        result = await self.transition(request)
-        if isinstance(result, TransitionApplied):
-            log.info("challenge %s: %s", record.challenge_id, request.reason)
+        if isinstance(decision, Paid):
+            assert record.payment is not None
+            result = await self._mark_paid(
+                record, decision.tx_hash, record.payment.payer, decision.reason
+            )
+        else:
+            assert isinstance(decision, Release)
+            result = await self.transition(self._release(record, decision.reason))
+        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
             return result.record
-        if isinstance(result, StateMismatch) and result.record is not None:
-            return result.record
-        log.error(
-            "challenge %s: could not apply %s: %s", record.challenge_id, request.reason, result
-        )
+        log.error("challenge %s: could not apply %s: %s", record.challenge_id, decision, result)
         return record
 
     def _release(self, record: ChallengeRecord, reason: str) -> TransitionRequest:
@@ -673,81 +774,54 @@ class AccessPipeline:
         )
 
     def _paid(
-        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str
+        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str, *, claim: bool = True
     ) -> TransitionRequest:
-        """SETTLING -> PAID, claiming the txHash that moved the payment."""
+        """SETTLING -> PAID; the settlement lease ends, so the delivery claim is free."""
+        assert record.payment is not None
         tx_hash = tx_hash.lower()
         return _settling_move(
             record,
             State.PAID,
             self.clock(),
             reason,
-            RecordChanges(tx_hash=tx_hash, payer=payer),
-            claim_tx_hash=tx_hash,
+            RecordChanges(
+                tx_hash=tx_hash,
+                payer=payer,
+                payment=replace(record.payment, lease_until=self.clock()),
+            ),
+            claim_tx_hash=tx_hash if claim else None,
         )
-
-    async def _verdict(self, record: ChallengeRecord) -> TransitionRequest | None:
-        """The move the chain justifies for a submitted attempt, or None while undecided."""
-        payment = record.payment
-        assert payment is not None
-        if self.chain is None:
-            return None
-        try:
-            verdict = await resolve_authorization(
-                self.chain,
-                asset=record.asset,
-                payer=payment.payer,
-                pay_to=record.pay_to,
-                value=int(payment.value),
-                nonce=payment.nonce,
-                valid_before=payment.valid_before,
-                tx_hint=payment.broadcast_tx_hash,
-            )
-        except ChainUnavailable as exc:
-            log.warning("challenge %s: cannot resolve from chain: %s", record.challenge_id, exc)
-            return None
-        if isinstance(verdict, Transferred):
-            return self._paid(
-                record, verdict.tx_hash, payment.payer, "resolved from chain: transferred"
-            )
-        if isinstance(verdict, NotTransferred):
-            return self._release(record, f"resolved from chain: {verdict.why}")
-        return None
 
     # ------------------------------------------------------------ steps 10-11
 
-    async def _deliver(self, record: ChallengeRecord, depth: int) -> AccessResult:
+    async def _deliver(self, record: ChallengeRecord) -> AccessResult | ChallengeRecord:
         delivered = await self.deliver(record)
         if delivered.state is State.DELIVERED:
             return self.offers.granted(delivered)
-        return await self._dispatch(delivered, None, depth + 1)
+        return delivered
 
-    async def deliver(self, record: ChallengeRecord) -> ChallengeRecord:
-        """Step 10 for a PAID record: issue, store the grant, PAID -> DELIVERED.
+    async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
+        """Step 10 for a PAID record: claim, issue once, store the grant, PAID -> DELIVERED.
 
         Returns the record as it is now (DELIVERED, or whatever a concurrent
-        request made of it). If the issuer fails the record stays PAID and
-        ``CredentialPending`` is raised; calling again retries the issuer.
+        request made of it). Only the holder of the delivery claim calls the
+        issuer; another request waits for it (``wait``) or leaves the record to
+        it. If the issuer fails the record stays PAID, the claim is given back
+        and ``CredentialPending`` is raised; calling again retries the issuer.
         """
-        assert record.tx_hash is not None
-        assert record.payer is not None
-        plan = self.plans.get(record.plan_id)
-        ttl = plan.token_ttl_seconds if plan else 3600
+        claimed = await self._claim_delivery(record)
+        if claimed is None:
+            return await self._await_delivery(record) if wait else record
+        if claimed.state is not State.PAID:
+            return claimed
+        record = claimed
         try:
-            credential = await self.issuer.issue(
-                GrantRequest(
-                    request_id=record.request_id,
-                    challenge_id=record.challenge_id,
-                    plan_id=record.plan_id,
-                    resource_id=record.resource_id,
-                    tx_hash=record.tx_hash,
-                    payer=record.payer,
-                    token_ttl_seconds=ttl,
-                )
-            )
+            credential = await self.issuer.issue(self._grant_request(record))
         except ProblemError:
+            await self._give_back_delivery(record)
             raise
         except Exception as exc:
+            await self._give_back_delivery(record)
             # Our own errors carry secret-free messages; anything else only by type.
             why = str(exc) if isinstance(exc, X402SrvError) else type(exc).__name__
             log.error(
@@ -764,16 +838,89 @@ class AccessPipeline:
             ) from None
         failpoint("after-grant")
         result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.PAID,
-                to=State.DELIVERED,
-                at=self.clock(),
-                reason="credential issued",
-                changes=RecordChanges(grant=self.offers.grant(record, credential)),
+            _settling_move(
+                record,
+                State.DELIVERED,
+                self.clock(),
+                "credential issued",
+                RecordChanges(grant=self.offers.grant(record, credential)),
             )
         )
         if isinstance(result, TransitionApplied):
             self.metrics.grant_issued()
             return result.record
         return await self._current(record, result)
+
+    def _grant_request(self, record: ChallengeRecord) -> GrantRequest:
+        assert record.tx_hash is not None
+        assert record.payer is not None
+        plan = self.plans.get(record.plan_id)
+        return GrantRequest(
+            request_id=record.request_id,
+            challenge_id=record.challenge_id,
+            plan_id=record.plan_id,
+            resource_id=record.resource_id,
+            tx_hash=record.tx_hash,
+            payer=record.payer,
+            token_ttl_seconds=plan.token_ttl_seconds if plan else 3600,
+        )
+
+    async def _claim_delivery(self, record: ChallengeRecord) -> ChallengeRecord | None:
+        """PAID -> PAID with a fresh attempt: the record (claimed, or as it is now), or
+        None while another request holds an unexpired claim."""
+        payment = record.payment
+        assert payment is not None
+        now = self.clock()
+        if payment.lease_until > now:
+            return None
+        claim = replace(
+            payment, attempt_id=uuid4_hex(), lease_until=now + self.delivery_lease_seconds
+        )
+        result = await self.transition(
+            _settling_move(
+                record, State.PAID, now, "issuing the credential", RecordChanges(payment=claim)
+            )
+        )
+        if isinstance(result, TransitionApplied):
+            return result.record
+        current = await self._current(record, result)
+        if current.state is State.PAID:
+            return None  # another request claimed it first
+        return current
+
+    async def _give_back_delivery(self, record: ChallengeRecord) -> None:
+        """The issuer failed: end our claim so the next retry need not wait for it."""
+        assert record.payment is not None
+        ended = replace(record.payment, lease_until=self.clock())
+        with contextlib.suppress(StoreUnavailable):  # else the claim simply runs out
+            await self.transition(
+                _settling_move(
+                    record,
+                    State.PAID,
+                    self.clock(),
+                    "credential issuer failed",
+                    RecordChanges(payment=ended),
+                )
+            )
+
+    async def _await_delivery(self, record: ChallengeRecord) -> ChallengeRecord:
+        """Another request is issuing this credential: wait for its result, briefly."""
+        deadline = time.monotonic() + DELIVERY_WAIT_SECONDS
+        delay = 0.01
+        while True:
+            current = await self.store.get_challenge(record.challenge_id)
+            if current is None:
+                raise InternalError()
+            if current.state is not State.PAID:
+                return current
+            assert current.payment is not None
+            if current.payment.lease_until <= self.clock():
+                return current  # the claim ran out (or was given back): take it over
+            if time.monotonic() >= deadline:
+                raise CredentialPending(
+                    "the access credential is being issued; retry the same request",
+                    retry_after=1,
+                    extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)

@@ -35,6 +35,7 @@ __all__ = [
     "check_payment",
     "decode_payment_header",
     "encode_header",
+    "for_third_parties",
     "parse_access_body",
     "parse_payment_payload",
     "requirement",
@@ -54,6 +55,11 @@ REASON_VALID_BEFORE = "invalid_exact_evm_payload_authorization_valid_before"
 REASON_SIGNATURE = "invalid_exact_evm_payload_signature"
 
 _RESOURCE_ID = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
+_ANY = re.compile(r".*", re.DOTALL)
+#: Ids this server hands out are lowercase canonical UUIDs; anything else names nothing.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+#: Our own ids, which name records on this server: never sent to a facilitator.
+PRIVATE_EXTRA = ("challengeId", "requestId")
 
 HexAddress = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
 Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$")]
@@ -213,11 +219,43 @@ def parse_payment_payload(data: object, *, where: str = "payment payload") -> Pa
         first = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(p) for p in first["loc"]) or "payload"
         raise InvalidRequest(f"{where} {field}: {first['msg']}") from None
-    for key in ("planId", "challengeId", "requestId"):
-        raw_value = (payload.accepted.extra or {}).get(key)
-        if raw_value is not None and not isinstance(raw_value, str):
-            raise InvalidRequest(f"{where} accepted.extra.{key} must be a string")
+    extra = payload.accepted.extra or {}
+    for key, pattern, what in (
+        ("planId", _ANY, "a string"),  # an unknown plan is TIER_NOT_FOUND, later
+        ("challengeId", _UUID, "a challenge id (a lowercase UUID)"),
+        ("requestId", _ANY, "a string"),  # never used: the body's requestId is the proof
+    ):
+        raw_value = extra.get(key)
+        if raw_value is None:
+            continue
+        # Checked here, at the edge: a string no store can hold (a lone surrogate,
+        # NUL, thousands of characters) is the client's mistake, not a 500.
+        if not isinstance(raw_value, str) or not pattern.fullmatch(raw_value):
+            raise InvalidRequest(f"{where} accepted.extra.{key} must be {what}")
     return payload
+
+
+def for_third_parties(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A payment payload or requirement without our ids, as a facilitator may see it.
+
+    ``challengeId`` and ``requestId`` name a purchase on this server (the
+    requestId proves it, SPEC 4.2), so they never leave toward a facilitator or
+    any other third party: removed from ``extra`` (a requirement) and from
+    ``accepted.extra`` (a payload). The input is not changed.
+    """
+    cleaned = _without_ids(document)
+    accepted = cleaned.get("accepted")
+    if isinstance(accepted, Mapping):
+        cleaned["accepted"] = _without_ids(accepted)
+    return cleaned
+
+
+def _without_ids(holder: Mapping[str, Any]) -> dict[str, Any]:
+    copy = dict(holder)
+    extra = copy.get("extra")
+    if isinstance(extra, Mapping):
+        copy["extra"] = {k: v for k, v in extra.items() if k not in PRIVATE_EXTRA}
+    return copy
 
 
 def encode_header(document: Any) -> str:

@@ -4,17 +4,21 @@ One pass, in this order, each step a compare-and-set through the pipeline's own
 code (``AccessPipeline.resolve`` and ``deliver``), so a pass running beside live
 traffic or beside another pass can only lose races, never double anything:
 
-1. SETTLING records older than the grace period: never submitted -> released
-   (PENDING); submitted -> the chain decides: transferred -> PAID, and on to
-   step 2; not transferred and past validBefore -> PENDING; else left alone.
-2. PAID records older than the grace period: the credential is issued again and
-   the record becomes DELIVERED (the buyer gets it by retrying the same request).
+1. Every SETTLING record: the chain decides at once (``settling``): transferred
+   -> PAID, and on to step 2, whatever lease or grace is running; not
+   transferred -> PENDING, but only once the record's lease (plus
+   ``grace_seconds``) is over; else left alone (and reported if its lease is over).
+2. Every PAID record nobody is delivering: the credential is issued and the
+   record becomes DELIVERED (the buyer gets it by retrying the same request).
 3. PENDING records past expiresAt -> EXPIRED.
-4. Finished records (DELIVERED, EXPIRED, CANCELLED) older than the retention
-   period are pruned with their claims.
+4. Pruning: delivered records after ``retention_days``; never-paid ones
+   (PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks after
+   ``unpaid_retention_hours``.
 
-In a server the pass runs every ``interval_seconds`` in each worker, but under
-a store lease so only one runs at a time across workers and instances;
+Each step pages through the store with a cursor on ``(updated_at,
+challenge_id)``, so records it cannot decide never keep it from the ones behind
+them. In a server the pass runs every ``interval_seconds`` in each worker, but
+under a store lease so only one runs at a time across workers and instances;
 ``x402srv reconcile`` runs one pass by hand.
 """
 
@@ -38,7 +42,10 @@ __all__ = ["Change", "PassReport", "Reconciler"]
 log = logging.getLogger("x402srv.reconciler")
 
 LEASE_NAME = "x402srv-reconciler"
-FINISHED = (State.DELIVERED, State.EXPIRED, State.CANCELLED)
+#: Kept for ``retention_days``: replays of a purchase must still find their grant.
+PAID_FOR = (State.DELIVERED,)
+#: Kept for ``unpaid_retention_hours``: nothing was paid, so nothing is owed to anyone.
+UNPAID = (State.PENDING, State.EXPIRED, State.CANCELLED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,7 @@ class PassReport:
     changes: list[Change] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     pruned: int = 0
+    pruned_tasks: int = 0
 
 
 class Reconciler:
@@ -83,18 +91,20 @@ class Reconciler:
     async def _each(
         self, state: State, older_than: float, step: Callable[[ChallengeRecord], Awaitable[None]]
     ) -> None:
-        """Every record in ``state`` last updated before ``older_than``, oldest first."""
-        seen: set[str] = set()
+        """Every record in ``state`` last updated before ``older_than``, oldest first, once."""
+        after: tuple[float, str] | None = None
         while True:
             batch = await self.pipeline.store.list_challenges(
-                states=[state], updated_before=older_than, limit=self.options.batch_size
+                states=[state],
+                updated_before=older_than,
+                after=after,
+                limit=self.options.batch_size,
             )
-            fresh = [r for r in batch if r.challenge_id not in seen]
-            for record in fresh:
-                seen.add(record.challenge_id)
+            for record in batch:
                 await step(record)
-            if len(batch) < self.options.batch_size or not fresh:
+            if len(batch) < self.options.batch_size:
                 return
+            after = (batch[-1].updated_at, batch[-1].challenge_id)
 
     async def run_once(self, *, grace_seconds: float | None = None) -> PassReport:
         report = PassReport()
@@ -102,16 +112,18 @@ class Reconciler:
         grace = self.options.grace_seconds if grace_seconds is None else grace_seconds
 
         async def settle_left_behind(record: ChallengeRecord) -> None:
-            after = await self.pipeline.resolve(record)
+            after = await self.pipeline.resolve(record, grace=grace)
             self._note(report, record, after)
-            if after.state is State.SETTLING:
-                report.unresolved.append(record.challenge_id)
-            elif after.state is State.PAID:
+            if after.state is State.PAID:
                 await deliver(after)
+            elif after.state is State.SETTLING:
+                assert after.payment is not None
+                if after.payment.lease_until + grace <= self.pipeline.clock():
+                    report.unresolved.append(record.challenge_id)
 
         async def deliver(record: ChallengeRecord) -> None:
             try:
-                after = await self.pipeline.deliver(record)
+                after = await self.pipeline.deliver(record, wait=False)
             except CredentialPending:
                 report.unresolved.append(record.challenge_id)
                 return
@@ -122,18 +134,33 @@ class Reconciler:
                 after = await self.pipeline.expire(record)
                 self._note(report, record, after)
 
-        await self._each(State.SETTLING, now - grace, settle_left_behind)
-        await self._each(State.PAID, now - grace, deliver)
-        await self._each(State.PENDING, now, expire)
-        cutoff = now - self.options.retention_days * 86_400
-        while True:
-            pruned = await self.pipeline.store.prune(
-                states=FINISHED, updated_before=cutoff, limit=self.options.batch_size
-            )
-            report.pruned += pruned
-            if pruned < self.options.batch_size:
-                break
+        await self._each(State.SETTLING, now, settle_left_behind)
+        await self._each(State.PAID, now, deliver)
+        unpaid_cutoff = now - self.options.unpaid_retention_hours * 3600
+        report.pruned += await self._prune(UNPAID, unpaid_cutoff)
+        ttl = self.pipeline.config.server.challenge_ttl_seconds
+        await self._each(State.PENDING, now - ttl, expire)
+        report.pruned += await self._prune(PAID_FOR, now - self.options.retention_days * 86_400)
+        report.pruned_tasks = await self._prune_tasks(now)
         return report
+
+    async def _prune(self, states: tuple[State, ...], cutoff: float) -> int:
+        pruned = 0
+        while True:
+            count = await self.pipeline.store.prune(
+                states=states, updated_before=cutoff, limit=self.options.batch_size
+            )
+            pruned += count
+            if count < self.options.batch_size:
+                return pruned
+
+    async def _prune_tasks(self, now: float) -> int:
+        pruned = 0
+        while True:
+            count = await self.pipeline.store.prune_tasks(before=now, limit=self.options.batch_size)
+            pruned += count
+            if count < self.options.batch_size:
+                return pruned
 
     async def run_exclusive(
         self, *, grace_seconds: float | None = None, wait_seconds: float = 0.0
@@ -168,10 +195,11 @@ class Reconciler:
             except Exception:
                 log.exception("reconciler pass failed; will retry")
                 continue
-            if report and (report.changes or report.pruned):
+            if report and (report.changes or report.pruned or report.pruned_tasks):
                 log.info(
-                    "reconciler pass: %d changed, %d unresolved, %d pruned",
+                    "reconciler pass: %d changed, %d unresolved, %d records and %d tasks pruned",
                     len(report.changes),
                     len(report.unresolved),
                     report.pruned,
+                    report.pruned_tasks,
                 )

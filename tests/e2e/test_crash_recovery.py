@@ -9,8 +9,6 @@ find nothing unmatched. The crash is the only thing injected.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,23 +17,12 @@ import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.helpers import Seller
+from tests.support.cli import x402srv
 from x402srv.devchain import Devchain
 from x402srv.failpoints import POINTS
 from x402srv.testing.buyers import encode_payment, signed_payment
 
 HOURLY = 100_000
-
-
-def x402srv(seller: Seller, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "x402srv", *args, "--config", str(seller.server.config_path)],
-        cwd=seller.server.directory,
-        env={**__import__("os").environ, **seller.server.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def store_config(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:

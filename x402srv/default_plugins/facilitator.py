@@ -16,12 +16,12 @@ facilitator, ~10 ms). Either way an unfunded payer gets
 
 How answers map to the pipeline (SPEC 4.2 step 8):
 
-- refused before the request left (connect error/timeout), a 4xx, ``isValid:
-  false``, or ``success: false`` with no transaction: nothing is on-chain ->
-  ``Rejected`` with the facilitator's reason;
+- refused before the request left (connect error/timeout), a 4xx that names
+  no transaction, ``isValid: false``, or ``success: false`` with no
+  transaction: nothing is on-chain -> ``Rejected`` with the facilitator's reason;
 - read timeout, dropped connection, 5xx, ``settlement_pending``, an unreadable
-  answer, or a failure that names a transaction: ``Unknown`` — the record stays
-  SETTLING and the chain decides later, never a second settle;
+  answer, or any answer (a 4xx too) that names a transaction: ``Unknown`` — the
+  record stays SETTLING and the chain decides, never a second settle;
 - ``success: true`` is confirmed from the chain when an RPC is known (receipt
   status and the Transfer log to payTo of the right value); a claim the chain
   does not back is resolved from the authorization itself.
@@ -211,14 +211,18 @@ class FacilitatorSettler:
             log.warning("facilitator /settle not reached: %s", type(exc).__name__)
             return Rejected("unexpected_settle_error", "the facilitator could not be reached")
         except httpx.HTTPStatusError as exc:
-            if exc.response.status_code < 500:
+            status = exc.response.status_code
+            named = _named_transaction(exc.response.content)
+            if named is not None:
+                # Whatever the status says, a transaction exists: only the chain can tell.
+                await hooks.note_broadcast(named)
+                return Unknown(f"facilitator answered {status} naming a transaction", named)
+            if status < 500:
                 return Rejected("unexpected_settle_error", "the facilitator refused to settle")
-            return Unknown(f"facilitator answered {exc.response.status_code}")
+            return Unknown(f"facilitator answered {status}")
         except (httpx.HTTPError, ValueError) as exc:
             return Unknown(f"facilitator /settle: {type(exc).__name__}")
-        tx_hash = answer.get("transaction") or None
-        if not isinstance(tx_hash, str) or not tx_hash.startswith("0x"):
-            tx_hash = None
+        tx_hash = _tx_hash(answer.get("transaction"))
         if answer.get("success") is not True:
             reason = str(answer.get("errorReason") or "unexpected_settle_error")
             if tx_hash:
@@ -271,7 +275,7 @@ class FacilitatorSettler:
                     return Unknown("facilitator's transaction not found on-chain yet", tx_hash)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
-            if receipt.has_transfer(asset, auth.payer, pay_to, auth.value):
+            if receipt.settles(asset, auth.payer, pay_to, auth.value, auth.nonce):
                 return Settled(receipt.tx_hash, auth.payer)
             log.warning("facilitator reported %s but the chain shows no matching transfer", tx_hash)
             verdict = await resolve_authorization(
@@ -291,6 +295,26 @@ class FacilitatorSettler:
         if isinstance(verdict, NotTransferred):
             return Rejected("transaction_failed", "the chain shows no transfer for this payment")
         return Unknown(verdict.why)
+
+
+def _tx_hash(value: object) -> str | None:
+    """A 32-byte transaction hash, or None for anything else a facilitator put there."""
+    if isinstance(value, str) and len(value) == 66 and value.startswith("0x"):
+        try:
+            int(value[2:], 16)
+        except ValueError:
+            return None
+        return value
+    return None
+
+
+def _named_transaction(content: bytes) -> str | None:
+    """The transaction an error answer names (``transaction``), if it is readable JSON."""
+    try:
+        answer = bounded_json(content)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return _tx_hash(answer.get("transaction")) if isinstance(answer, dict) else None
 
 
 def _listed(kinds: object) -> set[tuple[object, object, object]]:

@@ -14,9 +14,13 @@ In this order, the first that applies decides:
    the same grant, never a second transfer) -> ``Forward`` with the fresh
    token's claims and the grant, so the buyer gets the upstream's answer plus
    ``PAYMENT-RESPONSE`` and the token to reuse (``X-X402-Access-Token``).
+   A replay of a payment whose grant can no longer open anything answers as
+   the token would: expired -> the route's 402 (pay again), signed with a key
+   the seller has retired -> 401.
 3. Neither: the route's 402 offer, built from the pipeline's discovery offer
    (one requirement per plan the route accepts, in the route's order), so a
-   standard x402 client pays and retries with no custom code.
+   standard x402 client pays and retries with no custom code. It counts
+   against the client's unpaid-request limit (429 RATE_LIMITED).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 
 from .. import admission
 from ..config import Config
-from ..errors import InternalError, InvalidToken
+from ..errors import InternalError, InvalidToken, TokenExpired
 from ..offers import AccessGranted, PaymentOffer
 from ..pipeline import AccessPipeline
 from ..protocol import AccessBody, decode_payment_header, encode_header
@@ -110,12 +114,14 @@ class Gateway:
         authorization: Sequence[str],
         payment_signature: str | None,
         resource_url: str,
+        client: str | None = None,
     ) -> Forward | PaymentOffer:
         """See the module docstring; refusals are raised as ``ProblemError``."""
         if authorization:
             return await self._with_token(route, authorization)
         if payment_signature is not None:
             return await self._paid(route, payment_signature, resource_url)
+        await self.pipeline.limit_unpaid(client)
         return self.offer(route, resource_url)
 
     async def _with_token(self, route: RouteConfig, authorization: Sequence[str]) -> Forward:
@@ -146,9 +152,21 @@ class Gateway:
             return result
         try:
             claims = await self.verifier.verify(result.grant["accessToken"])
+        except TokenExpired:
+            # A replay of an old payment: what it bought is over, like its token.
+            return self.offer(
+                route,
+                resource_url,
+                error="the access this payment bought has expired; pay again for more",
+            )
+        except InvalidToken:
+            # A replay whose stored token the seller's keys no longer accept (rotated out).
+            raise InvalidToken(
+                "The access token bought with this payment is no longer accepted by this "
+                "server (its signing key was retired)."
+            ) from None
         except Exception:
-            # Our own issuer's fresh token: failing here is a bug, not the buyer's fault.
-            # A replay of the same payment returns the stored grant.
-            log.exception("the token just issued for %s does not verify", result.grant["requestId"])
+            # Our own issuer's token failing any other way is a bug, not the buyer's fault.
+            log.exception("the token of %s does not verify", result.grant["challengeId"])
             raise InternalError() from None
         return Forward(route, claims, result)

@@ -30,6 +30,7 @@ from ..offers import PaymentOffer
 from ..paths import gateway_segments
 from ..pipeline import AccessPipeline
 from ..protocol import encode_header
+from ..ratelimit import client_of
 from ..tokens import TokenVerifier
 from .decide import Forward, Gateway
 from .forward import forward
@@ -80,6 +81,7 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
             authorization=request.headers.getall("authorization", []),
             payment_signature=request.headers.get("payment-signature"),
             resource_url=config.seller.agent_url + request.path,
+            client=client_of(request),
         )
         if isinstance(decision, PaymentOffer):
             return offer_response(decision)

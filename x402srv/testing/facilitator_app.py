@@ -23,7 +23,12 @@ real work first where a real facilitator could fail after it:
     settle-late        /settle answers nothing for --delay seconds (past the caller's
                        timeout), then really settles on-chain
     settle-500-after   /settle really settles on-chain, then answers HTTP 500
+    settle-400-after   /settle really settles on-chain, then answers HTTP 400 with a
+                       body that names the transaction
     settle-lie         /settle claims success with a made-up transaction, settles nothing
+
+``--record FILE`` appends every POST body it receives to FILE (JSON lines), so a
+test can check what a third party gets to see.
 """
 
 from __future__ import annotations
@@ -39,7 +44,14 @@ from typing import Any
 
 __all__ = ["FAULTS", "RECEIPT_POLL_SECONDS", "main"]
 
-FAULTS = ["settle-drop", "settle-hang", "settle-late", "settle-500-after", "settle-lie"]
+FAULTS = [
+    "settle-drop",
+    "settle-hang",
+    "settle-late",
+    "settle-500-after",
+    "settle-400-after",
+    "settle-lie",
+]
 
 #: Seconds between receipt polls while a settle waits for its transaction.
 RECEIPT_POLL_SECONDS = 0.005
@@ -77,8 +89,12 @@ def _build(rpc_url: str, network: str, key: str) -> Any:
     return facilitator
 
 
-def _handler(facilitator: Any, fault: str | None, delay: float) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    facilitator: Any, fault: str | None, delay: float, record: str | None
+) -> type[BaseHTTPRequestHandler]:
     from x402.schemas import PaymentPayload, PaymentRequirements
+
+    recording = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -107,8 +123,12 @@ def _handler(facilitator: Any, fault: str | None, delay: float) -> type[BaseHTTP
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if record:
+                with recording, open(record, "ab") as out:
+                    out.write(raw.replace(b"\n", b" ") + b"\n")
             try:
-                body = json.loads(self.rfile.read(length))
+                body = json.loads(raw)
                 payload = PaymentPayload.model_validate(body["paymentPayload"])
                 requirements = PaymentRequirements.model_validate(body["paymentRequirements"])
             except (ValueError, KeyError, TypeError):
@@ -141,6 +161,10 @@ def _handler(facilitator: Any, fault: str | None, delay: float) -> type[BaseHTTP
                 if fault == "settle-500-after":
                     self._answer(500, {"error": "internal error"})
                     return
+                if fault == "settle-400-after":
+                    answer = result.model_dump(by_alias=True, exclude_none=True)
+                    self._answer(400, {**answer, "success": False, "errorReason": "bad_request"})
+                    return
             else:
                 self._answer(404, {"error": "not found"})
                 return
@@ -161,10 +185,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--fault", choices=FAULTS, default=None)
     parser.add_argument("--delay", type=float, default=3.0)
+    parser.add_argument("--record", default=None, help="append every POST body to this file")
     args = parser.parse_args(argv)
     key = os.environ["X402SRV_FACILITATOR_KEY"]
     facilitator = _build(args.rpc_url, args.network, key)
-    server = _Server(("127.0.0.1", args.port), _handler(facilitator, args.fault, args.delay))
+    server = _Server(
+        ("127.0.0.1", args.port), _handler(facilitator, args.fault, args.delay, args.record)
+    )
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -39,8 +39,10 @@ class FacilitatorProcess:
         *,
         port: int | None = None,
         delay: float = 3.0,
+        record: bool = False,
     ) -> None:
         self.port = port or free_port()
+        self.record = log.with_suffix(".requests.jsonl") if record else None
         self.url = f"http://127.0.0.1:{self.port}"
         command = [
             sys.executable,
@@ -55,6 +57,8 @@ class FacilitatorProcess:
         ]
         if fault:
             command += ["--fault", fault, "--delay", str(delay)]
+        if self.record is not None:
+            command += ["--record", str(self.record)]
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 command,
@@ -68,6 +72,13 @@ class FacilitatorProcess:
         except Exception:
             self.stop()
             raise
+
+    def received(self) -> list[str]:
+        """Every POST body it was sent so far, as text (``record=True`` only)."""
+        assert self.record is not None, "started without record=True"
+        if not self.record.exists():
+            return []
+        return self.record.read_text("utf-8").splitlines()
 
     def stop(self) -> None:
         _kill_group(self.process)
@@ -83,16 +94,22 @@ def devchain() -> Iterator[Devchain]:
 def facilitator(
     devchain: Devchain, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., FacilitatorProcess]]:
-    """``facilitator(fault=None, port=None, delay=3) -> FacilitatorProcess``, own funded signer."""
+    """``facilitator(fault=None, port=None, delay=3, record=False)``: a process, own signer."""
     started: list[FacilitatorProcess] = []
 
     def start(
-        fault: str | None = None, *, port: int | None = None, delay: float = 3.0
+        fault: str | None = None,
+        *,
+        port: int | None = None,
+        delay: float = 3.0,
+        record: bool = False,
     ) -> FacilitatorProcess:
         signer = devchain.new_account(eth=1000, usdc_atomic=0)
         key = "0x" + bytes(signer.key).hex()
         log = tmp_path_factory.mktemp("facilitator") / f"facilitator-{secrets.token_hex(4)}.log"
-        process = FacilitatorProcess(devchain, key, log, fault, port=port, delay=delay)
+        process = FacilitatorProcess(
+            devchain, key, log, fault, port=port, delay=delay, record=record
+        )
         started.append(process)
         return process
 

@@ -59,7 +59,7 @@ async def judge_receipt(
     """Our transaction was mined: did it move exactly this payment?"""
     auth = request.authorization
     asset = request.network.asset
-    if receipt.has_transfer(asset, auth.payer, auth.to, auth.value):
+    if receipt.settles(asset, auth.payer, auth.to, auth.value, auth.nonce):
         log.info("challenge %s: settled in %s", request.challenge_id, receipt.tx_hash)
         return Settled(receipt.tx_hash, auth.payer)
     try:

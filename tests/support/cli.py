@@ -1,0 +1,22 @@
+"""Running the ``x402srv`` command against a test seller's config, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.helpers import Seller
+
+
+def x402srv(seller: Seller, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m x402srv ARGS --config <seller.toml>`` in the seller's directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "x402srv", *args, "--config", str(seller.server.config_path)],
+        cwd=seller.server.directory,
+        env={**os.environ, **seller.server.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

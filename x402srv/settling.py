@@ -1,0 +1,98 @@
+"""Deciding a SETTLING record from the chain (SPEC 5.2), for the pipeline and the reconciler.
+
+A SETTLING record is looked at by a buyer's retry, by the request whose
+settler could not tell the outcome, and by every reconciler pass. All of them
+ask here, so there is one rule:
+
+    the chain shows this authorization transferred        -> Paid, at once,
+                                                             whatever lease runs
+    a lease (plus grace) is still running                 -> wait (None)
+    never handed to a settler (nothing left this server)  -> Release
+    the chain shows it not transferred (consistent reads) -> Release
+    anything else (undecided, the RPC is down, no RPC)    -> wait (None)
+
+The decision is only advice: the caller applies it as a compare-and-set on the
+attempt it read, so a decision made on a record that moved meanwhile is lost,
+never applied twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .chain import ChainReader, ChainUnavailable
+from .interfaces import Clock
+from .records import ChallengeRecord
+from .resolution import NotTransferred, Transferred, Verdict, resolve_authorization
+
+__all__ = ["Paid", "Release", "SettlingResolver"]
+
+log = logging.getLogger("x402srv.pipeline")
+
+
+@dataclass(frozen=True, slots=True)
+class Paid:
+    tx_hash: str
+    reason: str = "resolved from chain: transferred"
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    reason: str
+
+
+class SettlingResolver:
+    def __init__(self, chain: ChainReader | None, clock: Clock) -> None:
+        self.chain = chain
+        self.clock = clock
+
+    async def decide(self, record: ChallengeRecord, *, grace: float = 0.0) -> Paid | Release | None:
+        """What the chain justifies for this SETTLING record now; None while undecided."""
+        payment = record.payment
+        assert payment is not None
+        lease_over = self.clock() >= payment.lease_until + grace
+        verdict = await self._verdict(record)
+        if isinstance(verdict, Transferred):
+            return Paid(verdict.tx_hash)
+        if not lease_over:
+            return None
+        if not payment.submitted:
+            return Release("never handed to a settler; claim released")
+        if isinstance(verdict, NotTransferred):
+            return Release(f"resolved from chain: {verdict.why}")
+        return None
+
+    async def settles_in(self, record: ChallengeRecord, tx_hash: str) -> bool:
+        """Whether ``tx_hash`` used this record's own authorization and paid its payTo."""
+        payment = record.payment
+        if self.chain is None or payment is None:
+            return False
+        try:
+            receipt = await self.chain.receipt(tx_hash)
+        except ChainUnavailable as exc:
+            log.warning("challenge %s: cannot read %s: %s", record.challenge_id, tx_hash, exc)
+            return False
+        return receipt is not None and receipt.settles(
+            record.asset, payment.payer, record.pay_to, int(payment.value), payment.nonce
+        )
+
+    async def _verdict(self, record: ChallengeRecord) -> Verdict | None:
+        payment = record.payment
+        assert payment is not None
+        if self.chain is None:
+            return None
+        try:
+            return await resolve_authorization(
+                self.chain,
+                asset=record.asset,
+                payer=payment.payer,
+                pay_to=record.pay_to,
+                value=int(payment.value),
+                nonce=payment.nonce,
+                valid_before=payment.valid_before,
+                tx_hint=payment.broadcast_tx_hash,
+            )
+        except ChainUnavailable as exc:
+            log.warning("challenge %s: cannot resolve from chain: %s", record.challenge_id, exc)
+            return None
