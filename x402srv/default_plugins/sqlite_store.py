@@ -44,6 +44,7 @@ from . import sqlite_ops as ops
 from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
 from .sqlite_checkpoint import SAFETY_NET_PAGES, Checkpointer
 from .sqlite_schema import Synchronous, connect
+from .store_rules import nameable
 
 __all__ = ["SqliteOptions", "SqliteStore", "build_sqlite_store"]
 
@@ -151,16 +152,24 @@ class SqliteStore:
             deliver(batch, outcomes)
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        if not nameable(challenge_id):
+            return None
         return await self._run("get_challenge", lambda c: ops.get_challenge(c, challenge_id))
 
     async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        if not nameable(request_id):
+            return None
         return await self._run("get_by_request_id", lambda c: ops.get_by_request_id(c, request_id))
 
     async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
         text = str(key)
+        if not nameable(text):
+            return None
         return await self._run("get_by_payment", lambda c: ops.get_by_payment(c, text))
 
     async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        if not nameable(tx_hash):
+            return None
         return await self._run("get_by_tx_hash", lambda c: ops.get_by_tx_hash(c, tx_hash))
 
     async def transition(self, request: TransitionRequest) -> Result:
@@ -190,6 +199,8 @@ class SqliteStore:
         )
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        if not nameable(task_id):
+            return None
         return await self._run("get_task", lambda c: ops.get_task(c, task_id))
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:

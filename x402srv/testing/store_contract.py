@@ -208,6 +208,18 @@ class StoreContract:
         assert await store.get_by_tx_hash(new_tx_hash()) is None
         assert await store.get_task("no-such-task") is None
 
+    @pytest.mark.parametrize(
+        "name", ["\ud800", "a\x00b", "x" * 300], ids=["lone-surrogate", "nul", "300-chars"]
+    )
+    async def test_a_name_no_backend_can_hold_finds_nothing(self, store: Store, name: str) -> None:
+        """Lookups take ids from clients: one that cannot be encoded is absent, not a crash."""
+        await created(store, make_record())
+        assert await store.get_challenge(name) is None
+        assert await store.get_by_request_id(name) is None
+        assert await store.get_by_tx_hash(name) is None
+        assert await store.get_by_payment(make_key(nonce=name)) is None
+        assert await store.get_task(name) is None
+
     async def test_every_field_round_trips(self, store: Store) -> None:
         record, key = full_record()
         for field in dataclasses.fields(ChallengeRecord):

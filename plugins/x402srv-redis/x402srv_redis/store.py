@@ -35,6 +35,7 @@ from x402srv.default_plugins.store_rules import (
     encode_record,
     encode_task,
     key_to_release,
+    nameable,
     state_values,
     tx_claim_key,
 )
@@ -159,6 +160,8 @@ class RedisStore:
         raise ValueError(f"challenge_id {record.challenge_id} already exists")
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        if not nameable(challenge_id):
+            return None
         text = await self._call(
             "get_challenge", self._redis().hget(self.keys.challenge(challenge_id), "json")
         )
@@ -289,6 +292,8 @@ class RedisStore:
         return int(version) if version is not None else None
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        if not nameable(task_id):
+            return None
         found = await self._call(
             "get_task", self._redis().hmget(self.keys.task(task_id), ["doc", "ver"])
         )
@@ -328,6 +333,9 @@ class RedisStore:
         return decode_record(text), str(version)
 
     async def _by_index(self, index_key: str) -> ChallengeRecord | None:
+        """The record an index key points at; ``None`` for a key Redis cannot be sent."""
+        if not nameable(index_key):
+            return None
         text = await self._script("BY_INDEX", keys=[index_key], args=[self.keys.prefix])
         return decode_record(text) if text is not None else None
 
