@@ -29,160 +29,35 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
-from ..interfaces import (
-    Lease,
-    PaymentClaimed,
-    StateMismatch,
-    Store,
-    TransitionApplied,
-    TransitionRequest,
-    TransitionResult,
-    TxClaimed,
-)
+from ..interfaces import Lease, PaymentClaimed, StateMismatch, Store, TransitionApplied, TxClaimed
 from ..records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
 from .builders import BASE_TIME, make_grant, make_key, make_payment, make_record, new_tx_hash
+from .store_contract_base import (
+    RACERS,
+    WORDED,
+    Reopen,
+    StoreContractBase,
+    applied,
+    back_to_pending,
+    created,
+    delivering,
+    full_record,
+    paid,
+    settling,
+    settling_again,
+    tx_is_free,
+)
 
-__all__ = ["Reopen", "StoreContract"]
-
-#: Closes the current store and returns a new opened one on the same backend.
-Reopen = Callable[[], Awaitable[Store]]
-
-RACERS = 20
-#: Programming errors raise ValueError with a message; the contract leaves the wording to the store.
-WORDED = r"\w"
-
-
-def settling(
-    record: ChallengeRecord,
-    key: PaymentKey | None = None,
-    *,
-    attempt_id: str | None = None,
-    claim: bool = True,
-    at: float = BASE_TIME + 10,
-) -> TransitionRequest:
-    """PENDING -> SETTLING for ``key`` as pipeline step 7 asks for it."""
-    key = key or make_key()
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PENDING,
-        to=State.SETTLING,
-        at=at,
-        reason="settling",
-        changes=RecordChanges(payment=make_payment(key, attempt_id=attempt_id)),
-        claim_payment=key if claim else None,
-    )
+# ``settling`` and ``paid`` stay importable from here for the stores' own tests.
+__all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
-def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -> TransitionRequest:
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.PAID,
-        at=at,
-        reason="settled",
-        changes=RecordChanges(tx_hash=tx_hash, payer="0x" + "ab" * 20),
-        claim_tx_hash=tx_hash,
-    )
-
-
-def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
-    """SETTLING -> PENDING after a definite failure: the claim is released."""
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.PENDING,
-        at=at,
-        reason="settlement rejected",
-        changes=RecordChanges(clear_payment=True),
-        release_payment=True,
-    )
-
-
-def applied(result: TransitionResult) -> ChallengeRecord:
-    assert isinstance(result, TransitionApplied), result
-    return result.record
-
-
-async def created(store: Store, record: ChallengeRecord, key: PaymentKey | None = None) -> None:
-    result = await store.create_challenge(record, claim_payment=key)
-    assert result == (record, True)
-
-
-async def tx_is_free(store: Store, tx_hash: str) -> None:
-    """Proves no claim on ``tx_hash`` was written: a fresh challenge can take it."""
-    probe = make_record()
-    await created(store, probe)
-    applied(await store.transition(settling(probe)))
-    applied(await store.transition(paid(probe, tx_hash)))
-
-
-def full_record() -> tuple[ChallengeRecord, PaymentKey]:
-    """A record with every field away from its default, and the key it claims."""
-    key = make_key()
-    record = make_record(
-        state=State.SETTLING,
-        at=BASE_TIME + 0.125,
-        implicit=True,
-        payer=key.payer,
-        tx_hash=new_tx_hash(),
-        history=(
-            Transition(State.PENDING, BASE_TIME + 0.125, "created"),
-            Transition(State.SETTLING, BASE_TIME + 1.000001, "settling: attempt 1"),
-        ),
-    )
-    return (
-        dataclasses.replace(
-            record,
-            updated_at=BASE_TIME + 1.000001,
-            payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
-            grant=make_grant(record),
-        ),
-        key,
-    )
-
-
-class StoreContract:
+class StoreContract(StoreContractBase):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
-
-    #: True when data outlives ``close()`` and every instance built by
-    #: ``another_store`` sees the same data (sqlite file, Redis server).
-    durable: ClassVar[bool] = False
-
-    def another_store(self, store: Store) -> Store:
-        """A new, unopened store on the same backend as ``store`` (durable stores)."""
-        raise NotImplementedError("durable stores implement another_store()")
-
-    @pytest.fixture
-    async def reopen(self, store: Store) -> AsyncIterator[Reopen]:
-        if not self.durable:
-            pytest.skip("the store keeps nothing across close()")
-        opened: list[Store] = []
-
-        async def _reopen() -> Store:
-            await (opened[-1] if opened else store).close()
-            fresh = self.another_store(store)
-            await fresh.open()
-            opened.append(fresh)
-            return fresh
-
-        yield _reopen
-        for each in opened:
-            await each.close()
-
-    @pytest.fixture
-    async def second(self, store: Store) -> AsyncIterator[Store]:
-        """Another instance, open at the same time as ``store``, on the same backend."""
-        if not self.durable:
-            pytest.skip("the store has no shared backend")
-        other = self.another_store(store)
-        await other.open()
-        yield other
-        await other.close()
 
     # ------------------------------------------------------------ open, ping
 
@@ -328,18 +203,7 @@ class StoreContract:
         two = applied(await store.transition(paid(record, tx)))
         assert (two.tx_hash, two.payer, two.payment) == (tx, "0x" + "ab" * 20, one.payment)
         grant = make_grant(two)
-        three = applied(
-            await store.transition(
-                TransitionRequest(
-                    challenge_id=record.challenge_id,
-                    expect=State.PAID,
-                    to=State.DELIVERED,
-                    at=BASE_TIME + 40,
-                    reason="delivered",
-                    changes=RecordChanges(grant=grant),
-                )
-            )
-        )
+        three = applied(await store.transition(delivering(record, grant)))
         assert three.grant == grant
         assert three.history == (
             Transition(State.SETTLING, BASE_TIME + 10, "settling"),
@@ -378,14 +242,12 @@ class StoreContract:
         settled = applied(await store.transition(settling(record, key, attempt_id="attempt-1")))
         assert settled.payment is not None
         renewed_payment = dataclasses.replace(settled.payment, lease_until=BASE_TIME + 500)
-        renew = TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.SETTLING,
-            at=BASE_TIME + 15,
+        renew = settling_again(
+            record,
+            "attempt-2",
             reason="lease renewed",
+            at=BASE_TIME + 15,
             changes=RecordChanges(payment=renewed_payment),
-            attempt_id="attempt-2",
         )
         assert await store.transition(renew) == StateMismatch(settled)
         assert await store.get_challenge(record.challenge_id) == settled
@@ -431,15 +293,8 @@ class StoreContract:
         key, tx = make_key(), new_tx_hash()
         record = make_record(state=State.SETTLING, payment=make_payment(key, attempt_id="a1"))
         await created(store, record, key)
-        note = TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.SETTLING,
-            at=BASE_TIME + 12,
-            reason="broadcast",
-            attempt_id="a1",
-            claim_payment=key,
-            claim_tx_hash=tx,
+        note = settling_again(
+            record, "a1", reason="broadcast", at=BASE_TIME + 12, claim_payment=key, claim_tx_hash=tx
         )
         applied(await store.transition(note))
         done = applied(await store.transition(paid(record, "0x" + tx[2:].upper())))
@@ -545,15 +400,7 @@ class StoreContract:
         key, tx = make_key(), new_tx_hash()
         record = make_record(state=State.SETTLING, payment=make_payment(key, attempt_id="a1"))
         await created(store, record, key)
-        note = TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.SETTLING,
-            at=BASE_TIME + 12,
-            reason="broadcast",
-            attempt_id="a1",
-            claim_tx_hash=tx,
-        )
+        note = settling_again(record, "a1", reason="broadcast", at=BASE_TIME + 12, claim_tx_hash=tx)
         noted = applied(await store.transition(note))
         assert await store.get_by_tx_hash(tx) == noted
         done = applied(await store.transition(paid(record, tx)))
@@ -579,19 +426,7 @@ class StoreContract:
         await created(store, record)
         applied(await store.transition(settling(record, key, at=at - 30)))
         done = applied(await store.transition(paid(record, tx, at=at - 20)))
-        delivered = applied(
-            await store.transition(
-                TransitionRequest(
-                    challenge_id=record.challenge_id,
-                    expect=State.PAID,
-                    to=State.DELIVERED,
-                    at=at,
-                    reason="delivered",
-                    changes=RecordChanges(grant=make_grant(done)),
-                )
-            )
-        )
-        return delivered, key, tx
+        return applied(await store.transition(delivering(done, at=at))), key, tx
 
     async def test_prune_removes_the_record_with_its_index_and_claims(self, store: Store) -> None:
         gone, key, tx = await self._delivered(store)
