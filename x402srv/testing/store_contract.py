@@ -43,6 +43,7 @@ from .store_contract_base import (
     StoreContractBase,
     applied,
     back_to_pending,
+    claiming_delivery,
     created,
     delivering,
     full_record,
@@ -267,6 +268,51 @@ class StoreContract(StoreContractBase):
         request = dataclasses.replace(settling(record), attempt_id="attempt-1")
         assert await store.transition(request) == StateMismatch(record)
         assert await store.get_challenge(record.challenge_id) == record
+
+    async def _paid(self, store: Store, attempt_id: str) -> tuple[ChallengeRecord, PaymentKey, str]:
+        """A PAID record whose payment was settled by ``attempt_id``, its key and txHash."""
+        record, key, tx = make_record(), make_key(), new_tx_hash()
+        await created(store, record)
+        applied(await store.transition(settling(record, key, attempt_id=attempt_id)))
+        return applied(await store.transition(paid(record, tx))), key, tx
+
+    async def test_paid_to_paid_hands_the_delivery_claim_on(self, store: Store) -> None:
+        """PAID -> PAID is compare-and-set on the attempt, like SETTLING -> SETTLING."""
+        done, key, tx = await self._paid(store, "settle-1")
+        claim = claiming_delivery(done, attempt_id="settle-1", new_attempt="deliver-1")
+        claimed = applied(await store.transition(claim))
+        assert claimed == done.apply(claim.changes, State.PAID, claim.at, claim.reason)
+        assert claimed.payment is not None
+        assert claimed.payment.attempt_id == "deliver-1"
+        assert await store.get_by_payment(key) == claimed
+        assert await store.get_by_tx_hash(tx) == claimed
+        assert await store.list_challenges(states=[State.PAID]) == [claimed]
+        again = claiming_delivery(done, attempt_id="settle-1", new_attempt="deliver-2")
+        assert await store.transition(again) == StateMismatch(claimed)
+        assert await store.get_challenge(done.challenge_id) == claimed
+
+    async def test_delivery_with_an_attempt_needs_the_current_one(self, store: Store) -> None:
+        done, _, _ = await self._paid(store, "settle-1")
+        claim = claiming_delivery(done, attempt_id="settle-1", new_attempt="deliver-1")
+        claimed = applied(await store.transition(claim))
+        stale = delivering(claimed, attempt_id="settle-1")
+        assert await store.transition(stale) == StateMismatch(claimed)
+        assert await store.get_challenge(done.challenge_id) == claimed
+        delivered = applied(await store.transition(delivering(claimed, attempt_id="deliver-1")))
+        assert delivered.state is State.DELIVERED
+        assert await store.transition(claim) == StateMismatch(delivered)
+
+    async def test_one_of_racing_requests_takes_the_delivery_claim(self, store: Store) -> None:
+        done, _, _ = await self._paid(store, "settle-1")
+        claims = [
+            claiming_delivery(done, attempt_id="settle-1", new_attempt=f"deliver-{i}")
+            for i in range(RACERS)
+        ]
+        results = await asyncio.gather(*(store.transition(claim) for claim in claims))
+        winners = [applied(r) for r in results if isinstance(r, TransitionApplied)]
+        assert len(winners) == 1
+        assert results.count(StateMismatch(winners[0])) == RACERS - 1
+        assert await store.get_challenge(done.challenge_id) == winners[0]
 
     async def test_disallowed_transition_raises_and_writes_nothing(self, store: Store) -> None:
         record = make_record()

@@ -4,7 +4,7 @@
 (``store``, ``durable``, ``another_store``) and the ones the contract derives
 from them (``reopen``, ``second``). The functions below build the
 transitions the pipeline asks for, the way it builds them, so a test names the
-move it makes (``settling``, ``paid``, ``delivering`` ...) and spells
+move it makes (``settling``, ``paid``, ``claiming_delivery`` ...) and spells
 out only what it is about. ``StoreContract`` (``store_contract``) combines this
 with the topic mixins (``store_contract_listing``, ``store_contract_counters``).
 """
@@ -28,6 +28,7 @@ __all__ = [
     "StoreContractBase",
     "applied",
     "back_to_pending",
+    "claiming_delivery",
     "created",
     "delivering",
     "full_record",
@@ -148,6 +149,27 @@ def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> T
         reason="settlement rejected",
         changes=RecordChanges(clear_payment=True),
         release_payment=True,
+    )
+
+
+def claiming_delivery(
+    record: ChallengeRecord, *, attempt_id: str, new_attempt: str, at: float = BASE_TIME + 30
+) -> TransitionRequest:
+    """PAID -> PAID: ``new_attempt`` takes the delivery claim from ``attempt_id``.
+
+    The claim is the payment's ``attempt_id`` and ``lease_until``, as in
+    SETTLING, so only the request holding it calls the credential issuer.
+    """
+    assert record.payment is not None, "a PAID record keeps its payment"
+    claim = dataclasses.replace(record.payment, attempt_id=new_attempt, lease_until=at + 60)
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PAID,
+        to=State.PAID,
+        at=at,
+        reason="delivering",
+        changes=RecordChanges(payment=claim),
+        attempt_id=attempt_id,
     )
 
 
