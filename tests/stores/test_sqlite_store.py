@@ -32,7 +32,7 @@ from x402srv.plugin_context import PluginContext
 from x402srv.records import State
 from x402srv.registry import Registry
 from x402srv.testing import StoreContract
-from x402srv.testing.builders import make_grant, make_key, make_record, new_tx_hash
+from x402srv.testing.builders import BASE_TIME, make_grant, make_key, make_record, new_tx_hash
 from x402srv.testing.store_contract import settling
 
 
@@ -142,9 +142,11 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     other = sqlite3.connect(opened.path)
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
-        assert other.execute("PRAGMA user_version").fetchone()[0] == 2
+        version = other.execute("PRAGMA user_version").fetchone()[0]
+        assert version == sqlite_schema.SCHEMA_VERSION == 3
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
-        assert {"challenges", "payment_claims", "tx_claims", "leases", "tasks"} <= tables
+        expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
+        assert expected <= tables
     finally:
         other.close()
 
@@ -210,6 +212,39 @@ async def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
         assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
         indexes = {row[0] for row in check.execute("SELECT name FROM sqlite_master")}
         assert {"payment_claims_by_challenge", "tx_claims_by_challenge", "tasks"} <= indexes
+    finally:
+        check.close()
+
+
+async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
+    """The previous release's files keep their records and tasks and gain version 3."""
+    path = tmp_path / "v2.db"
+    record = make_record(at=BASE_TIME + 0.1)
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in (*sqlite_schema._SCHEMA_V1, *sqlite_schema._SCHEMA_V2):
+        raw.execute(statement)
+    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", sqlite_ops.challenge_row(record))
+    raw.execute("INSERT INTO tasks VALUES (?, ?, ?)", ("old-task", 4, '{"status":"working"}'))
+    raw.execute("PRAGMA user_version = 2")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert await store.get_task("old-task") == ({"status": "working"}, 4)
+        assert await store.get_challenge(record.challenge_id) == record
+        assert await store.list_challenges(states=[State.PENDING]) == [record]
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+        schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+        assert "(state, updated_at, challenge_id)" in schema["challenges_by_state"]
+        assert "(updated_at, challenge_id)" in schema["challenges_by_updated"]
+        assert "WHERE prune_after IS NOT NULL" in schema["tasks_by_prune_after"]
+        assert "WITHOUT ROWID" in schema["rate_counters"]
+        assert "rate_counters_by_window_end" in schema
     finally:
         check.close()
 
