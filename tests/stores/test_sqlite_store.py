@@ -234,6 +234,8 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
         assert await store.get_task("old-task") == ({"status": "working"}, 4)
         assert await store.get_challenge(record.challenge_id) == record
         assert await store.list_challenges(states=[State.PENDING]) == [record]
+        cursor = (record.updated_at, record.challenge_id)
+        assert await store.list_challenges(states=[State.PENDING], after=cursor) == []
     finally:
         await store.close()
     check = sqlite3.connect(path)
@@ -247,6 +249,29 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
         assert "rate_counters_by_window_end" in schema
     finally:
         check.close()
+
+
+async def _plan(store: SqliteStore, query: tuple[str, list[Any]] | None) -> list[str]:
+    assert query is not None
+    sql, params = query
+    return await store._run(
+        "plan", lambda conn: [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    )
+
+
+async def test_a_listing_page_is_one_index_range(opened: SqliteStore) -> None:
+    """The reconciler's pages (one state, age bound, cursor) read a range and sort nothing."""
+    cursor = (BASE_TIME, "some-challenge-id")
+    cases = [
+        ([State.SETTLING], BASE_TIME + 9, cursor, "challenges_by_state", ")>(?,?)"),
+        (None, None, cursor, "challenges_by_updated", ")>(?,?)"),
+        ([State.PAID], BASE_TIME + 9, None, "challenges_by_state", "updated_at<?"),
+    ]
+    for states, before, after, index, condition in cases:
+        plan = await _plan(opened, sqlite_ops.listing_query(states, before, after, 100))
+        assert len(plan) == 1, plan
+        assert f"SEARCH challenges USING INDEX {index} (" in plan[0]
+        assert condition in plan[0]
 
 
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

@@ -149,18 +149,22 @@ class MemoryStore:
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
+        # Python orders str by code point, which is the UTF-8 byte order the
+        # durable stores sort ids in.
         async with self._lock:
             wanted = None if states is None else set(states)
             rows = [
-                (row.updated_at, challenge_id, row)
+                ((row.updated_at, challenge_id), row)
                 for challenge_id, row in self._rows.items()
                 if (wanted is None or row.state in wanted)
                 and (updated_before is None or row.updated_at < updated_before)
+                and (after is None or (row.updated_at, challenge_id) > after)
             ]
-            rows.sort(key=lambda item: (item[0], item[1]))
-            return [decode_record(row.json) for _, _, row in rows[: max(limit, 0)]]
+            rows.sort(key=lambda item: item[0])
+            return [decode_record(row.json) for _, row in rows[: max(limit, 0)]]
 
     async def prune(
         self, *, states: Sequence[State], updated_before: float, limit: int = 1000

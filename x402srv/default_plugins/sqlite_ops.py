@@ -43,6 +43,7 @@ __all__ = [
     "get_challenge",
     "get_task",
     "list_challenges",
+    "listing_query",
     "ping",
     "prune",
     "release_lease",
@@ -276,27 +277,43 @@ def transition(conn: sqlite3.Connection, request: TransitionRequest) -> Result:
         return TransitionApplied(updated)
 
 
-def list_challenges(
-    conn: sqlite3.Connection,
+def listing_query(
     states: Sequence[State] | None,
     updated_before: float | None,
+    after: tuple[float, str] | None,
     limit: int,
-) -> list[ChallengeRecord]:
+) -> tuple[str, list[str | float | int]] | None:
+    """``list_challenges``'s statement and parameters; ``None`` when nothing can match.
+
+    The cursor is a row-value comparison on the columns the listing indexes
+    end in, ``(updated_at, challenge_id)``, so a page is one index range
+    whether or not it filters on a state (schema version 3).
+    """
     clauses: list[str] = []
     params: list[str | float | int] = []
     if states is not None:
         wanted = state_values(states)
         if not wanted:
-            return []
+            return None
         clauses.append(f"state IN ({', '.join('?' * len(wanted))})")
         params.extend(wanted)
     if updated_before is not None:
         clauses.append("updated_at < ?")
         params.append(updated_before)
+    if after is not None:
+        clauses.append("(updated_at, challenge_id) > (?, ?)")
+        params.extend((float(after[0]), after[1]))
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     params.append(max(limit, 0))
     # Only placeholders are formatted into the statement; every value is bound.
     sql = f"SELECT record FROM challenges{where} ORDER BY updated_at, challenge_id LIMIT ?"  # noqa: S608
+    return sql, params
+
+
+def list_challenges(
+    conn: sqlite3.Connection, sql: str, params: Sequence[str | float | int]
+) -> list[ChallengeRecord]:
+    """Runs a ``listing_query``."""
     return [decode_record(row[0]) for row in conn.execute(sql, params)]
 
 

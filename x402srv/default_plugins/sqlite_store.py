@@ -180,11 +180,13 @@ class SqliteStore:
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
-        return await self._run(
-            "list_challenges", lambda c: ops.list_challenges(c, states, updated_before, limit)
-        )
+        query = ops.listing_query(states, updated_before, after, limit)
+        if query is None:
+            return []
+        return await self._run("list_challenges", lambda c: ops.list_challenges(c, *query))
 
     async def prune(
         self, *, states: Sequence[State], updated_before: float, limit: int = 1000

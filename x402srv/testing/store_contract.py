@@ -52,12 +52,13 @@ from .store_contract_base import (
     settling_again,
     tx_is_free,
 )
+from .store_contract_listing import ListingContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
 __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
-class StoreContract(StoreContractBase):
+class StoreContract(ListingContract, StoreContractBase):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
 
     # ------------------------------------------------------------ open, ping
@@ -637,39 +638,6 @@ class StoreContract(StoreContractBase):
         with pytest.raises((TypeError, ValueError)):
             await store.save_task("t-6", {"value": float("nan")}, expect_version=None)
         assert await store.get_task("t-6") is None
-
-    # ------------------------------------------------------------ listing
-
-    async def test_list_is_oldest_updated_first(self, store: Store) -> None:
-        records = [make_record(at=BASE_TIME + offset) for offset in (30, 10, 40, 20, 0)]
-        for record in records:
-            await created(store, record)
-        ordered = sorted(records, key=lambda r: r.updated_at)
-        assert await store.list_challenges() == ordered
-        assert await store.list_challenges(limit=2) == ordered[:2]
-
-    async def test_list_filters_by_state_and_age(self, store: Store) -> None:
-        pending = make_record(at=BASE_TIME)
-        expired = make_record(at=BASE_TIME + 1, state=State.EXPIRED)
-        settling_late = make_record(at=BASE_TIME + 5, state=State.SETTLING)
-        for record in (settling_late, expired, pending):
-            await created(store, record)
-        assert await store.list_challenges(states=[State.SETTLING]) == [settling_late]
-        both = await store.list_challenges(states=[State.PENDING, State.SETTLING])
-        assert both == [pending, settling_late]
-        assert await store.list_challenges(updated_before=BASE_TIME + 5) == [pending, expired]
-        assert await store.list_challenges(
-            states=[State.SETTLING, State.EXPIRED], updated_before=BASE_TIME + 5
-        ) == [expired]
-        assert await store.list_challenges(states=[]) == []
-
-    async def test_list_follows_transitions(self, store: Store) -> None:
-        first, second = make_record(at=BASE_TIME), make_record(at=BASE_TIME + 1)
-        await created(store, first)
-        await created(store, second)
-        moved = applied(await store.transition(settling(first, at=BASE_TIME + 50)))
-        assert await store.list_challenges() == [second, moved]
-        assert await store.list_challenges(states=[State.PENDING]) == [second]
 
     # ------------------------------------------------------------ leases
 

@@ -31,6 +31,7 @@ __all__ = [
     "claiming_delivery",
     "created",
     "delivering",
+    "expiring",
     "full_record",
     "paid",
     "settling",
@@ -149,6 +150,17 @@ def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> T
         reason="settlement rejected",
         changes=RecordChanges(clear_payment=True),
         release_payment=True,
+    )
+
+
+def expiring(record: ChallengeRecord, *, at: float = BASE_TIME + 900) -> TransitionRequest:
+    """PENDING -> EXPIRED, as the reconciler moves a challenge past its ``expires_at``."""
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.EXPIRED,
+        at=at,
+        reason="expired",
     )
 
 

@@ -12,7 +12,8 @@ The decisions are those of ``x402srv.default_plugins.store_rules``:
 - ``TRANSITION``: the caller read the record, checked its state and attempt
   with ``store_rules.check_state`` and computed the new record with
   ``ChallengeRecord.apply``; the script applies it only if the record's write
-  counter ``ver`` is still the one read (otherwise the caller reads again), and
+  counter ``ver`` is still the one read (otherwise the caller reads again), so
+  the attempt checks of SETTLING -> SETTLING and PAID -> PAID hold too, and
   only if neither claim belongs to another challenge (payment first, then
   txHash, as ``store_rules.claim_conflict``). A release frees the claim only if
   this challenge owns it.
@@ -40,33 +41,42 @@ __all__ = [
 # Sorting by (updated_at, challengeId) as sqlite's ORDER BY does: byte order for
 # the id, since Lua's ``<`` on strings follows the server's locale.
 _BEFORE = """
-local function before(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  local x, y = a[2], b[2]
+local function id_before(x, y)
   for i = 1, math.min(#x, #y) do
     local p, q = string.byte(x, i), string.byte(y, i)
     if p ~= q then return p < q end
   end
   return #x < #y
 end
+
+local function before(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return id_before(a[2], b[2])
+end
 """
 
-# Up to ``need`` live members of a by-state/by-updated set scored below ``max``,
-# oldest first, each with one field of its record; members whose record expired
-# (its TTL ran out) are skipped and, when ``dangling`` is a table, collected.
+# Up to ``need`` live members of a by-state/by-updated set scored from ``min``
+# to ``max``, oldest first, each with one field of its record. Members for
+# which ``skip(score, id)`` is true (those at a cursor's score up to its id)
+# are passed over and do not count, however many there are: the next batch
+# starts after them. Members whose record expired (its TTL ran out) are skipped
+# too and, when ``dangling`` is a table, collected.
 _COLLECT = """
-local function collect(prefix, zset, max, need, field, dangling)
+local function collect(prefix, zset, min, max, need, field, skip, dangling)
   local out, offset = {}, 0
   while #out < need do
-    local got = redis.call('ZRANGEBYSCORE', zset, '-inf', max, 'WITHSCORES',
+    local got = redis.call('ZRANGEBYSCORE', zset, min, max, 'WITHSCORES',
                            'LIMIT', offset, need)
     if #got == 0 then break end
     for j = 1, #got, 2 do
-      local value = redis.call('HGET', prefix .. 'c:' .. got[j], field)
-      if value then
-        out[#out + 1] = {tonumber(got[j + 1]), got[j], value, zset}
-      elseif dangling then
-        dangling[#dangling + 1] = {got[j], zset}
+      local id, score = got[j], tonumber(got[j + 1])
+      if not (skip and skip(score, id)) then
+        local value = redis.call('HGET', prefix .. 'c:' .. id, field)
+        if value then
+          out[#out + 1] = {score, id, value, zset}
+        elseif dangling then
+          dangling[#dangling + 1] = {id, zset}
+        end
       end
     end
     offset = offset + #got / 2
@@ -156,21 +166,30 @@ return redis.call('HGET', ARGV[1] .. 'c:' .. id, 'json')
 
 LIST = (
     """#!lua flags=no-writes
--- ARGV: prefix, max score ("+inf" or "(<updated_before>"), limit, filtered ("1"/"0"), states...
+-- ARGV: prefix, max score ("+inf" or "(<updated_before>"), limit, filtered ("1"/"0"),
+--       cursor score ("" for none), cursor id, states...
 """
     + _BEFORE
     + _COLLECT
     + """
 local prefix, limit = ARGV[1], tonumber(ARGV[3])
+-- A cursor (score, id): the range starts at its score, inclusive, and a member
+-- at exactly that score is listed only if its id sorts after the cursor's.
+local min, skip = '-inf', nil
+if ARGV[5] ~= '' then
+  local score, id = tonumber(ARGV[5]), ARGV[6]
+  min = ARGV[5]
+  skip = function(s, member) return s == score and not id_before(id, member) end
+end
 local zsets = {}
 if ARGV[4] == '0' then
   zsets[1] = prefix .. 'by-updated'
 else
-  for i = 5, #ARGV do zsets[#zsets + 1] = prefix .. 'by-state:' .. ARGV[i] end
+  for i = 7, #ARGV do zsets[#zsets + 1] = prefix .. 'by-state:' .. ARGV[i] end
 end
 local found = {}
 for _, zset in ipairs(zsets) do
-  for _, item in ipairs(collect(prefix, zset, ARGV[2], limit, 'json', nil)) do
+  for _, item in ipairs(collect(prefix, zset, min, ARGV[2], limit, 'json', skip, nil)) do
     found[#found + 1] = item
   end
 end
@@ -192,7 +211,7 @@ local prefix, limit = ARGV[1], tonumber(ARGV[3])
 local found, dangling = {}, {}
 for i = 4, #ARGV do
   local zset = prefix .. 'by-state:' .. ARGV[i]
-  for _, item in ipairs(collect(prefix, zset, ARGV[2], limit, 'rid', dangling)) do
+  for _, item in ipairs(collect(prefix, zset, '-inf', ARGV[2], limit, 'rid', nil, dangling)) do
     found[#found + 1] = item
   end
 end

@@ -242,12 +242,14 @@ class RedisStore:
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
         wanted = _states(states)
         if wanted == [] or limit <= 0:
             return []
         highest = "+inf" if updated_before is None else f"({updated_before!r}"
+        cursor = ["", ""] if after is None else [repr(float(after[0])), after[1]]
         texts = await self._script(
             "LIST",
             keys=[],
@@ -256,6 +258,7 @@ class RedisStore:
                 highest,
                 limit,
                 "0" if wanted is None else "1",
+                *cursor,
                 *(wanted or []),
             ],
         )
