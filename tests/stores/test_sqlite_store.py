@@ -236,6 +236,12 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
         assert await store.list_challenges(states=[State.PENDING]) == [record]
         cursor = (record.updated_at, record.challenge_id)
         assert await store.list_challenges(states=[State.PENDING], after=cursor) == []
+        assert await store.prune_tasks(before=BASE_TIME + 10**9) == 0  # old tasks: never
+        resaved = await store.save_task(
+            "old-task", {"status": "done"}, expect_version=4, prune_after=BASE_TIME
+        )
+        assert resaved == 5
+        assert await store.prune_tasks(before=BASE_TIME + 1) == 1
     finally:
         await store.close()
     check = sqlite3.connect(path)
@@ -272,6 +278,12 @@ async def test_a_listing_page_is_one_index_range(opened: SqliteStore) -> None:
         assert len(plan) == 1, plan
         assert f"SEARCH challenges USING INDEX {index} (" in plan[0]
         assert condition in plan[0]
+
+
+async def test_task_pruning_reads_only_the_partial_index(opened: SqliteStore) -> None:
+    plan = await _plan(opened, (sqlite_ops._PRUNE_TASKS, [BASE_TIME, 100]))
+    assert any("USING COVERING INDEX tasks_by_prune_after (prune_after<?)" in p for p in plan)
+    assert not any(p.startswith("SCAN") for p in plan), plan
 
 
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

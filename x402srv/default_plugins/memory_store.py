@@ -12,6 +12,7 @@ and Redis stores give across processes.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,13 @@ class _Row:
 
 
 @dataclass(slots=True)
+class _Task:
+    json: str
+    version: int
+    prune_after: float | None
+
+
+@dataclass(slots=True)
 class _LeaseRow:
     holder: str
     fence: int
@@ -70,7 +78,7 @@ class MemoryStore:
         self._payments: dict[str, str] = {}
         self._txs: dict[str, str] = {}
         self._leases: dict[str, _LeaseRow] = {}
-        self._tasks: dict[str, tuple[str, int]] = {}
+        self._tasks: dict[str, _Task] = {}
 
     async def open(self) -> None:
         """Nothing to connect to."""
@@ -187,16 +195,21 @@ class MemoryStore:
             return len(gone)
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         text = encode_task(document)  # outside the lock: a bad document changes nothing
         async with self._lock:
             current = self._tasks.get(task_id)
-            stored_version = current[1] if current is not None else None
+            stored_version = current.version if current is not None else None
             if stored_version != expect_version:
                 return None
             version = 1 if stored_version is None else stored_version + 1
-            self._tasks[task_id] = (text, version)
+            self._tasks[task_id] = _Task(text, version, prune_after)
             return version
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
@@ -204,7 +217,21 @@ class MemoryStore:
             current = self._tasks.get(task_id)
         if current is None:
             return None
-        return decode_task(current[0]), current[1]
+        return decode_task(current.json), current.version
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        async with self._lock:
+            due = heapq.nsmallest(
+                max(limit, 0),
+                (
+                    (after, task_id)
+                    for task_id, task in self._tasks.items()
+                    if (after := task.prune_after) is not None and after < before
+                ),
+            )
+            for _, task_id in due:
+                del self._tasks[task_id]
+            return len(due)
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         async with self._lock:

@@ -46,6 +46,7 @@ __all__ = [
     "listing_query",
     "ping",
     "prune",
+    "prune_tasks",
     "release_lease",
     "save_task",
     "transition",
@@ -76,9 +77,18 @@ _UPDATE_CHALLENGE = (
 _DELETE_CHALLENGE = "DELETE FROM challenges WHERE challenge_id = ?"
 _DELETE_PAYMENT_CLAIMS = "DELETE FROM payment_claims WHERE challenge_id = ?"
 _DELETE_TX_CLAIMS = "DELETE FROM tx_claims WHERE challenge_id = ?"
-_CREATE_TASK = "INSERT OR IGNORE INTO tasks (task_id, version, document) VALUES (?, 1, ?)"
+_CREATE_TASK = (
+    "INSERT OR IGNORE INTO tasks (task_id, version, document, prune_after) VALUES (?, 1, ?, ?)"
+)
 _REPLACE_TASK = (
-    "UPDATE tasks SET version = version + 1, document = ? WHERE task_id = ? AND version = ?"
+    "UPDATE tasks SET version = version + 1, document = ?, prune_after = ? "
+    "WHERE task_id = ? AND version = ?"
+)
+#: One statement, so a save racing it either lands first (and sets a new time) or finds
+#: the task gone; the subquery reads the partial index ``tasks_by_prune_after``.
+_PRUNE_TASKS = (
+    "DELETE FROM tasks WHERE rowid IN "
+    "(SELECT rowid FROM tasks WHERE prune_after < ? ORDER BY prune_after LIMIT ?)"
 )
 _TASK = "SELECT document, version FROM tasks WHERE task_id = ?"
 _LEASE = "SELECT fence, expires_at, released, value FROM leases WHERE name = ?"
@@ -338,15 +348,25 @@ def prune(
 
 
 def save_task(
-    conn: sqlite3.Connection, task_id: str, document: Mapping[str, Any], expect: int | None
+    conn: sqlite3.Connection,
+    task_id: str,
+    document: Mapping[str, Any],
+    expect: int | None,
+    prune_after: float | None,
 ) -> int | None:
     """One conditional statement: sqlite makes the compare and the write atomic."""
     text = encode_task(document)
     if expect is None:
-        created = conn.execute(_CREATE_TASK, (task_id, text)).rowcount == 1
+        created = conn.execute(_CREATE_TASK, (task_id, text, prune_after)).rowcount == 1
         return 1 if created else None
-    replaced = conn.execute(_REPLACE_TASK, (text, task_id, expect)).rowcount == 1
+    replaced = conn.execute(_REPLACE_TASK, (text, prune_after, task_id, expect)).rowcount == 1
     return expect + 1 if replaced else None
+
+
+def prune_tasks(conn: sqlite3.Connection, before: float, limit: int) -> int:
+    if limit <= 0:
+        return 0
+    return int(conn.execute(_PRUNE_TASKS, (before, limit)).rowcount)
 
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> tuple[dict[str, Any], int] | None:

@@ -194,16 +194,24 @@ class SqliteStore:
         return await self._run("prune", lambda c: ops.prune(c, states, updated_before, limit))
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         return await self._run(
-            "save_task", lambda c: ops.save_task(c, task_id, document, expect_version)
+            "save_task", lambda c: ops.save_task(c, task_id, document, expect_version, prune_after)
         )
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
         if not nameable(task_id):
             return None
         return await self._run("get_task", lambda c: ops.get_task(c, task_id))
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        return await self._run("prune_tasks", lambda c: ops.prune_tasks(c, before, limit))
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(

@@ -639,6 +639,62 @@ class StoreContract(ListingContract, StoreContractBase):
             await store.save_task("t-6", {"value": float("nan")}, expect_version=None)
         assert await store.get_task("t-6") is None
 
+    async def test_prune_tasks_deletes_those_due_oldest_first(self, store: Store) -> None:
+        due = {"late": BASE_TIME + 20, "early": BASE_TIME + 5, "edge": BASE_TIME + 30}
+        for task_id, prune_after in due.items():
+            saved = await store.save_task(
+                task_id, {"id": task_id}, expect_version=None, prune_after=prune_after
+            )
+            assert saved == 1
+        assert await store.save_task("kept", {"id": "kept"}, expect_version=None) == 1
+        assert await store.prune_tasks(before=BASE_TIME + 30, limit=0) == 0
+        assert await store.prune_tasks(before=BASE_TIME + 30, limit=1) == 1
+        assert await store.get_task("early") is None
+        assert await store.get_task("late") == ({"id": "late"}, 1)
+        # ``before`` is strict: a task due exactly then stays.
+        assert await store.prune_tasks(before=BASE_TIME + 30) == 1
+        assert await store.get_task("late") is None
+        assert await store.get_task("edge") == ({"id": "edge"}, 1)
+        assert await store.prune_tasks(before=BASE_TIME + 10**9) == 1
+        assert await store.get_task("edge") is None
+        assert await store.get_task("kept") == ({"id": "kept"}, 1)  # no prune time: never
+        assert await store.save_task("early", {"again": True}, expect_version=None) == 1
+
+    async def test_each_task_save_sets_its_prune_time_anew(self, store: Store) -> None:
+        soon, later, never = BASE_TIME + 10, BASE_TIME + 50, BASE_TIME + 10**9
+        assert await store.save_task("t-7", {"n": 1}, expect_version=None, prune_after=soon) == 1
+        assert await store.save_task("t-7", {"n": 2}, expect_version=1, prune_after=later) == 2
+        assert await store.prune_tasks(before=BASE_TIME + 20) == 0
+        assert await store.save_task("t-7", {"n": 3}, expect_version=2) == 3
+        assert await store.prune_tasks(before=never) == 0
+        # A save that loses its compare-and-set leaves the prune time as it was.
+        for expect in (None, 1):
+            lost = await store.save_task("t-7", {"n": 0}, expect_version=expect, prune_after=soon)
+            assert lost is None
+        assert await store.prune_tasks(before=never) == 0
+        assert await store.get_task("t-7") == ({"n": 3}, 3)
+        assert await store.save_task("t-7", {"n": 4}, expect_version=3, prune_after=soon) == 4
+        assert await store.prune_tasks(before=soon + 1) == 1
+        assert await store.get_task("t-7") is None
+        assert await store.save_task("t-7", {"n": 5}, expect_version=4) is None
+
+    async def test_prune_tasks_racing_saves(self, store: Store) -> None:
+        """Per task, a save and the prune are each atomic: saved and kept, or gone."""
+        ids = [f"race-{i}" for i in range(RACERS)]
+        for task_id in ids:
+            await store.save_task(task_id, {}, expect_version=None, prune_after=BASE_TIME)
+        saving = [store.save_task(task_id, {"kept": True}, expect_version=1) for task_id in ids]
+        half = RACERS // 2
+        results = await asyncio.gather(
+            *saving[:half], store.prune_tasks(before=BASE_TIME + 1), *saving[half:]
+        )
+        pruned, saves = results[half], results[:half] + results[half + 1 :]
+        assert isinstance(pruned, int)
+        assert pruned + saves.count(2) == RACERS
+        for task_id, saved in zip(ids, saves, strict=True):
+            expected = ({"kept": True}, 2) if saved == 2 else None
+            assert await store.get_task(task_id) == expected
+
     # ------------------------------------------------------------ leases
 
     async def test_first_lease_has_fence_one_and_no_value(self, store: Store) -> None:
@@ -733,9 +789,13 @@ class StoreContract(ListingContract, StoreContractBase):
 
     async def test_tasks_survive_reopening(self, store: Store, reopen: Reopen) -> None:
         assert await store.save_task("durable", {"status": "working"}, expect_version=None) == 1
+        due = await store.save_task("due", {}, expect_version=None, prune_after=BASE_TIME)
+        assert due == 1
         reopened = await reopen()
         assert await reopened.get_task("durable") == ({"status": "working"}, 1)
         assert await reopened.save_task("durable", {"status": "done"}, expect_version=1) == 2
+        assert await reopened.prune_tasks(before=BASE_TIME + 1) == 1
+        assert await reopened.get_task("due") is None
 
     async def test_two_instances_share_one_atomic_view(self, store: Store, second: Store) -> None:
         record = make_record()

@@ -120,6 +120,24 @@ async def test_a_record_whose_ttl_ran_out_is_gone_everywhere(
         await store.close()
 
 
+async def test_prunable_tasks_keep_their_ttl_and_expired_ones_leave_the_set(
+    redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    store = await _open(redis_server.url, key_prefix=key_prefix, record_ttl_seconds=10 * DAY)
+    try:
+        for task_id in ("a", "b", "c"):
+            await store.save_task(task_id, {}, expect_version=None, prune_after=BASE_TIME)
+        assert 10 * DAY - 5 <= await raw.ttl(f"{key_prefix}task:a") <= 10 * DAY
+        assert await raw.ttl(f"{key_prefix}tasks-by-prune") == -1
+        await raw.delete(f"{key_prefix}task:a", f"{key_prefix}task:b")  # as their TTL would
+        # The two expired ones do not count against the limit: "c" is still pruned.
+        assert await store.prune_tasks(before=BASE_TIME + 1, limit=1) == 1
+        assert await store.get_task("c") is None
+        assert await raw.exists(f"{key_prefix}tasks-by-prune") == 0
+    finally:
+        await store.close()
+
+
 async def test_prefixes_isolate_sellers_on_one_redis(redis_server: RedisServer) -> None:
     one = await _open(redis_server.url, key_prefix=f"shop-a-{secrets.token_hex(4)}:")
     two = await _open(redis_server.url, key_prefix=f"shop-b-{secrets.token_hex(4)}:")

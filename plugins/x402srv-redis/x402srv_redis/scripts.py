@@ -33,6 +33,7 @@ __all__ = [
     "CREATE",
     "LIST",
     "PRUNE",
+    "PRUNE_TASKS",
     "RELEASE_LEASE",
     "SAVE_TASK",
     "TRANSITION",
@@ -262,7 +263,8 @@ return 1
 """
 
 SAVE_TASK = """#!lua
--- KEYS: task:<id>; ARGV: document, expected version ("" = create only), ttl
+-- KEYS: task:<id>, tasks-by-prune
+-- ARGV: document, expected version ("" = create only), ttl, id, prune_after ("" = never)
 local ver = redis.call('HGET', KEYS[1], 'ver')
 local new
 if ARGV[2] == '' then
@@ -275,5 +277,26 @@ else
   new = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+if ARGV[5] == '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+else
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+end
 return new
+"""
+
+PRUNE_TASKS = """#!lua
+-- KEYS: tasks-by-prune; ARGV: prefix, max score ("(<before>"), limit
+-- Oldest prune time first. A member whose task already expired by TTL leaves
+-- the set without counting, and the next batch takes its place.
+local limit, deleted = tonumber(ARGV[3]), 0
+while deleted < limit do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, limit - deleted)
+  if #due == 0 then break end
+  for _, id in ipairs(due) do
+    deleted = deleted + redis.call('DEL', ARGV[1] .. 'task:' .. id)
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return deleted
 """

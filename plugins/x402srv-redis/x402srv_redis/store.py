@@ -280,16 +280,23 @@ class RedisStore:
     # ------------------------------------------------------------ tasks
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         text = encode_task(document)
         version = await self._script(
             "SAVE_TASK",
-            keys=[self.keys.task(task_id)],
+            keys=[self.keys.task(task_id), self.keys.tasks_by_prune],
             args=[
                 text,
                 "" if expect_version is None else str(int(expect_version)),
                 self.options.record_ttl_seconds,
+                task_id,
+                "" if prune_after is None else repr(float(prune_after)),
             ],
         )
         return int(version) if version is not None else None
@@ -303,6 +310,16 @@ class RedisStore:
         if found[0] is None or found[1] is None:
             return None
         return decode_task(found[0]), int(found[1])
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        if limit <= 0:
+            return 0
+        deleted = await self._script(
+            "PRUNE_TASKS",
+            keys=[self.keys.tasks_by_prune],
+            args=[self.keys.prefix, f"({float(before)!r}", limit],
+        )
+        return int(deleted)
 
     # ------------------------------------------------------------ leases
 
