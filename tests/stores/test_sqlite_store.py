@@ -242,6 +242,8 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
         )
         assert resaved == 5
         assert await store.prune_tasks(before=BASE_TIME + 1) == 1
+        counted = await store.count_hits({"k": 2}, window_end=BASE_TIME + 60, now=BASE_TIME)
+        assert counted == {"k": 2}
     finally:
         await store.close()
     check = sqlite3.connect(path)
@@ -284,6 +286,34 @@ async def test_task_pruning_reads_only_the_partial_index(opened: SqliteStore) ->
     plan = await _plan(opened, (sqlite_ops._PRUNE_TASKS, [BASE_TIME, 100]))
     assert any("USING COVERING INDEX tasks_by_prune_after (prune_after<?)" in p for p in plan)
     assert not any(p.startswith("SCAN") for p in plan), plan
+
+
+async def test_counters_of_ended_windows_are_deleted_a_batch_per_call(
+    opened: SqliteStore,
+) -> None:
+    """The table stays bounded, and no call pays for deleting a whole window at once."""
+    batch = sqlite_ops.SWEEP_COUNTERS
+    old = {f"old-{i}": 1 for i in range(batch * 2 + 50)}
+    assert await opened.count_hits(old, window_end=BASE_TIME + 60, now=BASE_TIME) == old
+
+    async def rows() -> int:
+        count = "SELECT count(*) FROM rate_counters"
+        return int(await opened._run("rows", lambda conn: conn.execute(count).fetchone()[0]))
+
+    later = BASE_TIME + 61
+    for expected in (len(old) - batch + 1, len(old) - 2 * batch + 1, 1):
+        await opened.count_hits({"new": 1}, window_end=later + 60, now=later)
+        assert await rows() == expected
+    plan = await _plan(opened, (sqlite_ops._SWEEP_COUNTERS, [later, batch]))
+    assert any("INDEX rate_counters_by_window_end (window_end<?)" in p for p in plan), plan
+
+
+async def test_many_keys_in_one_call_are_counted_together(opened: SqliteStore) -> None:
+    """More keys than one statement takes: still one transaction, every total returned."""
+    hits = {f"client-{i}": i % 7 + 1 for i in range(450)}
+    assert await opened.count_hits(hits, window_end=BASE_TIME + 60, now=BASE_TIME) == hits
+    doubled = {key: 2 * n for key, n in hits.items()}
+    assert await opened.count_hits(hits, window_end=BASE_TIME + 60, now=BASE_TIME) == doubled
 
 
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -421,6 +451,10 @@ async def main():
     out["created"] = sum(c[1] for c in created)
     out["returned"] = sorted({c[0].challenge_id for c in created})
 
+    barrier("count")
+    counts = [store.count_hits({"shared": 1}, window_end=1e10, now=0.0) for _ in range(RACERS)]
+    out["totals"] = [totals["shared"] for totals in await asyncio.gather(*counts)]
+
     barrier("lease")
     fences, overlaps, releases = [], 0, []
     for _ in range(ROUNDS):
@@ -469,7 +503,8 @@ async def _seed(path: Path) -> tuple[str, str]:
 async def test_several_processes_on_one_file(
     tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:
-    """4 processes: one settlement winner, one created record, never two lease holders."""
+    """4 processes: one settlement winner, one created record, every hit counted once,
+    never two lease holders."""
     path = tmp_path / "shared.db"
     challenge_id, request_id = await _seed(path)
     lock_file = tmp_path / "held"
@@ -499,7 +534,7 @@ async def test_several_processes_on_one_file(
     watchdog = threading.Timer(30, kill_all)
     watchdog.start()
     try:
-        for phase in ("transition", "create", "lease"):
+        for phase in ("transition", "create", "count", "lease"):
             for proc in workers:  # every process is at the barrier ...
                 assert proc.stdout is not None
                 assert proc.stdout.readline().split() == ["ready", phase]
@@ -529,6 +564,8 @@ async def test_several_processes_on_one_file(
         stored = await store.get_by_request_id(request_id)
         assert stored is not None
         assert all(out["returned"] == [stored.challenge_id] for out in outputs)
+        totals = sorted(total for out in outputs for total in out["totals"])
+        assert totals == list(range(1, 4 * 10 + 1))
 
         fences = sorted(f for out in outputs for f in out["fences"])
         assert fences == list(range(1, len(fences) + 1)) == list(range(1, 4 * 25 + 1))

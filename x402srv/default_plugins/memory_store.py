@@ -58,6 +58,12 @@ class _Task:
 
 
 @dataclass(slots=True)
+class _Counter:
+    window_end: float
+    hits: int
+
+
+@dataclass(slots=True)
 class _LeaseRow:
     holder: str
     fence: int
@@ -79,6 +85,9 @@ class MemoryStore:
         self._txs: dict[str, str] = {}
         self._leases: dict[str, _LeaseRow] = {}
         self._tasks: dict[str, _Task] = {}
+        self._counters: dict[str, _Counter] = {}
+        # (window_end, key) of every counter, oldest first: what to forget next.
+        self._counter_ends: list[tuple[float, str]] = []
 
     async def open(self) -> None:
         """Nothing to connect to."""
@@ -232,6 +241,39 @@ class MemoryStore:
             for _, task_id in due:
                 del self._tasks[task_id]
             return len(due)
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        if not hits:
+            return {}
+        async with self._lock:
+            self._forget_counters(now)
+            totals: dict[str, int] = {}
+            for key, delta in hits.items():
+                counter = self._counters.get(key)
+                if counter is None:
+                    counter = self._counters[key] = _Counter(window_end, 0)
+                    heapq.heappush(self._counter_ends, (window_end, key))
+                elif counter.window_end != window_end:
+                    counter.window_end = window_end
+                    heapq.heappush(self._counter_ends, (window_end, key))
+                counter.hits += delta
+                totals[key] = counter.hits
+            return totals
+
+    def _forget_counters(self, now: float) -> None:
+        """Drop every counter whose window ended before ``now``, so memory stays bounded.
+
+        A heap entry whose counter has since moved to another window is stale
+        and only dropped; the counter's own entry comes later.
+        """
+        ends = self._counter_ends
+        while ends and ends[0][0] < now:
+            end, key = heapq.heappop(ends)
+            counter = self._counters.get(key)
+            if counter is not None and counter.window_end == end:
+                del self._counters[key]
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         async with self._lock:

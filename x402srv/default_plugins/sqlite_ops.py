@@ -35,6 +35,7 @@ from .store_rules import (
 __all__ = [
     "acquire_lease",
     "challenge_row",
+    "count_hits",
     "create_challenge",
     "create_challenges",
     "get_by_payment",
@@ -91,6 +92,15 @@ _PRUNE_TASKS = (
     "(SELECT rowid FROM tasks WHERE prune_after < ? ORDER BY prune_after LIMIT ?)"
 )
 _TASK = "SELECT document, version FROM tasks WHERE task_id = ?"
+#: Expired counters deleted per ``count_hits`` call at most: the call stays short when
+#: a whole window's counters expire at once, and still outpaces the keys a call adds.
+SWEEP_COUNTERS = 100
+_SWEEP_COUNTERS = (
+    "DELETE FROM rate_counters WHERE key IN "
+    "(SELECT key FROM rate_counters WHERE window_end < ? LIMIT ?)"
+)
+#: Keys per UPSERT statement: bounds the statement cache and the bound parameters.
+_COUNTERS_PER_STATEMENT = 200
 _LEASE = "SELECT fence, expires_at, released, value FROM leases WHERE name = ?"
 _TAKE_LEASE = (
     "INSERT OR REPLACE INTO leases (name, holder, fence, expires_at, released, value) "
@@ -372,6 +382,39 @@ def prune_tasks(conn: sqlite3.Connection, before: float, limit: int) -> int:
 def get_task(conn: sqlite3.Connection, task_id: str) -> tuple[dict[str, Any], int] | None:
     row = conn.execute(_TASK, (task_id,)).fetchone()
     return (decode_task(row[0]), int(row[1])) if row is not None else None
+
+
+def count_hits(
+    conn: sqlite3.Connection, hits: Sequence[tuple[str, int]], window_end: float, now: float
+) -> dict[str, int]:
+    """One write transaction: sweep some expired counters, then add to every key.
+
+    The sweep keeps the table from growing; the UPSERT itself also treats a
+    counter whose window ended before ``now`` as absent, so a counter the sweep
+    has not reached yet still starts again from zero.
+    """
+    totals: dict[str, int] = {}
+    with _immediate(conn):
+        conn.execute(_SWEEP_COUNTERS, (now, SWEEP_COUNTERS))
+        for start in range(0, len(hits), _COUNTERS_PER_STATEMENT):
+            chunk = hits[start : start + _COUNTERS_PER_STATEMENT]
+            params = [now, window_end, *(value for pair in chunk for value in pair)]
+            for key, total in conn.execute(_add_hits(len(chunk)), params).fetchall():
+                totals[key] = int(total)
+    return {key: totals[key] for key, _ in hits}
+
+
+@functools.lru_cache(maxsize=16)
+def _add_hits(count: int) -> str:
+    """The UPSERT for ``count`` keys: ``?1`` is now, ``?2`` the window's end, then key, delta."""
+    rows = ", ".join(f"(?{3 + 2 * i}, ?2, ?{4 + 2 * i})" for i in range(count))
+    return (
+        f"INSERT INTO rate_counters (key, window_end, hits) VALUES {rows} "  # noqa: S608
+        "ON CONFLICT (key) DO UPDATE SET "
+        "hits = CASE WHEN window_end < ?1 THEN excluded.hits ELSE hits + excluded.hits END, "
+        "window_end = excluded.window_end "
+        "RETURNING key, hits"
+    )
 
 
 def acquire_lease(

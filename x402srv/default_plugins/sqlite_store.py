@@ -213,6 +213,14 @@ class SqliteStore:
     async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
         return await self._run("prune_tasks", lambda c: ops.prune_tasks(c, before, limit))
 
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        if not hits:
+            return {}
+        pairs = [(key, int(delta)) for key, delta in hits.items()]
+        return await self._run("count_hits", lambda c: ops.count_hits(c, pairs, window_end, now))
+
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(
             "acquire_lease", lambda c: ops.acquire_lease(c, name, holder, ttl, now)

@@ -22,6 +22,7 @@ if "pytest" in sys.modules:
     pytest.register_assert_rewrite(
         "x402srv.testing.store_contract",
         "x402srv.testing.store_contract_base",
+        "x402srv.testing.store_contract_counters",
         "x402srv.testing.store_contract_listing",
     )
 

@@ -52,13 +52,14 @@ from .store_contract_base import (
     settling_again,
     tx_is_free,
 )
+from .store_contract_counters import CounterContract
 from .store_contract_listing import ListingContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
 __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
-class StoreContract(ListingContract, StoreContractBase):
+class StoreContract(ListingContract, CounterContract, StoreContractBase):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
 
     # ------------------------------------------------------------ open, ping

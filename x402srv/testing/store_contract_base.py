@@ -2,7 +2,7 @@
 
 ``StoreContractBase`` holds the fixtures a store's test class provides
 (``store``, ``durable``, ``another_store``) and the ones the contract derives
-from them (``reopen``, ``second``). The functions below build the
+from them (``reopen``, ``second``, ``sharing``). The functions below build the
 transitions the pipeline asks for, the way it builds them, so a test names the
 move it makes (``settling``, ``paid``, ``claiming_delivery`` ...) and spells
 out only what it is about. ``StoreContract`` (``store_contract``) combines this
@@ -83,6 +83,21 @@ class StoreContractBase:
         other = self.another_store(store)
         await other.open()
         yield other
+        await other.close()
+
+    @pytest.fixture
+    async def sharing(self, store: Store) -> AsyncIterator[tuple[Store, Store]]:
+        """Two instances on one backend (``store`` twice when nothing can be shared).
+
+        For guarantees every store gives, that a durable one must also give
+        across instances: races run over both, so no store is skipped.
+        """
+        if not self.durable:
+            yield store, store
+            return
+        other = self.another_store(store)
+        await other.open()
+        yield store, other
         await other.close()
 
 

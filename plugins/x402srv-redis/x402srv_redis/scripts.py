@@ -30,6 +30,7 @@ from __future__ import annotations
 __all__ = [
     "ACQUIRE_LEASE",
     "BY_INDEX",
+    "COUNT_HITS",
     "CREATE",
     "LIST",
     "PRUNE",
@@ -299,4 +300,25 @@ while deleted < limit do
   end
 end
 return deleted
+"""
+
+COUNT_HITS = """#!lua
+-- KEYS: hits:<key>...; ARGV: now, window_end, ttl (ms), one delta per key
+-- A counter is a hash: n (the count) and end (its window's end). One whose
+-- window ended before ``now`` counts from zero again (the caller's clock
+-- decides, as in the other stores); each key expires ``ttl`` ms from now,
+-- which is its window's end by the caller's clock, so none outlives its window.
+local now, ended = tonumber(ARGV[1]), {}
+for i, key in ipairs(KEYS) do
+  local window_end = redis.call('HGET', key, 'end')
+  ended[i] = window_end and tonumber(window_end) < now
+end
+local totals = {}
+for i, key in ipairs(KEYS) do
+  if ended[i] then redis.call('DEL', key) end
+  totals[i] = redis.call('HINCRBY', key, 'n', ARGV[3 + i])
+  redis.call('HSET', key, 'end', ARGV[2])
+  redis.call('PEXPIRE', key, ARGV[3])
+end
+return totals
 """

@@ -19,6 +19,7 @@ Retry-After) at this boundary; see ``connection``.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
@@ -320,6 +321,27 @@ class RedisStore:
             args=[self.keys.prefix, f"({float(before)!r}", limit],
         )
         return int(deleted)
+
+    # ------------------------------------------------------------ hit counters
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        """One script for every key of the call: one round trip on the unpaid path.
+
+        The expiry is relative (``PEXPIRE window_end - now``), not ``EXPIREAT``:
+        the caller's clock defines the window, and Redis's own clock may differ.
+        """
+        if not hits:
+            return {}
+        keys = list(hits)
+        ttl_ms = max(1, math.ceil((window_end - now) * 1000))
+        totals = await self._script(
+            "COUNT_HITS",
+            keys=[self.keys.hits(key) for key in keys],
+            args=[repr(float(now)), repr(float(window_end)), ttl_ms, *(int(hits[k]) for k in keys)],
+        )
+        return {key: int(total) for key, total in zip(keys, totals, strict=True)}
 
     # ------------------------------------------------------------ leases
 
