@@ -4,8 +4,9 @@ The reconciler reads every SETTLING, PAID and PENDING record page by page,
 passing ``after=(updated_at, challenge_id)`` of the last record it read, and
 leaves many of them as they are; operators page the same way. A page must
 start exactly after its cursor however many records share one ``updated_at``
-(a busy instant, a coarse clock), and records that move on meanwhile (every
-transition bumps ``updated_at``) must be read once, where they moved to.
+(a busy instant, a coarse clock). A record that moves on before it was read
+(every transition bumps ``updated_at``) is read once, where it moved to; one
+already read that moves on is listed again there, since it changed.
 """
 
 from __future__ import annotations
