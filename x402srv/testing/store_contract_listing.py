@@ -124,6 +124,14 @@ class ListingContract(StoreContractBase):
         assert read == await store.list_challenges(limit=100)
         assert len({record.challenge_id for record in read}) == len(records) + 1
 
+    async def test_a_record_read_then_moved_on_is_listed_again(self, store: Store) -> None:
+        first, second = make_record(at=BASE_TIME), make_record(at=BASE_TIME + 1)
+        await created(store, first)
+        await created(store, second)
+        assert await store.list_challenges(limit=1) == [first]
+        moved = applied(await store.transition(settling(first, at=BASE_TIME + 50)))
+        assert await store.list_challenges(after=position(first)) == [second, moved]
+
     async def test_cursor_with_states_and_updated_before(self, store: Store) -> None:
         pending = [make_record(at=BASE_TIME + offset) for offset in (0, 0, 0, 1, 1, 1, 3)]
         busy = [make_record(at=BASE_TIME + offset, state=State.SETTLING) for offset in (0, 1, 2)]
