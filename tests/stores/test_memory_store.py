@@ -15,6 +15,7 @@ from x402srv.interfaces import Store
 from x402srv.plugin_context import PluginContext
 from x402srv.registry import Registry
 from x402srv.testing import StoreContract
+from x402srv.testing.builders import BASE_TIME
 
 
 class TestMemoryStore(StoreContract):
@@ -24,6 +25,17 @@ class TestMemoryStore(StoreContract):
         await store.open()
         yield store
         await store.close()
+
+
+async def test_counters_of_ended_windows_leave_memory() -> None:
+    """One process's memory must not grow with every client of every past window."""
+    store = MemoryStore()
+    for window in range(1, 51):
+        end = BASE_TIME + 60 * window
+        hits = {f"unpaid:198.51.100.{i}:{window}": 1 for i in range(100)}
+        assert await store.count_hits(hits, window_end=end, now=end - 30) == hits
+    assert len(store._counters) == 100
+    assert len(store._counter_ends) == 100
 
 
 def _config(tmp_path: Path, **sections: Any) -> Config:

@@ -32,7 +32,7 @@ from x402srv.plugin_context import PluginContext
 from x402srv.records import State
 from x402srv.registry import Registry
 from x402srv.testing import StoreContract
-from x402srv.testing.builders import make_grant, make_key, make_record, new_tx_hash
+from x402srv.testing.builders import BASE_TIME, make_grant, make_key, make_record, new_tx_hash
 from x402srv.testing.store_contract import settling
 
 
@@ -142,9 +142,11 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     other = sqlite3.connect(opened.path)
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
-        assert other.execute("PRAGMA user_version").fetchone()[0] == 2
+        version = other.execute("PRAGMA user_version").fetchone()[0]
+        assert version == sqlite_schema.SCHEMA_VERSION == 3
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
-        assert {"challenges", "payment_claims", "tx_claims", "leases", "tasks"} <= tables
+        expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
+        assert expected <= tables
     finally:
         other.close()
 
@@ -212,6 +214,106 @@ async def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
         assert {"payment_claims_by_challenge", "tx_claims_by_challenge", "tasks"} <= indexes
     finally:
         check.close()
+
+
+async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
+    """The previous release's files keep their records and tasks and gain version 3."""
+    path = tmp_path / "v2.db"
+    record = make_record(at=BASE_TIME + 0.1)
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in (*sqlite_schema._SCHEMA_V1, *sqlite_schema._SCHEMA_V2):
+        raw.execute(statement)
+    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", sqlite_ops.challenge_row(record))
+    raw.execute("INSERT INTO tasks VALUES (?, ?, ?)", ("old-task", 4, '{"status":"working"}'))
+    raw.execute("PRAGMA user_version = 2")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert await store.get_task("old-task") == ({"status": "working"}, 4)
+        assert await store.get_challenge(record.challenge_id) == record
+        assert await store.list_challenges(states=[State.PENDING]) == [record]
+        cursor = (record.updated_at, record.challenge_id)
+        assert await store.list_challenges(states=[State.PENDING], after=cursor) == []
+        assert await store.prune_tasks(before=BASE_TIME + 10**9) == 0  # old tasks: never
+        resaved = await store.save_task(
+            "old-task", {"status": "done"}, expect_version=4, prune_after=BASE_TIME
+        )
+        assert resaved == 5
+        assert await store.prune_tasks(before=BASE_TIME + 1) == 1
+        counted = await store.count_hits({"k": 2}, window_end=BASE_TIME + 60, now=BASE_TIME)
+        assert counted == {"k": 2}
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+        schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+        assert "(state, updated_at, challenge_id)" in schema["challenges_by_state"]
+        assert "(updated_at, challenge_id)" in schema["challenges_by_updated"]
+        assert "WHERE prune_after IS NOT NULL" in schema["tasks_by_prune_after"]
+        assert "WITHOUT ROWID" in schema["rate_counters"]
+        assert "rate_counters_by_window_end" in schema
+    finally:
+        check.close()
+
+
+async def _plan(store: SqliteStore, query: tuple[str, list[Any]] | None) -> list[str]:
+    assert query is not None
+    sql, params = query
+    return await store._run(
+        "plan", lambda conn: [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    )
+
+
+async def test_a_listing_page_is_one_index_range(opened: SqliteStore) -> None:
+    """The reconciler's pages (one state, age bound, cursor) read a range and sort nothing."""
+    cursor = (BASE_TIME, "some-challenge-id")
+    cases = [
+        ([State.SETTLING], BASE_TIME + 9, cursor, "challenges_by_state", ")>(?,?)"),
+        (None, None, cursor, "challenges_by_updated", ")>(?,?)"),
+        ([State.PAID], BASE_TIME + 9, None, "challenges_by_state", "updated_at<?"),
+    ]
+    for states, before, after, index, condition in cases:
+        plan = await _plan(opened, sqlite_ops.listing_query(states, before, after, 100))
+        assert len(plan) == 1, plan
+        assert f"SEARCH challenges USING INDEX {index} (" in plan[0]
+        assert condition in plan[0]
+
+
+async def test_task_pruning_reads_only_the_partial_index(opened: SqliteStore) -> None:
+    plan = await _plan(opened, (sqlite_ops._PRUNE_TASKS, [BASE_TIME, 100]))
+    assert any("USING COVERING INDEX tasks_by_prune_after (prune_after<?)" in p for p in plan)
+    assert not any(p.startswith("SCAN") for p in plan), plan
+
+
+async def test_counters_of_ended_windows_are_deleted_a_batch_per_call(
+    opened: SqliteStore,
+) -> None:
+    """The table stays bounded, and no call pays for deleting a whole window at once."""
+    batch = sqlite_ops.SWEEP_COUNTERS
+    old = {f"old-{i}": 1 for i in range(batch * 2 + 50)}
+    assert await opened.count_hits(old, window_end=BASE_TIME + 60, now=BASE_TIME) == old
+
+    async def rows() -> int:
+        count = "SELECT count(*) FROM rate_counters"
+        return int(await opened._run("rows", lambda conn: conn.execute(count).fetchone()[0]))
+
+    later = BASE_TIME + 61
+    for expected in (len(old) - batch + 1, len(old) - 2 * batch + 1, 1):
+        await opened.count_hits({"new": 1}, window_end=later + 60, now=later)
+        assert await rows() == expected
+    plan = await _plan(opened, (sqlite_ops._SWEEP_COUNTERS, [later, batch]))
+    assert any("INDEX rate_counters_by_window_end (window_end<?)" in p for p in plan), plan
+
+
+async def test_many_keys_in_one_call_are_counted_together(opened: SqliteStore) -> None:
+    """More keys than one statement takes: still one transaction, every total returned."""
+    hits = {f"client-{i}": i % 7 + 1 for i in range(450)}
+    assert await opened.count_hits(hits, window_end=BASE_TIME + 60, now=BASE_TIME) == hits
+    doubled = {key: 2 * n for key, n in hits.items()}
+    assert await opened.count_hits(hits, window_end=BASE_TIME + 60, now=BASE_TIME) == doubled
 
 
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -349,6 +451,10 @@ async def main():
     out["created"] = sum(c[1] for c in created)
     out["returned"] = sorted({c[0].challenge_id for c in created})
 
+    barrier("count")
+    counts = [store.count_hits({"shared": 1}, window_end=1e10, now=0.0) for _ in range(RACERS)]
+    out["totals"] = [totals["shared"] for totals in await asyncio.gather(*counts)]
+
     barrier("lease")
     fences, overlaps, releases = [], 0, []
     for _ in range(ROUNDS):
@@ -397,7 +503,8 @@ async def _seed(path: Path) -> tuple[str, str]:
 async def test_several_processes_on_one_file(
     tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:
-    """4 processes: one settlement winner, one created record, never two lease holders."""
+    """4 processes: one settlement winner, one created record, every hit counted once,
+    never two lease holders."""
     path = tmp_path / "shared.db"
     challenge_id, request_id = await _seed(path)
     lock_file = tmp_path / "held"
@@ -427,7 +534,7 @@ async def test_several_processes_on_one_file(
     watchdog = threading.Timer(30, kill_all)
     watchdog.start()
     try:
-        for phase in ("transition", "create", "lease"):
+        for phase in ("transition", "create", "count", "lease"):
             for proc in workers:  # every process is at the barrier ...
                 assert proc.stdout is not None
                 assert proc.stdout.readline().split() == ["ready", phase]
@@ -457,6 +564,8 @@ async def test_several_processes_on_one_file(
         stored = await store.get_by_request_id(request_id)
         assert stored is not None
         assert all(out["returned"] == [stored.challenge_id] for out in outputs)
+        totals = sorted(total for out in outputs for total in out["totals"])
+        assert totals == list(range(1, 4 * 10 + 1))
 
         fences = sorted(f for out in outputs for f in out["fences"])
         assert fences == list(range(1, len(fences) + 1)) == list(range(1, 4 * 25 + 1))

@@ -12,6 +12,7 @@ and Redis stores give across processes.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,19 @@ class _Row:
 
 
 @dataclass(slots=True)
+class _Task:
+    json: str
+    version: int
+    prune_after: float | None
+
+
+@dataclass(slots=True)
+class _Counter:
+    window_end: float
+    hits: int
+
+
+@dataclass(slots=True)
 class _LeaseRow:
     holder: str
     fence: int
@@ -70,7 +84,10 @@ class MemoryStore:
         self._payments: dict[str, str] = {}
         self._txs: dict[str, str] = {}
         self._leases: dict[str, _LeaseRow] = {}
-        self._tasks: dict[str, tuple[str, int]] = {}
+        self._tasks: dict[str, _Task] = {}
+        self._counters: dict[str, _Counter] = {}
+        # (window_end, key) of every counter, oldest first: what to forget next.
+        self._counter_ends: list[tuple[float, str]] = []
 
     async def open(self) -> None:
         """Nothing to connect to."""
@@ -149,18 +166,22 @@ class MemoryStore:
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
+        # Python orders str by code point, which is the UTF-8 byte order the
+        # durable stores sort ids in.
         async with self._lock:
             wanted = None if states is None else set(states)
             rows = [
-                (row.updated_at, challenge_id, row)
+                ((row.updated_at, challenge_id), row)
                 for challenge_id, row in self._rows.items()
                 if (wanted is None or row.state in wanted)
                 and (updated_before is None or row.updated_at < updated_before)
+                and (after is None or (row.updated_at, challenge_id) > after)
             ]
-            rows.sort(key=lambda item: (item[0], item[1]))
-            return [decode_record(row.json) for _, _, row in rows[: max(limit, 0)]]
+            rows.sort(key=lambda item: item[0])
+            return [decode_record(row.json) for _, row in rows[: max(limit, 0)]]
 
     async def prune(
         self, *, states: Sequence[State], updated_before: float, limit: int = 1000
@@ -183,16 +204,21 @@ class MemoryStore:
             return len(gone)
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         text = encode_task(document)  # outside the lock: a bad document changes nothing
         async with self._lock:
             current = self._tasks.get(task_id)
-            stored_version = current[1] if current is not None else None
+            stored_version = current.version if current is not None else None
             if stored_version != expect_version:
                 return None
             version = 1 if stored_version is None else stored_version + 1
-            self._tasks[task_id] = (text, version)
+            self._tasks[task_id] = _Task(text, version, prune_after)
             return version
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
@@ -200,7 +226,54 @@ class MemoryStore:
             current = self._tasks.get(task_id)
         if current is None:
             return None
-        return decode_task(current[0]), current[1]
+        return decode_task(current.json), current.version
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        async with self._lock:
+            due = heapq.nsmallest(
+                max(limit, 0),
+                (
+                    (after, task_id)
+                    for task_id, task in self._tasks.items()
+                    if (after := task.prune_after) is not None and after < before
+                ),
+            )
+            for _, task_id in due:
+                del self._tasks[task_id]
+            return len(due)
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        if not hits:
+            return {}
+        async with self._lock:
+            self._forget_counters(now)
+            totals: dict[str, int] = {}
+            for key, delta in hits.items():
+                counter = self._counters.get(key)
+                if counter is None:
+                    counter = self._counters[key] = _Counter(window_end, 0)
+                    heapq.heappush(self._counter_ends, (window_end, key))
+                elif counter.window_end != window_end:
+                    counter.window_end = window_end
+                    heapq.heappush(self._counter_ends, (window_end, key))
+                counter.hits += delta
+                totals[key] = counter.hits
+            return totals
+
+    def _forget_counters(self, now: float) -> None:
+        """Drop every counter whose window ended before ``now``, so memory stays bounded.
+
+        A heap entry whose counter has since moved to another window is stale
+        and only dropped; the counter's own entry comes later.
+        """
+        ends = self._counter_ends
+        while ends and ends[0][0] < now:
+            end, key = heapq.heappop(ends)
+            counter = self._counters.get(key)
+            if counter is not None and counter.window_end == end:
+                del self._counters[key]
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         async with self._lock:

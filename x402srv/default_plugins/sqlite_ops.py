@@ -35,6 +35,7 @@ from .store_rules import (
 __all__ = [
     "acquire_lease",
     "challenge_row",
+    "count_hits",
     "create_challenge",
     "create_challenges",
     "get_by_payment",
@@ -43,8 +44,10 @@ __all__ = [
     "get_challenge",
     "get_task",
     "list_challenges",
+    "listing_query",
     "ping",
     "prune",
+    "prune_tasks",
     "release_lease",
     "save_task",
     "transition",
@@ -75,11 +78,29 @@ _UPDATE_CHALLENGE = (
 _DELETE_CHALLENGE = "DELETE FROM challenges WHERE challenge_id = ?"
 _DELETE_PAYMENT_CLAIMS = "DELETE FROM payment_claims WHERE challenge_id = ?"
 _DELETE_TX_CLAIMS = "DELETE FROM tx_claims WHERE challenge_id = ?"
-_CREATE_TASK = "INSERT OR IGNORE INTO tasks (task_id, version, document) VALUES (?, 1, ?)"
+_CREATE_TASK = (
+    "INSERT OR IGNORE INTO tasks (task_id, version, document, prune_after) VALUES (?, 1, ?, ?)"
+)
 _REPLACE_TASK = (
-    "UPDATE tasks SET version = version + 1, document = ? WHERE task_id = ? AND version = ?"
+    "UPDATE tasks SET version = version + 1, document = ?, prune_after = ? "
+    "WHERE task_id = ? AND version = ?"
+)
+#: One statement, so a save racing it either lands first (and sets a new time) or finds
+#: the task gone; the subquery reads the partial index ``tasks_by_prune_after``.
+_PRUNE_TASKS = (
+    "DELETE FROM tasks WHERE rowid IN "
+    "(SELECT rowid FROM tasks WHERE prune_after < ? ORDER BY prune_after LIMIT ?)"
 )
 _TASK = "SELECT document, version FROM tasks WHERE task_id = ?"
+#: Expired counters deleted per ``count_hits`` call at most: the call stays short when
+#: a whole window's counters expire at once, and still outpaces the keys a call adds.
+SWEEP_COUNTERS = 100
+_SWEEP_COUNTERS = (
+    "DELETE FROM rate_counters WHERE key IN "
+    "(SELECT key FROM rate_counters WHERE window_end < ? LIMIT ?)"
+)
+#: Keys per UPSERT statement: bounds the statement cache and the bound parameters.
+_COUNTERS_PER_STATEMENT = 200
 _LEASE = "SELECT fence, expires_at, released, value FROM leases WHERE name = ?"
 _TAKE_LEASE = (
     "INSERT OR REPLACE INTO leases (name, holder, fence, expires_at, released, value) "
@@ -276,27 +297,43 @@ def transition(conn: sqlite3.Connection, request: TransitionRequest) -> Result:
         return TransitionApplied(updated)
 
 
-def list_challenges(
-    conn: sqlite3.Connection,
+def listing_query(
     states: Sequence[State] | None,
     updated_before: float | None,
+    after: tuple[float, str] | None,
     limit: int,
-) -> list[ChallengeRecord]:
+) -> tuple[str, list[str | float | int]] | None:
+    """``list_challenges``'s statement and parameters; ``None`` when nothing can match.
+
+    The cursor is a row-value comparison on the columns the listing indexes
+    end in, ``(updated_at, challenge_id)``, so a page is one index range
+    whether or not it filters on a state (schema version 3).
+    """
     clauses: list[str] = []
     params: list[str | float | int] = []
     if states is not None:
         wanted = state_values(states)
         if not wanted:
-            return []
+            return None
         clauses.append(f"state IN ({', '.join('?' * len(wanted))})")
         params.extend(wanted)
     if updated_before is not None:
         clauses.append("updated_at < ?")
         params.append(updated_before)
+    if after is not None:
+        clauses.append("(updated_at, challenge_id) > (?, ?)")
+        params.extend((float(after[0]), after[1]))
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     params.append(max(limit, 0))
     # Only placeholders are formatted into the statement; every value is bound.
     sql = f"SELECT record FROM challenges{where} ORDER BY updated_at, challenge_id LIMIT ?"  # noqa: S608
+    return sql, params
+
+
+def list_challenges(
+    conn: sqlite3.Connection, sql: str, params: Sequence[str | float | int]
+) -> list[ChallengeRecord]:
+    """Runs a ``listing_query``."""
     return [decode_record(row[0]) for row in conn.execute(sql, params)]
 
 
@@ -321,20 +358,63 @@ def prune(
 
 
 def save_task(
-    conn: sqlite3.Connection, task_id: str, document: Mapping[str, Any], expect: int | None
+    conn: sqlite3.Connection,
+    task_id: str,
+    document: Mapping[str, Any],
+    expect: int | None,
+    prune_after: float | None,
 ) -> int | None:
     """One conditional statement: sqlite makes the compare and the write atomic."""
     text = encode_task(document)
     if expect is None:
-        created = conn.execute(_CREATE_TASK, (task_id, text)).rowcount == 1
+        created = conn.execute(_CREATE_TASK, (task_id, text, prune_after)).rowcount == 1
         return 1 if created else None
-    replaced = conn.execute(_REPLACE_TASK, (text, task_id, expect)).rowcount == 1
+    replaced = conn.execute(_REPLACE_TASK, (text, prune_after, task_id, expect)).rowcount == 1
     return expect + 1 if replaced else None
+
+
+def prune_tasks(conn: sqlite3.Connection, before: float, limit: int) -> int:
+    if limit <= 0:
+        return 0
+    return int(conn.execute(_PRUNE_TASKS, (before, limit)).rowcount)
 
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> tuple[dict[str, Any], int] | None:
     row = conn.execute(_TASK, (task_id,)).fetchone()
     return (decode_task(row[0]), int(row[1])) if row is not None else None
+
+
+def count_hits(
+    conn: sqlite3.Connection, hits: Sequence[tuple[str, int]], window_end: float, now: float
+) -> dict[str, int]:
+    """One write transaction: sweep some expired counters, then add to every key.
+
+    The sweep keeps the table from growing; the UPSERT itself also treats a
+    counter whose window ended before ``now`` as absent, so a counter the sweep
+    has not reached yet still starts again from zero.
+    """
+    totals: dict[str, int] = {}
+    with _immediate(conn):
+        conn.execute(_SWEEP_COUNTERS, (now, SWEEP_COUNTERS))
+        for start in range(0, len(hits), _COUNTERS_PER_STATEMENT):
+            chunk = hits[start : start + _COUNTERS_PER_STATEMENT]
+            params = [now, window_end, *(value for pair in chunk for value in pair)]
+            for key, total in conn.execute(_add_hits(len(chunk)), params).fetchall():
+                totals[key] = int(total)
+    return {key: totals[key] for key, _ in hits}
+
+
+@functools.lru_cache(maxsize=16)
+def _add_hits(count: int) -> str:
+    """The UPSERT for ``count`` keys: ``?1`` is now, ``?2`` the window's end, then key, delta."""
+    rows = ", ".join(f"(?{3 + 2 * i}, ?2, ?{4 + 2 * i})" for i in range(count))
+    return (
+        f"INSERT INTO rate_counters (key, window_end, hits) VALUES {rows} "  # noqa: S608
+        "ON CONFLICT (key) DO UPDATE SET "
+        "hits = CASE WHEN window_end < ?1 THEN excluded.hits ELSE hits + excluded.hits END, "
+        "window_end = excluded.window_end "
+        "RETURNING key, hits"
+    )
 
 
 def acquire_lease(

@@ -11,8 +11,12 @@ not a read-then-write in Python, guarantees one owner per payment and txHash.
 
 Versions: 1 the challenges, claims and leases; 2 indexes the claims by
 challenge (``prune`` deletes a record's claims with it) and adds the A2A
-``tasks`` table. Each step runs in the one transaction that sets the version,
-so a file is at one version or the next, never in between.
+``tasks`` table; 3 puts ``challenge_id`` at the end of both listing indexes
+(a cursor page is then one range of an index, no sort), gives tasks a
+``prune_after`` time with a partial index for ``prune_tasks``, and adds the
+shared hit counters ``rate_counters`` with an index on their window's end.
+Each step runs in the one transaction that sets the version, so a file is at
+one version or the next, never in between.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from ..errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -68,8 +72,27 @@ _SCHEMA_V2 = (
     )""",
 )
 
+_SCHEMA_V3 = (
+    "DROP INDEX challenges_by_updated",
+    "CREATE INDEX challenges_by_updated ON challenges (updated_at, challenge_id)",
+    "DROP INDEX challenges_by_state",
+    "CREATE INDEX challenges_by_state ON challenges (state, updated_at, challenge_id)",
+    "ALTER TABLE tasks ADD COLUMN prune_after REAL",
+    "CREATE INDEX tasks_by_prune_after ON tasks (prune_after) WHERE prune_after IS NOT NULL",
+    """CREATE TABLE rate_counters (
+        key TEXT PRIMARY KEY NOT NULL,
+        window_end REAL NOT NULL,
+        hits INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX rate_counters_by_window_end ON rate_counters (window_end)",
+)
+
 #: The statements that bring a file from version ``n - 1`` to ``n``.
-_MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
+_MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, _SCHEMA_V1),
+    (2, _SCHEMA_V2),
+    (3, _SCHEMA_V3),
+)
 
 
 class StoreConnection(sqlite3.Connection):

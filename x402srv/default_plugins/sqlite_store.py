@@ -44,6 +44,7 @@ from . import sqlite_ops as ops
 from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
 from .sqlite_checkpoint import SAFETY_NET_PAGES, Checkpointer
 from .sqlite_schema import Synchronous, connect
+from .store_rules import nameable
 
 __all__ = ["SqliteOptions", "SqliteStore", "build_sqlite_store"]
 
@@ -151,16 +152,24 @@ class SqliteStore:
             deliver(batch, outcomes)
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        if not nameable(challenge_id):
+            return None
         return await self._run("get_challenge", lambda c: ops.get_challenge(c, challenge_id))
 
     async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        if not nameable(request_id):
+            return None
         return await self._run("get_by_request_id", lambda c: ops.get_by_request_id(c, request_id))
 
     async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
         text = str(key)
+        if not nameable(text):
+            return None
         return await self._run("get_by_payment", lambda c: ops.get_by_payment(c, text))
 
     async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        if not nameable(tx_hash):
+            return None
         return await self._run("get_by_tx_hash", lambda c: ops.get_by_tx_hash(c, tx_hash))
 
     async def transition(self, request: TransitionRequest) -> Result:
@@ -171,11 +180,13 @@ class SqliteStore:
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
-        return await self._run(
-            "list_challenges", lambda c: ops.list_challenges(c, states, updated_before, limit)
-        )
+        query = ops.listing_query(states, updated_before, after, limit)
+        if query is None:
+            return []
+        return await self._run("list_challenges", lambda c: ops.list_challenges(c, *query))
 
     async def prune(
         self, *, states: Sequence[State], updated_before: float, limit: int = 1000
@@ -183,14 +194,32 @@ class SqliteStore:
         return await self._run("prune", lambda c: ops.prune(c, states, updated_before, limit))
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         return await self._run(
-            "save_task", lambda c: ops.save_task(c, task_id, document, expect_version)
+            "save_task", lambda c: ops.save_task(c, task_id, document, expect_version, prune_after)
         )
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        if not nameable(task_id):
+            return None
         return await self._run("get_task", lambda c: ops.get_task(c, task_id))
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        return await self._run("prune_tasks", lambda c: ops.prune_tasks(c, before, limit))
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        if not hits:
+            return {}
+        pairs = [(key, int(delta)) for key, delta in hits.items()]
+        return await self._run("count_hits", lambda c: ops.count_hits(c, pairs, window_end, now))
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(

@@ -30,6 +30,7 @@ __all__ = [
     "encode_record",
     "encode_task",
     "key_to_release",
+    "nameable",
     "state_values",
     "tx_claim_key",
 ]
@@ -82,6 +83,24 @@ def key_to_release(record: ChallengeRecord, request: TransitionRequest) -> str |
 def tx_claim_key(tx_hash: str) -> str:
     """txHashes are compared case-insensitively (explorers and RPCs disagree on case)."""
     return tx_hash.lower()
+
+
+def nameable(key: str) -> bool:
+    """Whether ``key`` can name anything a store holds: it must encode as UTF-8.
+
+    A lone surrogate (``"\\ud800"``) cannot be written to sqlite or sent to
+    Redis, so no record, claim or task can be stored under it; lookups answer
+    ``None`` for it instead of raising in the driver's encoder, and a request
+    that carries one gets "not found" rather than a 500. NUL and long keys
+    encode fine and simply name nothing.
+    """
+    if key.isascii():  # O(1) in CPython, and what every real id is
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def state_values(states: Sequence[State]) -> list[str]:

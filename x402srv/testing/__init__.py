@@ -1,8 +1,9 @@
 """Test helpers for x402srv and its plugins (need the ``test`` extra).
 
-``StoreContract`` (``store_contract``) is the one test-suite every ``Store``
-runs, built-in or third-party; ``builders`` makes records, payment keys and
-payments for any suite.
+``StoreContract`` (``store_contract``, built on ``store_contract_base``, with
+topics in ``store_contract_*``) is the one test-suite every ``Store`` runs,
+built-in or third-party; ``builders`` makes records, payment keys and payments
+for any suite.
 
 Nothing is imported eagerly: helper processes started with
 ``python -m x402srv.testing.<module>`` should not pay for pytest.
@@ -18,7 +19,12 @@ if "pytest" in sys.modules:
 
     # The contract's asserts live outside test files; have pytest rewrite them
     # too so a failing check shows both sides instead of a bare "assert".
-    pytest.register_assert_rewrite("x402srv.testing.store_contract")
+    pytest.register_assert_rewrite(
+        "x402srv.testing.store_contract",
+        "x402srv.testing.store_contract_base",
+        "x402srv.testing.store_contract_counters",
+        "x402srv.testing.store_contract_listing",
+    )
 
 if TYPE_CHECKING:
     from .store_contract import Reopen, StoreContract

@@ -29,160 +29,38 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
-from ..interfaces import (
-    Lease,
-    PaymentClaimed,
-    StateMismatch,
-    Store,
-    TransitionApplied,
-    TransitionRequest,
-    TransitionResult,
-    TxClaimed,
-)
+from ..interfaces import Lease, PaymentClaimed, StateMismatch, Store, TransitionApplied, TxClaimed
 from ..records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
 from .builders import BASE_TIME, make_grant, make_key, make_payment, make_record, new_tx_hash
+from .store_contract_base import (
+    RACERS,
+    WORDED,
+    Reopen,
+    StoreContractBase,
+    applied,
+    back_to_pending,
+    claiming_delivery,
+    created,
+    delivering,
+    full_record,
+    paid,
+    settling,
+    settling_again,
+    tx_is_free,
+)
+from .store_contract_counters import CounterContract
+from .store_contract_listing import ListingContract
 
-__all__ = ["Reopen", "StoreContract"]
-
-#: Closes the current store and returns a new opened one on the same backend.
-Reopen = Callable[[], Awaitable[Store]]
-
-RACERS = 20
-#: Programming errors raise ValueError with a message; the contract leaves the wording to the store.
-WORDED = r"\w"
-
-
-def settling(
-    record: ChallengeRecord,
-    key: PaymentKey | None = None,
-    *,
-    attempt_id: str | None = None,
-    claim: bool = True,
-    at: float = BASE_TIME + 10,
-) -> TransitionRequest:
-    """PENDING -> SETTLING for ``key`` as pipeline step 7 asks for it."""
-    key = key or make_key()
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PENDING,
-        to=State.SETTLING,
-        at=at,
-        reason="settling",
-        changes=RecordChanges(payment=make_payment(key, attempt_id=attempt_id)),
-        claim_payment=key if claim else None,
-    )
+# ``settling`` and ``paid`` stay importable from here for the stores' own tests.
+__all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
-def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -> TransitionRequest:
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.PAID,
-        at=at,
-        reason="settled",
-        changes=RecordChanges(tx_hash=tx_hash, payer="0x" + "ab" * 20),
-        claim_tx_hash=tx_hash,
-    )
-
-
-def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
-    """SETTLING -> PENDING after a definite failure: the claim is released."""
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.PENDING,
-        at=at,
-        reason="settlement rejected",
-        changes=RecordChanges(clear_payment=True),
-        release_payment=True,
-    )
-
-
-def applied(result: TransitionResult) -> ChallengeRecord:
-    assert isinstance(result, TransitionApplied), result
-    return result.record
-
-
-async def created(store: Store, record: ChallengeRecord, key: PaymentKey | None = None) -> None:
-    result = await store.create_challenge(record, claim_payment=key)
-    assert result == (record, True)
-
-
-async def tx_is_free(store: Store, tx_hash: str) -> None:
-    """Proves no claim on ``tx_hash`` was written: a fresh challenge can take it."""
-    probe = make_record()
-    await created(store, probe)
-    applied(await store.transition(settling(probe)))
-    applied(await store.transition(paid(probe, tx_hash)))
-
-
-def full_record() -> tuple[ChallengeRecord, PaymentKey]:
-    """A record with every field away from its default, and the key it claims."""
-    key = make_key()
-    record = make_record(
-        state=State.SETTLING,
-        at=BASE_TIME + 0.125,
-        implicit=True,
-        payer=key.payer,
-        tx_hash=new_tx_hash(),
-        history=(
-            Transition(State.PENDING, BASE_TIME + 0.125, "created"),
-            Transition(State.SETTLING, BASE_TIME + 1.000001, "settling: attempt 1"),
-        ),
-    )
-    return (
-        dataclasses.replace(
-            record,
-            updated_at=BASE_TIME + 1.000001,
-            payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
-            grant=make_grant(record),
-        ),
-        key,
-    )
-
-
-class StoreContract:
+class StoreContract(ListingContract, CounterContract, StoreContractBase):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
-
-    #: True when data outlives ``close()`` and every instance built by
-    #: ``another_store`` sees the same data (sqlite file, Redis server).
-    durable: ClassVar[bool] = False
-
-    def another_store(self, store: Store) -> Store:
-        """A new, unopened store on the same backend as ``store`` (durable stores)."""
-        raise NotImplementedError("durable stores implement another_store()")
-
-    @pytest.fixture
-    async def reopen(self, store: Store) -> AsyncIterator[Reopen]:
-        if not self.durable:
-            pytest.skip("the store keeps nothing across close()")
-        opened: list[Store] = []
-
-        async def _reopen() -> Store:
-            await (opened[-1] if opened else store).close()
-            fresh = self.another_store(store)
-            await fresh.open()
-            opened.append(fresh)
-            return fresh
-
-        yield _reopen
-        for each in opened:
-            await each.close()
-
-    @pytest.fixture
-    async def second(self, store: Store) -> AsyncIterator[Store]:
-        """Another instance, open at the same time as ``store``, on the same backend."""
-        if not self.durable:
-            pytest.skip("the store has no shared backend")
-        other = self.another_store(store)
-        await other.open()
-        yield other
-        await other.close()
 
     # ------------------------------------------------------------ open, ping
 
@@ -207,6 +85,18 @@ class StoreContract:
         assert await store.get_by_payment(make_key()) is None
         assert await store.get_by_tx_hash(new_tx_hash()) is None
         assert await store.get_task("no-such-task") is None
+
+    @pytest.mark.parametrize(
+        "name", ["\ud800", "a\x00b", "x" * 300], ids=["lone-surrogate", "nul", "300-chars"]
+    )
+    async def test_a_name_no_backend_can_hold_finds_nothing(self, store: Store, name: str) -> None:
+        """Lookups take ids from clients: one that cannot be encoded is absent, not a crash."""
+        await created(store, make_record())
+        assert await store.get_challenge(name) is None
+        assert await store.get_by_request_id(name) is None
+        assert await store.get_by_tx_hash(name) is None
+        assert await store.get_by_payment(make_key(nonce=name)) is None
+        assert await store.get_task(name) is None
 
     async def test_every_field_round_trips(self, store: Store) -> None:
         record, key = full_record()
@@ -316,18 +206,7 @@ class StoreContract:
         two = applied(await store.transition(paid(record, tx)))
         assert (two.tx_hash, two.payer, two.payment) == (tx, "0x" + "ab" * 20, one.payment)
         grant = make_grant(two)
-        three = applied(
-            await store.transition(
-                TransitionRequest(
-                    challenge_id=record.challenge_id,
-                    expect=State.PAID,
-                    to=State.DELIVERED,
-                    at=BASE_TIME + 40,
-                    reason="delivered",
-                    changes=RecordChanges(grant=grant),
-                )
-            )
-        )
+        three = applied(await store.transition(delivering(record, grant)))
         assert three.grant == grant
         assert three.history == (
             Transition(State.SETTLING, BASE_TIME + 10, "settling"),
@@ -366,14 +245,12 @@ class StoreContract:
         settled = applied(await store.transition(settling(record, key, attempt_id="attempt-1")))
         assert settled.payment is not None
         renewed_payment = dataclasses.replace(settled.payment, lease_until=BASE_TIME + 500)
-        renew = TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.SETTLING,
-            at=BASE_TIME + 15,
+        renew = settling_again(
+            record,
+            "attempt-2",
             reason="lease renewed",
+            at=BASE_TIME + 15,
             changes=RecordChanges(payment=renewed_payment),
-            attempt_id="attempt-2",
         )
         assert await store.transition(renew) == StateMismatch(settled)
         assert await store.get_challenge(record.challenge_id) == settled
@@ -393,6 +270,51 @@ class StoreContract:
         request = dataclasses.replace(settling(record), attempt_id="attempt-1")
         assert await store.transition(request) == StateMismatch(record)
         assert await store.get_challenge(record.challenge_id) == record
+
+    async def _paid(self, store: Store, attempt_id: str) -> tuple[ChallengeRecord, PaymentKey, str]:
+        """A PAID record whose payment was settled by ``attempt_id``, its key and txHash."""
+        record, key, tx = make_record(), make_key(), new_tx_hash()
+        await created(store, record)
+        applied(await store.transition(settling(record, key, attempt_id=attempt_id)))
+        return applied(await store.transition(paid(record, tx))), key, tx
+
+    async def test_paid_to_paid_hands_the_delivery_claim_on(self, store: Store) -> None:
+        """PAID -> PAID is compare-and-set on the attempt, like SETTLING -> SETTLING."""
+        done, key, tx = await self._paid(store, "settle-1")
+        claim = claiming_delivery(done, attempt_id="settle-1", new_attempt="deliver-1")
+        claimed = applied(await store.transition(claim))
+        assert claimed == done.apply(claim.changes, State.PAID, claim.at, claim.reason)
+        assert claimed.payment is not None
+        assert claimed.payment.attempt_id == "deliver-1"
+        assert await store.get_by_payment(key) == claimed
+        assert await store.get_by_tx_hash(tx) == claimed
+        assert await store.list_challenges(states=[State.PAID]) == [claimed]
+        again = claiming_delivery(done, attempt_id="settle-1", new_attempt="deliver-2")
+        assert await store.transition(again) == StateMismatch(claimed)
+        assert await store.get_challenge(done.challenge_id) == claimed
+
+    async def test_delivery_with_an_attempt_needs_the_current_one(self, store: Store) -> None:
+        done, _, _ = await self._paid(store, "settle-1")
+        claim = claiming_delivery(done, attempt_id="settle-1", new_attempt="deliver-1")
+        claimed = applied(await store.transition(claim))
+        stale = delivering(claimed, attempt_id="settle-1")
+        assert await store.transition(stale) == StateMismatch(claimed)
+        assert await store.get_challenge(done.challenge_id) == claimed
+        delivered = applied(await store.transition(delivering(claimed, attempt_id="deliver-1")))
+        assert delivered.state is State.DELIVERED
+        assert await store.transition(claim) == StateMismatch(delivered)
+
+    async def test_one_of_racing_requests_takes_the_delivery_claim(self, store: Store) -> None:
+        done, _, _ = await self._paid(store, "settle-1")
+        claims = [
+            claiming_delivery(done, attempt_id="settle-1", new_attempt=f"deliver-{i}")
+            for i in range(RACERS)
+        ]
+        results = await asyncio.gather(*(store.transition(claim) for claim in claims))
+        winners = [applied(r) for r in results if isinstance(r, TransitionApplied)]
+        assert len(winners) == 1
+        assert results.count(StateMismatch(winners[0])) == RACERS - 1
+        assert await store.get_challenge(done.challenge_id) == winners[0]
 
     async def test_disallowed_transition_raises_and_writes_nothing(self, store: Store) -> None:
         record = make_record()
@@ -419,15 +341,8 @@ class StoreContract:
         key, tx = make_key(), new_tx_hash()
         record = make_record(state=State.SETTLING, payment=make_payment(key, attempt_id="a1"))
         await created(store, record, key)
-        note = TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.SETTLING,
-            at=BASE_TIME + 12,
-            reason="broadcast",
-            attempt_id="a1",
-            claim_payment=key,
-            claim_tx_hash=tx,
+        note = settling_again(
+            record, "a1", reason="broadcast", at=BASE_TIME + 12, claim_payment=key, claim_tx_hash=tx
         )
         applied(await store.transition(note))
         done = applied(await store.transition(paid(record, "0x" + tx[2:].upper())))
@@ -533,15 +448,7 @@ class StoreContract:
         key, tx = make_key(), new_tx_hash()
         record = make_record(state=State.SETTLING, payment=make_payment(key, attempt_id="a1"))
         await created(store, record, key)
-        note = TransitionRequest(
-            challenge_id=record.challenge_id,
-            expect=State.SETTLING,
-            to=State.SETTLING,
-            at=BASE_TIME + 12,
-            reason="broadcast",
-            attempt_id="a1",
-            claim_tx_hash=tx,
-        )
+        note = settling_again(record, "a1", reason="broadcast", at=BASE_TIME + 12, claim_tx_hash=tx)
         noted = applied(await store.transition(note))
         assert await store.get_by_tx_hash(tx) == noted
         done = applied(await store.transition(paid(record, tx)))
@@ -567,19 +474,7 @@ class StoreContract:
         await created(store, record)
         applied(await store.transition(settling(record, key, at=at - 30)))
         done = applied(await store.transition(paid(record, tx, at=at - 20)))
-        delivered = applied(
-            await store.transition(
-                TransitionRequest(
-                    challenge_id=record.challenge_id,
-                    expect=State.PAID,
-                    to=State.DELIVERED,
-                    at=at,
-                    reason="delivered",
-                    changes=RecordChanges(grant=make_grant(done)),
-                )
-            )
-        )
-        return delivered, key, tx
+        return applied(await store.transition(delivering(done, at=at))), key, tx
 
     async def test_prune_removes_the_record_with_its_index_and_claims(self, store: Store) -> None:
         gone, key, tx = await self._delivered(store)
@@ -745,38 +640,61 @@ class StoreContract:
             await store.save_task("t-6", {"value": float("nan")}, expect_version=None)
         assert await store.get_task("t-6") is None
 
-    # ------------------------------------------------------------ listing
+    async def test_prune_tasks_deletes_those_due_oldest_first(self, store: Store) -> None:
+        due = {"late": BASE_TIME + 20, "early": BASE_TIME + 5, "edge": BASE_TIME + 30}
+        for task_id, prune_after in due.items():
+            saved = await store.save_task(
+                task_id, {"id": task_id}, expect_version=None, prune_after=prune_after
+            )
+            assert saved == 1
+        assert await store.save_task("kept", {"id": "kept"}, expect_version=None) == 1
+        assert await store.prune_tasks(before=BASE_TIME + 30, limit=0) == 0
+        assert await store.prune_tasks(before=BASE_TIME + 30, limit=1) == 1
+        assert await store.get_task("early") is None
+        assert await store.get_task("late") == ({"id": "late"}, 1)
+        # ``before`` is strict: a task due exactly then stays.
+        assert await store.prune_tasks(before=BASE_TIME + 30) == 1
+        assert await store.get_task("late") is None
+        assert await store.get_task("edge") == ({"id": "edge"}, 1)
+        assert await store.prune_tasks(before=BASE_TIME + 10**9) == 1
+        assert await store.get_task("edge") is None
+        assert await store.get_task("kept") == ({"id": "kept"}, 1)  # no prune time: never
+        assert await store.save_task("early", {"again": True}, expect_version=None) == 1
 
-    async def test_list_is_oldest_updated_first(self, store: Store) -> None:
-        records = [make_record(at=BASE_TIME + offset) for offset in (30, 10, 40, 20, 0)]
-        for record in records:
-            await created(store, record)
-        ordered = sorted(records, key=lambda r: r.updated_at)
-        assert await store.list_challenges() == ordered
-        assert await store.list_challenges(limit=2) == ordered[:2]
+    async def test_each_task_save_sets_its_prune_time_anew(self, store: Store) -> None:
+        soon, later, never = BASE_TIME + 10, BASE_TIME + 50, BASE_TIME + 10**9
+        assert await store.save_task("t-7", {"n": 1}, expect_version=None, prune_after=soon) == 1
+        assert await store.save_task("t-7", {"n": 2}, expect_version=1, prune_after=later) == 2
+        assert await store.prune_tasks(before=BASE_TIME + 20) == 0
+        assert await store.save_task("t-7", {"n": 3}, expect_version=2) == 3
+        assert await store.prune_tasks(before=never) == 0
+        # A save that loses its compare-and-set leaves the prune time as it was.
+        for expect in (None, 1):
+            lost = await store.save_task("t-7", {"n": 0}, expect_version=expect, prune_after=soon)
+            assert lost is None
+        assert await store.prune_tasks(before=never) == 0
+        assert await store.get_task("t-7") == ({"n": 3}, 3)
+        assert await store.save_task("t-7", {"n": 4}, expect_version=3, prune_after=soon) == 4
+        assert await store.prune_tasks(before=soon + 1) == 1
+        assert await store.get_task("t-7") is None
+        assert await store.save_task("t-7", {"n": 5}, expect_version=4) is None
 
-    async def test_list_filters_by_state_and_age(self, store: Store) -> None:
-        pending = make_record(at=BASE_TIME)
-        expired = make_record(at=BASE_TIME + 1, state=State.EXPIRED)
-        settling_late = make_record(at=BASE_TIME + 5, state=State.SETTLING)
-        for record in (settling_late, expired, pending):
-            await created(store, record)
-        assert await store.list_challenges(states=[State.SETTLING]) == [settling_late]
-        both = await store.list_challenges(states=[State.PENDING, State.SETTLING])
-        assert both == [pending, settling_late]
-        assert await store.list_challenges(updated_before=BASE_TIME + 5) == [pending, expired]
-        assert await store.list_challenges(
-            states=[State.SETTLING, State.EXPIRED], updated_before=BASE_TIME + 5
-        ) == [expired]
-        assert await store.list_challenges(states=[]) == []
-
-    async def test_list_follows_transitions(self, store: Store) -> None:
-        first, second = make_record(at=BASE_TIME), make_record(at=BASE_TIME + 1)
-        await created(store, first)
-        await created(store, second)
-        moved = applied(await store.transition(settling(first, at=BASE_TIME + 50)))
-        assert await store.list_challenges() == [second, moved]
-        assert await store.list_challenges(states=[State.PENDING]) == [second]
+    async def test_prune_tasks_racing_saves(self, store: Store) -> None:
+        """Per task, a save and the prune are each atomic: saved and kept, or gone."""
+        ids = [f"race-{i}" for i in range(RACERS)]
+        for task_id in ids:
+            await store.save_task(task_id, {}, expect_version=None, prune_after=BASE_TIME)
+        saving = [store.save_task(task_id, {"kept": True}, expect_version=1) for task_id in ids]
+        half = RACERS // 2
+        results = await asyncio.gather(
+            *saving[:half], store.prune_tasks(before=BASE_TIME + 1), *saving[half:]
+        )
+        pruned, saves = results[half], results[:half] + results[half + 1 :]
+        assert isinstance(pruned, int)
+        assert pruned + saves.count(2) == RACERS
+        for task_id, saved in zip(ids, saves, strict=True):
+            expected = ({"kept": True}, 2) if saved == 2 else None
+            assert await store.get_task(task_id) == expected
 
     # ------------------------------------------------------------ leases
 
@@ -872,9 +790,13 @@ class StoreContract:
 
     async def test_tasks_survive_reopening(self, store: Store, reopen: Reopen) -> None:
         assert await store.save_task("durable", {"status": "working"}, expect_version=None) == 1
+        due = await store.save_task("due", {}, expect_version=None, prune_after=BASE_TIME)
+        assert due == 1
         reopened = await reopen()
         assert await reopened.get_task("durable") == ({"status": "working"}, 1)
         assert await reopened.save_task("durable", {"status": "done"}, expect_version=1) == 2
+        assert await reopened.prune_tasks(before=BASE_TIME + 1) == 1
+        assert await reopened.get_task("due") is None
 
     async def test_two_instances_share_one_atomic_view(self, store: Store, second: Store) -> None:
         record = make_record()

@@ -120,6 +120,43 @@ async def test_a_record_whose_ttl_ran_out_is_gone_everywhere(
         await store.close()
 
 
+async def test_prunable_tasks_keep_their_ttl_and_expired_ones_leave_the_set(
+    redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    store = await _open(redis_server.url, key_prefix=key_prefix, record_ttl_seconds=10 * DAY)
+    try:
+        for task_id in ("a", "b", "c"):
+            await store.save_task(task_id, {}, expect_version=None, prune_after=BASE_TIME)
+        assert 10 * DAY - 5 <= await raw.ttl(f"{key_prefix}task:a") <= 10 * DAY
+        assert await raw.ttl(f"{key_prefix}tasks-by-prune") == -1
+        await raw.delete(f"{key_prefix}task:a", f"{key_prefix}task:b")  # as their TTL would
+        # The two expired ones do not count against the limit: "c" is still pruned.
+        assert await store.prune_tasks(before=BASE_TIME + 1, limit=1) == 1
+        assert await store.get_task("c") is None
+        assert await raw.exists(f"{key_prefix}tasks-by-prune") == 0
+    finally:
+        await store.close()
+
+
+async def test_hit_counters_expire_with_their_window_by_the_callers_clock(
+    redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    """The TTL is ``window_end - now``: a counter never outlives its window, whatever
+    Redis's own clock says (the callers' clock is years away from it here)."""
+    store = await _open(redis_server.url, key_prefix=key_prefix)
+    try:
+        hits = {"unpaid:203.0.113.7:1": 1}
+        assert await store.count_hits(hits, window_end=BASE_TIME + 60, now=BASE_TIME) == hits
+        name = f"{key_prefix}hits:unpaid:203.0.113.7:1"
+        assert 59_000 < await raw.pttl(name) <= 60_000
+        assert await raw.hgetall(name) == {"n": "1", "end": repr(BASE_TIME + 60)}
+        late = {"unpaid:203.0.113.7:0": 1}  # a window that already ended: counted, not kept
+        assert await store.count_hits(late, window_end=BASE_TIME, now=BASE_TIME + 1) == late
+        assert await raw.pttl(f"{key_prefix}hits:unpaid:203.0.113.7:0") in (-2, 0, 1)  # <= 1 ms
+    finally:
+        await store.close()
+
+
 async def test_prefixes_isolate_sellers_on_one_redis(redis_server: RedisServer) -> None:
     one = await _open(redis_server.url, key_prefix=f"shop-a-{secrets.token_hex(4)}:")
     two = await _open(redis_server.url, key_prefix=f"shop-b-{secrets.token_hex(4)}:")

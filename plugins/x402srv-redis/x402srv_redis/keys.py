@@ -12,10 +12,15 @@ With the default prefix ``x402srv:``::
     x402srv:by-state:<STATE>        zset   challengeId by updated_at, one per state
     x402srv:lease:<name>            hash   holder, fence, expires_at, released, value
     x402srv:task:<taskId>           hash   doc (JSON), ver
+    x402srv:tasks-by-prune          zset   taskId by prune_after (tasks that have one)
+    x402srv:hits:<key>              hash   n (hits), end (window_end)   (count_hits)
 
 Records, their indexes, claims and tasks expire ``record_ttl_seconds`` after
-their last write; leases never expire (their fence must only grow), nor do the
-two sorted sets, whose members ``prune`` removes with the records.
+their last write; hit counters at the end of their window by the caller's clock
+(the TTL is ``window_end - now`` of the last call). Leases never expire (their
+fence must only grow), nor do the sorted sets, whose members ``prune`` and
+``prune_tasks`` remove with the records and tasks (and members whose record or
+task expired first).
 
 The Lua scripts derive some key names from the prefix themselves (a record's
 claims, the records a listing returns), so the store needs one Redis primary,
@@ -64,3 +69,10 @@ class KeySpace:
 
     def task(self, task_id: str) -> str:
         return f"{self.prefix}task:{task_id}"
+
+    @property
+    def tasks_by_prune(self) -> str:
+        return f"{self.prefix}tasks-by-prune"
+
+    def hits(self, key: str) -> str:
+        return f"{self.prefix}hits:{key}"

@@ -12,7 +12,8 @@ The decisions are those of ``x402srv.default_plugins.store_rules``:
 - ``TRANSITION``: the caller read the record, checked its state and attempt
   with ``store_rules.check_state`` and computed the new record with
   ``ChallengeRecord.apply``; the script applies it only if the record's write
-  counter ``ver`` is still the one read (otherwise the caller reads again), and
+  counter ``ver`` is still the one read (otherwise the caller reads again), so
+  the attempt checks of SETTLING -> SETTLING and PAID -> PAID hold too, and
   only if neither claim belongs to another challenge (payment first, then
   txHash, as ``store_rules.claim_conflict``). A release frees the claim only if
   this challenge owns it.
@@ -29,9 +30,11 @@ from __future__ import annotations
 __all__ = [
     "ACQUIRE_LEASE",
     "BY_INDEX",
+    "COUNT_HITS",
     "CREATE",
     "LIST",
     "PRUNE",
+    "PRUNE_TASKS",
     "RELEASE_LEASE",
     "SAVE_TASK",
     "TRANSITION",
@@ -40,33 +43,42 @@ __all__ = [
 # Sorting by (updated_at, challengeId) as sqlite's ORDER BY does: byte order for
 # the id, since Lua's ``<`` on strings follows the server's locale.
 _BEFORE = """
-local function before(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  local x, y = a[2], b[2]
+local function id_before(x, y)
   for i = 1, math.min(#x, #y) do
     local p, q = string.byte(x, i), string.byte(y, i)
     if p ~= q then return p < q end
   end
   return #x < #y
 end
+
+local function before(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return id_before(a[2], b[2])
+end
 """
 
-# Up to ``need`` live members of a by-state/by-updated set scored below ``max``,
-# oldest first, each with one field of its record; members whose record expired
-# (its TTL ran out) are skipped and, when ``dangling`` is a table, collected.
+# Up to ``need`` live members of a by-state/by-updated set scored from ``min``
+# to ``max``, oldest first, each with one field of its record. Members for
+# which ``skip(score, id)`` is true (those at a cursor's score up to its id)
+# are passed over and do not count, however many there are: the next batch
+# starts after them. Members whose record expired (its TTL ran out) are skipped
+# too and, when ``dangling`` is a table, collected.
 _COLLECT = """
-local function collect(prefix, zset, max, need, field, dangling)
+local function collect(prefix, zset, min, max, need, field, skip, dangling)
   local out, offset = {}, 0
   while #out < need do
-    local got = redis.call('ZRANGEBYSCORE', zset, '-inf', max, 'WITHSCORES',
+    local got = redis.call('ZRANGEBYSCORE', zset, min, max, 'WITHSCORES',
                            'LIMIT', offset, need)
     if #got == 0 then break end
     for j = 1, #got, 2 do
-      local value = redis.call('HGET', prefix .. 'c:' .. got[j], field)
-      if value then
-        out[#out + 1] = {tonumber(got[j + 1]), got[j], value, zset}
-      elseif dangling then
-        dangling[#dangling + 1] = {got[j], zset}
+      local id, score = got[j], tonumber(got[j + 1])
+      if not (skip and skip(score, id)) then
+        local value = redis.call('HGET', prefix .. 'c:' .. id, field)
+        if value then
+          out[#out + 1] = {score, id, value, zset}
+        elseif dangling then
+          dangling[#dangling + 1] = {id, zset}
+        end
       end
     end
     offset = offset + #got / 2
@@ -156,21 +168,30 @@ return redis.call('HGET', ARGV[1] .. 'c:' .. id, 'json')
 
 LIST = (
     """#!lua flags=no-writes
--- ARGV: prefix, max score ("+inf" or "(<updated_before>"), limit, filtered ("1"/"0"), states...
+-- ARGV: prefix, max score ("+inf" or "(<updated_before>"), limit, filtered ("1"/"0"),
+--       cursor score ("" for none), cursor id, states...
 """
     + _BEFORE
     + _COLLECT
     + """
 local prefix, limit = ARGV[1], tonumber(ARGV[3])
+-- A cursor (score, id): the range starts at its score, inclusive, and a member
+-- at exactly that score is listed only if its id sorts after the cursor's.
+local min, skip = '-inf', nil
+if ARGV[5] ~= '' then
+  local score, id = tonumber(ARGV[5]), ARGV[6]
+  min = ARGV[5]
+  skip = function(s, member) return s == score and not id_before(id, member) end
+end
 local zsets = {}
 if ARGV[4] == '0' then
   zsets[1] = prefix .. 'by-updated'
 else
-  for i = 5, #ARGV do zsets[#zsets + 1] = prefix .. 'by-state:' .. ARGV[i] end
+  for i = 7, #ARGV do zsets[#zsets + 1] = prefix .. 'by-state:' .. ARGV[i] end
 end
 local found = {}
 for _, zset in ipairs(zsets) do
-  for _, item in ipairs(collect(prefix, zset, ARGV[2], limit, 'json', nil)) do
+  for _, item in ipairs(collect(prefix, zset, min, ARGV[2], limit, 'json', skip, nil)) do
     found[#found + 1] = item
   end
 end
@@ -192,7 +213,7 @@ local prefix, limit = ARGV[1], tonumber(ARGV[3])
 local found, dangling = {}, {}
 for i = 4, #ARGV do
   local zset = prefix .. 'by-state:' .. ARGV[i]
-  for _, item in ipairs(collect(prefix, zset, ARGV[2], limit, 'rid', dangling)) do
+  for _, item in ipairs(collect(prefix, zset, '-inf', ARGV[2], limit, 'rid', nil, dangling)) do
     found[#found + 1] = item
   end
 end
@@ -243,7 +264,8 @@ return 1
 """
 
 SAVE_TASK = """#!lua
--- KEYS: task:<id>; ARGV: document, expected version ("" = create only), ttl
+-- KEYS: task:<id>, tasks-by-prune
+-- ARGV: document, expected version ("" = create only), ttl, id, prune_after ("" = never)
 local ver = redis.call('HGET', KEYS[1], 'ver')
 local new
 if ARGV[2] == '' then
@@ -256,5 +278,47 @@ else
   new = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+if ARGV[5] == '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+else
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+end
 return new
+"""
+
+PRUNE_TASKS = """#!lua
+-- KEYS: tasks-by-prune; ARGV: prefix, max score ("(<before>"), limit
+-- Oldest prune time first. A member whose task already expired by TTL leaves
+-- the set without counting, and the next batch takes its place.
+local limit, deleted = tonumber(ARGV[3]), 0
+while deleted < limit do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, limit - deleted)
+  if #due == 0 then break end
+  for _, id in ipairs(due) do
+    deleted = deleted + redis.call('DEL', ARGV[1] .. 'task:' .. id)
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return deleted
+"""
+
+COUNT_HITS = """#!lua
+-- KEYS: hits:<key>...; ARGV: now, window_end, ttl (ms), one delta per key
+-- A counter is a hash: n (the count) and end (its window's end). One whose
+-- window ended before ``now`` counts from zero again (the caller's clock
+-- decides, as in the other stores); each key expires ``ttl`` ms from now,
+-- which is its window's end by the caller's clock, so none outlives its window.
+local now, ended = tonumber(ARGV[1]), {}
+for i, key in ipairs(KEYS) do
+  local window_end = redis.call('HGET', key, 'end')
+  ended[i] = window_end and tonumber(window_end) < now
+end
+local totals = {}
+for i, key in ipairs(KEYS) do
+  if ended[i] then redis.call('DEL', key) end
+  totals[i] = redis.call('HINCRBY', key, 'n', ARGV[3 + i])
+  redis.call('HSET', key, 'end', ARGV[2])
+  redis.call('PEXPIRE', key, ARGV[3])
+end
+return totals
 """

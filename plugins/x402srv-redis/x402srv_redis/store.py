@@ -19,6 +19,7 @@ Retry-After) at this boundary; see ``connection``.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from x402srv.default_plugins.store_rules import (
     encode_record,
     encode_task,
     key_to_release,
+    nameable,
     state_values,
     tx_claim_key,
 )
@@ -159,6 +161,8 @@ class RedisStore:
         raise ValueError(f"challenge_id {record.challenge_id} already exists")
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        if not nameable(challenge_id):
+            return None
         text = await self._call(
             "get_challenge", self._redis().hget(self.keys.challenge(challenge_id), "json")
         )
@@ -239,12 +243,14 @@ class RedisStore:
         *,
         states: Sequence[State] | None = None,
         updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
         limit: int = 100,
     ) -> list[ChallengeRecord]:
         wanted = _states(states)
         if wanted == [] or limit <= 0:
             return []
         highest = "+inf" if updated_before is None else f"({updated_before!r}"
+        cursor = ["", ""] if after is None else [repr(float(after[0])), after[1]]
         texts = await self._script(
             "LIST",
             keys=[],
@@ -253,6 +259,7 @@ class RedisStore:
                 highest,
                 limit,
                 "0" if wanted is None else "1",
+                *cursor,
                 *(wanted or []),
             ],
         )
@@ -274,27 +281,67 @@ class RedisStore:
     # ------------------------------------------------------------ tasks
 
     async def save_task(
-        self, task_id: str, document: Mapping[str, Any], *, expect_version: int | None
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
     ) -> int | None:
         text = encode_task(document)
         version = await self._script(
             "SAVE_TASK",
-            keys=[self.keys.task(task_id)],
+            keys=[self.keys.task(task_id), self.keys.tasks_by_prune],
             args=[
                 text,
                 "" if expect_version is None else str(int(expect_version)),
                 self.options.record_ttl_seconds,
+                task_id,
+                "" if prune_after is None else repr(float(prune_after)),
             ],
         )
         return int(version) if version is not None else None
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        if not nameable(task_id):
+            return None
         found = await self._call(
             "get_task", self._redis().hmget(self.keys.task(task_id), ["doc", "ver"])
         )
         if found[0] is None or found[1] is None:
             return None
         return decode_task(found[0]), int(found[1])
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        if limit <= 0:
+            return 0
+        deleted = await self._script(
+            "PRUNE_TASKS",
+            keys=[self.keys.tasks_by_prune],
+            args=[self.keys.prefix, f"({float(before)!r}", limit],
+        )
+        return int(deleted)
+
+    # ------------------------------------------------------------ hit counters
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        """One script for every key of the call: one round trip on the unpaid path.
+
+        The expiry is relative (``PEXPIRE window_end - now``), not ``EXPIREAT``:
+        the caller's clock defines the window, and Redis's own clock may differ.
+        """
+        if not hits:
+            return {}
+        keys = list(hits)
+        ttl_ms = max(1, math.ceil((window_end - now) * 1000))
+        totals = await self._script(
+            "COUNT_HITS",
+            keys=[self.keys.hits(key) for key in keys],
+            args=[repr(float(now)), repr(float(window_end)), ttl_ms, *(int(hits[k]) for k in keys)],
+        )
+        return {key: int(total) for key, total in zip(keys, totals, strict=True)}
 
     # ------------------------------------------------------------ leases
 
@@ -328,6 +375,9 @@ class RedisStore:
         return decode_record(text), str(version)
 
     async def _by_index(self, index_key: str) -> ChallengeRecord | None:
+        """The record an index key points at; ``None`` for a key Redis cannot be sent."""
+        if not nameable(index_key):
+            return None
         text = await self._script("BY_INDEX", keys=[index_key], args=[self.keys.prefix])
         return decode_record(text) if text is not None else None
 

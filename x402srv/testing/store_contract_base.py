@@ -1,0 +1,265 @@
+"""What every part of the store contract builds on.
+
+``StoreContractBase`` holds the fixtures a store's test class provides
+(``store``, ``durable``, ``another_store``) and the ones the contract derives
+from them (``reopen``, ``second``, ``sharing``). The functions below build the
+transitions the pipeline asks for, the way it builds them, so a test names the
+move it makes (``settling``, ``paid``, ``claiming_delivery`` ...) and spells
+out only what it is about. ``StoreContract`` (``store_contract``) combines this
+with the topic mixins (``store_contract_listing``, ``store_contract_counters``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar
+
+import pytest
+
+from ..interfaces import Store, TransitionApplied, TransitionRequest, TransitionResult
+from ..records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
+from .builders import BASE_TIME, make_grant, make_key, make_payment, make_record, new_tx_hash
+
+__all__ = [
+    "RACERS",
+    "WORDED",
+    "Reopen",
+    "StoreContractBase",
+    "applied",
+    "back_to_pending",
+    "claiming_delivery",
+    "created",
+    "delivering",
+    "expiring",
+    "full_record",
+    "paid",
+    "settling",
+    "settling_again",
+    "tx_is_free",
+]
+
+#: Closes the current store and returns a new opened one on the same backend.
+Reopen = Callable[[], Awaitable[Store]]
+
+RACERS = 20
+#: Programming errors raise ValueError with a message; the contract leaves the wording to the store.
+WORDED = r"\w"
+
+
+class StoreContractBase:
+    """The fixtures every contract mixin may use; a store's test class provides ``store``."""
+
+    #: True when data outlives ``close()`` and every instance built by
+    #: ``another_store`` sees the same data (sqlite file, Redis server).
+    durable: ClassVar[bool] = False
+
+    def another_store(self, store: Store) -> Store:
+        """A new, unopened store on the same backend as ``store`` (durable stores)."""
+        raise NotImplementedError("durable stores implement another_store()")
+
+    @pytest.fixture
+    async def reopen(self, store: Store) -> AsyncIterator[Reopen]:
+        if not self.durable:
+            pytest.skip("the store keeps nothing across close()")
+        opened: list[Store] = []
+
+        async def _reopen() -> Store:
+            await (opened[-1] if opened else store).close()
+            fresh = self.another_store(store)
+            await fresh.open()
+            opened.append(fresh)
+            return fresh
+
+        yield _reopen
+        for each in opened:
+            await each.close()
+
+    @pytest.fixture
+    async def second(self, store: Store) -> AsyncIterator[Store]:
+        """Another instance, open at the same time as ``store``, on the same backend."""
+        if not self.durable:
+            pytest.skip("the store has no shared backend")
+        other = self.another_store(store)
+        await other.open()
+        yield other
+        await other.close()
+
+    @pytest.fixture
+    async def sharing(self, store: Store) -> AsyncIterator[tuple[Store, Store]]:
+        """Two instances on one backend (``store`` twice when nothing can be shared).
+
+        For guarantees every store gives, that a durable one must also give
+        across instances: races run over both, so no store is skipped.
+        """
+        if not self.durable:
+            yield store, store
+            return
+        other = self.another_store(store)
+        await other.open()
+        yield store, other
+        await other.close()
+
+
+# ------------------------------------------------------------ transitions the pipeline asks for
+
+
+def settling(
+    record: ChallengeRecord,
+    key: PaymentKey | None = None,
+    *,
+    attempt_id: str | None = None,
+    claim: bool = True,
+    at: float = BASE_TIME + 10,
+) -> TransitionRequest:
+    """PENDING -> SETTLING for ``key`` as pipeline step 7 asks for it."""
+    key = key or make_key()
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.SETTLING,
+        at=at,
+        reason="settling",
+        changes=RecordChanges(payment=make_payment(key, attempt_id=attempt_id)),
+        claim_payment=key if claim else None,
+    )
+
+
+def settling_again(
+    record: ChallengeRecord, attempt_id: str, *, reason: str, at: float, **fields: Any
+) -> TransitionRequest:
+    """SETTLING -> SETTLING by the attempt that holds it (a broadcast noted, a lease renewed).
+
+    ``fields`` are further ``TransitionRequest`` fields (``changes``, claims).
+    """
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.SETTLING,
+        to=State.SETTLING,
+        at=at,
+        reason=reason,
+        attempt_id=attempt_id,
+        **fields,
+    )
+
+
+def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -> TransitionRequest:
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.SETTLING,
+        to=State.PAID,
+        at=at,
+        reason="settled",
+        changes=RecordChanges(tx_hash=tx_hash, payer="0x" + "ab" * 20),
+        claim_tx_hash=tx_hash,
+    )
+
+
+def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
+    """SETTLING -> PENDING after a definite failure: the claim is released."""
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.SETTLING,
+        to=State.PENDING,
+        at=at,
+        reason="settlement rejected",
+        changes=RecordChanges(clear_payment=True),
+        release_payment=True,
+    )
+
+
+def expiring(record: ChallengeRecord, *, at: float = BASE_TIME + 900) -> TransitionRequest:
+    """PENDING -> EXPIRED, as the reconciler moves a challenge past its ``expires_at``."""
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.EXPIRED,
+        at=at,
+        reason="expired",
+    )
+
+
+def claiming_delivery(
+    record: ChallengeRecord, *, attempt_id: str, new_attempt: str, at: float = BASE_TIME + 30
+) -> TransitionRequest:
+    """PAID -> PAID: ``new_attempt`` takes the delivery claim from ``attempt_id``.
+
+    The claim is the payment's ``attempt_id`` and ``lease_until``, as in
+    SETTLING, so only the request holding it calls the credential issuer.
+    """
+    assert record.payment is not None, "a PAID record keeps its payment"
+    claim = dataclasses.replace(record.payment, attempt_id=new_attempt, lease_until=at + 60)
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PAID,
+        to=State.PAID,
+        at=at,
+        reason="delivering",
+        changes=RecordChanges(payment=claim),
+        attempt_id=attempt_id,
+    )
+
+
+def delivering(
+    record: ChallengeRecord,
+    grant: dict[str, Any] | None = None,
+    *,
+    at: float = BASE_TIME + 40,
+    attempt_id: str | None = None,
+) -> TransitionRequest:
+    """PAID -> DELIVERED with ``grant`` (one made for ``record`` unless given)."""
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PAID,
+        to=State.DELIVERED,
+        at=at,
+        reason="delivered",
+        changes=RecordChanges(grant=grant if grant is not None else make_grant(record)),
+        attempt_id=attempt_id,
+    )
+
+
+# ------------------------------------------------------------ checks every section uses
+
+
+def applied(result: TransitionResult) -> ChallengeRecord:
+    assert isinstance(result, TransitionApplied), result
+    return result.record
+
+
+async def created(store: Store, record: ChallengeRecord, key: PaymentKey | None = None) -> None:
+    result = await store.create_challenge(record, claim_payment=key)
+    assert result == (record, True)
+
+
+async def tx_is_free(store: Store, tx_hash: str) -> None:
+    """Proves no claim on ``tx_hash`` was written: a fresh challenge can take it."""
+    probe = make_record()
+    await created(store, probe)
+    applied(await store.transition(settling(probe)))
+    applied(await store.transition(paid(probe, tx_hash)))
+
+
+def full_record() -> tuple[ChallengeRecord, PaymentKey]:
+    """A record with every field away from its default, and the key it claims."""
+    key = make_key()
+    record = make_record(
+        state=State.SETTLING,
+        at=BASE_TIME + 0.125,
+        implicit=True,
+        payer=key.payer,
+        tx_hash=new_tx_hash(),
+        history=(
+            Transition(State.PENDING, BASE_TIME + 0.125, "created"),
+            Transition(State.SETTLING, BASE_TIME + 1.000001, "settling: attempt 1"),
+        ),
+    )
+    return (
+        dataclasses.replace(
+            record,
+            updated_at=BASE_TIME + 1.000001,
+            payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
+            grant=make_grant(record),
+        ),
+        key,
+    )
