@@ -321,6 +321,14 @@ class IssuedCredential:
 
 @runtime_checkable
 class CredentialIssuer(Protocol):
+    """Turns a paid challenge into a credential.
+
+    An issuer may set ``exclusive = False`` when issuing twice is harmless (a
+    local signature, as ``jwt``): the pipeline then skips the delivery claim.
+    Without it (the default, and ``callback``: the seller's function may create
+    an account or a key) one request at a time calls ``issue`` per challenge.
+    """
+
     name: str
 
     async def start(self) -> None: ...

@@ -73,6 +73,7 @@ from .interfaces import (
     Clock,
     CredentialIssuer,
     GrantRequest,
+    IssuedCredential,
     PaymentClaimed,
     Rejected,
     Settled,
@@ -113,8 +114,9 @@ AccessResult = PaymentOffer | AccessGranted
 PENDING_RETRY_AFTER = 5
 #: How many states one request follows a record through (lost races) before giving up.
 MAX_STEPS = 6
-#: How long a request waits for another request's credential issuance of the same record.
-DELIVERY_WAIT_SECONDS = 10.0
+#: A delivery claim lives this long unless its holder renews it (every third of it)
+#: while the issuer runs: a holder that crashed blocks the next request this long at most.
+DELIVERY_LEASE_SECONDS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +243,7 @@ class AccessPipeline:
             verifying_contract=self.network.asset,
         )
         self.lease_seconds = config.settlement.lease_seconds
-        # A delivery claim outlives the slowest issuer call, so it is never taken over mid-call.
-        self.delivery_lease_seconds = config.credentials.callback_timeout_seconds + 5.0
+        self.exclusive_issuer = bool(getattr(issuer, "exclusive", True))
         self.resolver = SettlingResolver(chain, clock)
 
     async def transition(self, request: TransitionRequest) -> TransitionResult:
@@ -801,22 +802,50 @@ class AccessPipeline:
         return delivered
 
     async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
-        """Step 10 for a PAID record: claim, issue once, store the grant, PAID -> DELIVERED.
+        """Step 10 for a PAID record: issue, store the grant, PAID -> DELIVERED.
 
         Returns the record as it is now (DELIVERED, or whatever a concurrent
-        request made of it). Only the holder of the delivery claim calls the
-        issuer; another request waits for it (``wait``) or leaves the record to
-        it. If the issuer fails the record stays PAID, the claim is given back
-        and ``CredentialPending`` is raised; calling again retries the issuer.
+        request made of it). With an exclusive issuer only the holder of the
+        delivery claim calls it; another request waits for that (``wait``) or
+        leaves the record to it. If the issuer fails the record stays PAID, the
+        claim is given back and ``CredentialPending`` is raised; calling again
+        retries the issuer.
         """
-        claimed = await self._claim_delivery(record)
-        if claimed is None:
-            return await self._await_delivery(record) if wait else record
-        if claimed.state is not State.PAID:
-            return claimed
-        record = claimed
+        if self.exclusive_issuer:
+            claimed = await self._claim_delivery(record)
+            if claimed is None:
+                return await self._await_delivery(record) if wait else record
+            if claimed.state is not State.PAID:
+                return claimed
+            record = claimed
+        credential = await self._issue(record)
+        failpoint("after-grant")
+        assert record.payment is not None
+        result = await self.transition(
+            TransitionRequest(
+                challenge_id=record.challenge_id,
+                expect=State.PAID,
+                to=State.DELIVERED,
+                at=self.clock(),
+                reason="credential issued",
+                changes=RecordChanges(grant=self.offers.grant(record, credential)),
+                attempt_id=record.payment.attempt_id if self.exclusive_issuer else None,
+            )
+        )
+        if isinstance(result, TransitionApplied):
+            self.metrics.grant_issued()
+            return result.record
+        return await self._current(record, result)
+
+    async def _issue(self, record: ChallengeRecord) -> IssuedCredential:
+        """The issuer's credential; a claim held meanwhile is renewed until it answers."""
+        renewing = (
+            asyncio.get_running_loop().create_task(self._renew_delivery(record))
+            if self.exclusive_issuer
+            else None
+        )
         try:
-            credential = await self.issuer.issue(self._grant_request(record))
+            return await self.issuer.issue(self._grant_request(record))
         except ProblemError:
             await self._give_back_delivery(record)
             raise
@@ -836,20 +865,11 @@ class AccessPipeline:
                 retry_after=PENDING_RETRY_AFTER,
                 extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
             ) from None
-        failpoint("after-grant")
-        result = await self.transition(
-            _settling_move(
-                record,
-                State.DELIVERED,
-                self.clock(),
-                "credential issued",
-                RecordChanges(grant=self.offers.grant(record, credential)),
-            )
-        )
-        if isinstance(result, TransitionApplied):
-            self.metrics.grant_issued()
-            return result.record
-        return await self._current(record, result)
+        finally:
+            if renewing is not None:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
 
     def _grant_request(self, record: ChallengeRecord) -> GrantRequest:
         assert record.tx_hash is not None
@@ -873,9 +893,7 @@ class AccessPipeline:
         now = self.clock()
         if payment.lease_until > now:
             return None
-        claim = replace(
-            payment, attempt_id=uuid4_hex(), lease_until=now + self.delivery_lease_seconds
-        )
+        claim = replace(payment, attempt_id=uuid4_hex(), lease_until=now + DELIVERY_LEASE_SECONDS)
         result = await self.transition(
             _settling_move(
                 record, State.PAID, now, "issuing the credential", RecordChanges(payment=claim)
@@ -888,8 +906,36 @@ class AccessPipeline:
             return None  # another request claimed it first
         return current
 
+    async def _renew_delivery(self, record: ChallengeRecord) -> None:
+        """Keep our claim alive while the issuer runs (a crash lets it lapse within seconds).
+
+        Renewals are compare-and-sets on our attempt (each one a history entry,
+        a few per slow callback); one that fails means the claim is gone, and
+        renewing stops.
+        """
+        assert record.payment is not None
+        while True:
+            await asyncio.sleep(DELIVERY_LEASE_SECONDS / 3)
+            renewed = replace(record.payment, lease_until=self.clock() + DELIVERY_LEASE_SECONDS)
+            try:
+                result = await self.store.transition(
+                    _settling_move(
+                        record,
+                        State.PAID,
+                        self.clock(),
+                        "issuing the credential",
+                        RecordChanges(payment=renewed),
+                    )
+                )
+            except StoreUnavailable:
+                continue
+            if not isinstance(result, TransitionApplied):
+                return
+
     async def _give_back_delivery(self, record: ChallengeRecord) -> None:
         """The issuer failed: end our claim so the next retry need not wait for it."""
+        if not self.exclusive_issuer:
+            return
         assert record.payment is not None
         ended = replace(record.payment, lease_until=self.clock())
         with contextlib.suppress(StoreUnavailable):  # else the claim simply runs out
@@ -904,8 +950,7 @@ class AccessPipeline:
             )
 
     async def _await_delivery(self, record: ChallengeRecord) -> ChallengeRecord:
-        """Another request is issuing this credential: wait for its result, briefly."""
-        deadline = time.monotonic() + DELIVERY_WAIT_SECONDS
+        """Another request is issuing this credential: wait for it, or for its claim to lapse."""
         delay = 0.01
         while True:
             current = await self.store.get_challenge(record.challenge_id)
@@ -916,11 +961,5 @@ class AccessPipeline:
             assert current.payment is not None
             if current.payment.lease_until <= self.clock():
                 return current  # the claim ran out (or was given back): take it over
-            if time.monotonic() >= deadline:
-                raise CredentialPending(
-                    "the access credential is being issued; retry the same request",
-                    retry_after=1,
-                    extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
-                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)

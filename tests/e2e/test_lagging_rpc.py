@@ -55,12 +55,18 @@ class LaggingRpc:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 call = json.loads(raw)
-                if proxy.hide_receipts and call.get("method") == "eth_getTransactionReceipt":
+                hide = isinstance(call, dict) and call.get("method") == "eth_getTransactionReceipt"
+                if proxy.hide_receipts and hide:
                     proxy.hidden += 1
                     answer = json.dumps({"jsonrpc": "2.0", "id": call.get("id"), "result": None})
                     body = answer.encode()
                 else:
-                    body = httpx.post(proxy.upstream, content=raw, timeout=30).content
+                    body = httpx.post(
+                        proxy.upstream,
+                        content=raw,
+                        headers={"Content-Type": "application/json"},
+                        timeout=30,
+                    ).content
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -49,7 +49,12 @@ class Gateway:
             "store": {"backend": "sqlite", "path": str(directory / "x402srv.db")},
             "settlement": settlement_table("gas-wallet", devchain, None, self.env),
             "plans": [
-                {"plan_id": "hourly", "unit_amount": "$0.10", "token_ttl_seconds": TTL},
+                {
+                    "plan_id": "hourly",
+                    "unit_amount": "$0.10",
+                    "description": "One hour",
+                    "token_ttl_seconds": TTL,
+                },
             ],
             "routes": gateway_routes(upstream.url)[:1],
         }

@@ -8,6 +8,7 @@ The payment is checked against the server's own offer, never the client's.
 from __future__ import annotations
 
 import copy
+import uuid
 from typing import Any
 
 import pytest
@@ -122,7 +123,7 @@ def test_extra_is_not_compared() -> None:
 
 def test_challenge_offer_with_ids_in_extra_is_accepted() -> None:
     offer = offered()
-    offer["extra"].update(challengeId="c-1", requestId="r-1")
+    offer["extra"].update(challengeId=str(uuid.uuid4()), requestId=str(uuid.uuid4()))
     check(signed_payment(offer, TOKEN), offer)
 
 

@@ -99,7 +99,10 @@ def test_every_spec_key_is_accepted_with_its_value() -> None:
     config = make_config(document)
     assert config.seller.agent_version == "2.1.0"
     assert config.plans[0].token_ttl_seconds == 60
-    assert config.server.model_dump(exclude={"cors_origins"}) == document["server"]
+    assert (
+        config.server.model_dump(exclude={"cors_origins", "readiness_cache_seconds"})
+        == document["server"]
+    )
     assert config.store.backend == "memory"
     assert config.store.path == "other.db"
     assert config.store.url is not None

@@ -25,6 +25,8 @@ from x402srv.protocol import (
 )
 
 MARKER = "deadbeefcafe"  # in the payload; must never show in an error detail
+CHALLENGE_ID = "0b3f6b7e-5d0c-4b7e-9a51-3c2f1d0e9a88"
+REQUEST_ID = "6f1f8a43-23a5-4c1e-8f0e-2d7b9c4e1a55"
 
 AUTHORIZATION: dict[str, Any] = {
     "from": "0x" + "11" * 20,
@@ -49,8 +51,8 @@ DOCUMENT: dict[str, Any] = {
             "name": "USD Coin",
             "version": "2",
             "planId": "hourly",
-            "challengeId": "c-1",
-            "requestId": "r-1",
+            "challengeId": CHALLENGE_ID,
+            "requestId": REQUEST_ID,
         },
     },
 }
@@ -231,7 +233,18 @@ def test_malformed_field_values_are_refused(path: str, value: object) -> None:
 @pytest.mark.parametrize("value", [1, True, ["hourly"], {"id": "x"}])
 def test_extra_ids_of_a_wrong_type_are_refused(key: str, value: object) -> None:
     detail = refused(b64(document(**{f"accepted__extra__{key}": value})))
-    assert f"accepted.extra.{key} must be a string" in detail
+    assert f"accepted.extra.{key} must be a " in detail
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\ud800", "a\x00b", "c" * 300, CHALLENGE_ID.upper(), "c-1", ""],
+    ids=["lone-surrogate", "nul", "300-chars", "uppercase", "not-a-uuid", "empty"],
+)
+def test_challenge_id_that_no_store_could_hold_is_400(value: str) -> None:
+    """A challengeId is one of our UUIDs; anything else is refused before any store lookup."""
+    detail = refused(b64(document(accepted__extra__challengeId=value)))
+    assert "accepted.extra.challengeId must be a challenge id" in detail
 
 
 def test_extra_may_be_absent_and_unknown_extra_keys_are_kept() -> None:
@@ -251,8 +264,8 @@ def test_decoded_fields() -> None:
     assert auth.from_ == AUTHORIZATION["from"]
     assert (auth.value, auth.validBefore) == ("100000", "1700000120")
     assert payload.accepted.maxTimeoutSeconds == 300
-    assert payload.extra_str("challengeId") == "c-1"
-    assert payload.extra_str("requestId") == "r-1"
+    assert payload.extra_str("challengeId") == CHALLENGE_ID
+    assert payload.extra_str("requestId") == REQUEST_ID
 
 
 def test_security_error_detail_never_echoes_the_header() -> None:

@@ -134,6 +134,8 @@ class CallbackIssuer:
     """Asks the seller's function for each credential, within a time limit."""
 
     name = "callback"
+    #: The seller's function may have side effects: one call at a time per challenge.
+    exclusive = True
 
     def __init__(
         self, callback: Callback, *, spec: str, clock: Clock, timeout_seconds: float

@@ -46,6 +46,8 @@ class JwtIssuer:
     """Signs one token per paid challenge; the time is the injected clock's."""
 
     name = "jwt"
+    #: A local signature with no side effect: concurrent deliveries need no claim.
+    exclusive = False
 
     def __init__(
         self,
