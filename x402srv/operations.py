@@ -13,7 +13,13 @@ from typing import Any
 
 from .config import Config
 from .errors import ChallengeExpired, InvalidRequest, NotFound
-from .interfaces import StateMismatch, TransitionApplied, TransitionRequest
+from .interfaces import (
+    Clock,
+    StateMismatch,
+    TransitionApplied,
+    TransitionRequest,
+    system_clock,
+)
 from .pipeline import AccessPipeline
 from .reconciler import PassReport, Reconciler
 from .records import ChallengeRecord, State
@@ -23,8 +29,9 @@ __all__ = ["cancel", "list_records", "opened", "reconcile", "redacted", "show"]
 
 
 @asynccontextmanager
-async def opened(config: Config) -> AsyncIterator[AccessPipeline]:
-    built = Registry().build(config)
+async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterator[AccessPipeline]:
+    """The pipeline of ``config`` with its plugins opened (``clock``: tests sweep "later")."""
+    built = Registry().build(config, clock=clock)
     await built.store.open()
     try:
         if built.chain is not None:
@@ -37,6 +44,7 @@ async def opened(config: Config) -> AsyncIterator[AccessPipeline]:
                 settler=built.settler,
                 issuer=built.issuer,
                 chain=built.chain,
+                clock=clock,
             )
         finally:
             await built.issuer.close()

@@ -12,8 +12,9 @@ decides on the store's total plus what it has not sent yet. So N processes let
 through at most N x ``sync_every`` requests more than the limit (5 % of it each),
 and a client once over the limit is refused locally until the window ends.
 
-A store that cannot be reached does not refuse anyone: the limit protects the
-store, and a store that is down stores nothing (challenges answer 503 anyway).
+A store that cannot be reached leaves each process counting on its own (and
+adding its count to the store's once it is back): the limit still holds per
+process, and a store outage never refuses a client that is under it.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class UnpaidLimiter:
                 {key: delta}, window_end=(index + 1) * self.window, now=now
             )
         except StoreUnavailable:
-            log.warning("unpaid-request limit: the store is unavailable; not limiting")
+            log.warning("unpaid-request limit: the store is unavailable; counting locally")
             if index == self._index:
                 self._pending[client] = self._pending.get(client, 0) + delta
             return self._known.get(client, 0)

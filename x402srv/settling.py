@@ -6,10 +6,17 @@ ask here, so there is one rule:
 
     the chain shows this authorization transferred        -> Paid, at once,
                                                              whatever lease runs
+    never handed to a settler (nothing left this server)  -> Release, once the
+                                                             record is ``grace`` old
     a lease (plus grace) is still running                 -> wait (None)
-    never handed to a settler (nothing left this server)  -> Release
     the chain shows it not transferred (consistent reads) -> Release
     anything else (undecided, the RPC is down, no RPC)    -> wait (None)
+
+A record that was never submitted may be released whatever its lease: the
+attempt that claimed it must still win its own "submitted" compare-and-set
+before anything leaves, and a released record makes that fail, so at worst a
+live attempt starts over. That is how a buyer whose server died right after the
+claim pays again at once instead of waiting for a dead process's lease.
 
 The decision is only advice: the caller applies it as a compare-and-set on the
 attempt it read, so a decision made on a record that moved meanwhile is lost,
@@ -51,14 +58,16 @@ class SettlingResolver:
         """What the chain justifies for this SETTLING record now; None while undecided."""
         payment = record.payment
         assert payment is not None
-        lease_over = self.clock() >= payment.lease_until + grace
+        now = self.clock()
         verdict = await self._verdict(record)
         if isinstance(verdict, Transferred):
             return Paid(verdict.tx_hash)
-        if not lease_over:
-            return None
         if not payment.submitted:
-            return Release("never handed to a settler; claim released")
+            if now >= record.updated_at + grace:
+                return Release("never handed to a settler; claim released")
+            return None
+        if now < payment.lease_until + grace:
+            return None
         if isinstance(verdict, NotTransferred):
             return Release(f"resolved from chain: {verdict.why}")
         return None

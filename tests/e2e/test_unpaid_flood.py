@@ -1,0 +1,163 @@
+"""A flood of unpaid challenges: limited per client, pruned by the sweep, paying buyers unharmed.
+
+Four clients (four real source addresses on loopback, 127.0.0.2-5) ask a
+two-worker server for 20,000 unpaid challenges between them, while a fifth
+buys a plan with the official x402 client. What must hold (issue "trust", item
+"unpaid traffic is bounded"):
+
+- each flooding client gets its limit's worth of 402s, then 429 RATE_LIMITED
+  with Retry-After, the count shared by both workers through the store;
+- the paying buyer is never limited and gets its grant during the flood;
+- a reconciler pass after the unpaid retention leaves only the paid record.
+
+The figures (store size before and after the sweep, 429s, the buyer's latency
+during the flood) are printed for the closing note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+from eth_account.signers.local import LocalAccount
+
+from tests.helpers import Seller
+from x402srv import operations
+from x402srv.config import load_config
+from x402srv.reconciler import PassReport, Reconciler
+from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
+
+FLOODERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
+PER_FLOODER = 5_000
+LIMIT = 500
+#: A window far longer than the test, so it never rolls over mid-flood.
+WINDOW = 86_400
+WORKERS = 2
+CONCURRENCY = 16
+UNPAID_RETENTION_HOURS = 1
+
+
+async def flood(url: str, source: str) -> Counter[int]:
+    """PER_FLOODER unpaid challenge requests from ``source``; the status codes seen."""
+    statuses: Counter[int] = Counter()
+    transport = httpx.AsyncHTTPTransport(local_address=source)
+    async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+        remaining = iter(range(PER_FLOODER))
+
+        async def worker() -> None:
+            for _ in remaining:
+                response = await client.post(url, json={"planId": "hourly"})
+                statuses[response.status_code] += 1
+                if response.status_code == 429:
+                    assert response.json()["code"] == "RATE_LIMITED"
+                    assert int(response.headers["retry-after"]) > 0
+
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return statuses
+
+
+def rows(seller: Seller) -> int:
+    with sqlite3.connect(seller.server.directory / "x402srv.db") as db:
+        return int(db.execute("SELECT count(*) FROM challenges").fetchone()[0])
+
+
+async def sweep_later(seller: Seller) -> PassReport:
+    """One reconciler pass as it would run once the unpaid retention has passed."""
+    config = load_config(seller.server.config_path, env={**os.environ, **seller.server.env})
+    later = time.time() + UNPAID_RETENTION_HOURS * 3600 + 60
+    async with operations.opened(config, clock=lambda: later) as pipeline:
+        return await Reconciler(pipeline, config.reconciler).run_once()
+
+
+async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
+    start_seller: Callable[..., Seller], buyer: LocalAccount
+) -> None:
+    seller = start_seller(
+        "gas-wallet",
+        workers=WORKERS,
+        rate_limit={"unpaid_requests": LIMIT, "window_seconds": WINDOW},
+        reconciler={"unpaid_retention_hours": UNPAID_RETENTION_HOURS},
+        server={"challenge_ttl_seconds": 600},
+    )
+    before = rows(seller)
+
+    async def pay_during_flood() -> tuple[httpx.Response, float]:
+        await asyncio.sleep(0.5)  # (only so that the purchase lands inside the flood)
+        http, _ = paying_client(buyer)
+        async with http:
+            started = time.perf_counter()
+            response = await http.post(seller.access_url, json={"planId": "hourly"})
+            return response, time.perf_counter() - started
+
+    started = time.perf_counter()
+    *floods, (paid, latency) = await asyncio.gather(
+        *(flood(seller.access_url, source) for source in FLOODERS), pay_during_flood()
+    )
+    elapsed = time.perf_counter() - started
+    assert paid.status_code == 200, paid.text
+
+    sync_slack = WORKERS * (LIMIT // 20)  # what each worker may admit before it syncs
+    for statuses in floods:
+        assert set(statuses) == {402, 429}, statuses
+        assert LIMIT <= statuses[402] <= LIMIT + sync_slack, statuses
+        assert statuses[429] == PER_FLOODER - statuses[402]
+
+    stored = rows(seller)
+    assert stored - before == sum(s[402] for s in floods) + 1  # + the paid one
+    report = await sweep_later(seller)
+    after = rows(seller)
+    assert after == 1, "only the paid record is left"
+    assert report.pruned == stored - after
+    print(
+        f"\nunpaid flood: {len(FLOODERS) * PER_FLOODER} requests from {len(FLOODERS)} clients "
+        f"in {elapsed:.1f} s ({WORKERS} workers, limit {LIMIT}); "
+        f"402s {[s[402] for s in floods]}, 429s {sum(s[429] for s in floods)}; "
+        f"store {stored} records before the sweep, {after} after; "
+        f"the paying buyer's purchase took {latency * 1000:.0f} ms during the flood"
+    )
+
+
+def test_limit_counts_discovery_and_challenges_never_payments_and_keys_by_first_hop(
+    start_seller: Callable[..., Seller], buyer: LocalAccount
+) -> None:
+    """Three unpaid requests per client; the fourth is 429, a payment still goes through."""
+    seller = start_seller(
+        "gas-wallet",
+        rate_limit={
+            "unpaid_requests": 3,
+            "window_seconds": WINDOW,
+            "client_ip_header": "X-Real-IP",
+        },
+    )
+    alice = {"X-Real-IP": "198.51.100.7, 10.0.0.1"}  # the first hop counts
+    assert httpx.post(seller.access_url, json={}, headers=alice).status_code == 402
+    challenge = httpx.post(seller.access_url, json={"planId": "hourly"}, headers=alice)
+    assert challenge.status_code == 402
+    assert httpx.post(seller.access_url, json={"planId": "daily"}, headers=alice).status_code == 402
+    limited = httpx.post(seller.access_url, json={}, headers=alice)
+    assert limited.status_code == 429, limited.text
+    assert limited.json()["code"] == "RATE_LIMITED"
+    assert int(limited.headers["retry-after"]) > 0
+    # another client (another first hop) is counted on its own
+    bob = {"X-Real-IP": "198.51.100.8"}
+    assert httpx.post(seller.access_url, json={}, headers=bob).status_code == 402
+
+    # a request that carries a payment is never limited, even from a limited client
+    payment = signed_payment(buyer, seller.chain.token, challenge.json()["accepts"][0])
+    paid = httpx.post(
+        seller.access_url,
+        json={"planId": "hourly"},
+        headers={**alice, "PAYMENT-SIGNATURE": encode_payment(payment)},
+    )
+    assert paid.status_code == 200, paid.text
+    again = httpx.post(
+        seller.access_url,
+        json={"planId": "hourly"},
+        headers={**alice, "PAYMENT-SIGNATURE": encode_payment(payment)},
+    )
+    assert again.json() == paid.json()

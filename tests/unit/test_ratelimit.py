@@ -1,0 +1,139 @@
+"""The unpaid-request limiter and the client key, against real stores with a frozen clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from x402srv.default_plugins.memory_store import MemoryStore
+from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.errors import RateLimited, StoreUnavailable
+from x402srv.ratelimit import LimitOptions, UnpaidLimiter, client_key
+
+WINDOW = 60.0
+START = 1_700_000_040.0  # the start of a window
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def allowed(limiter: UnpaidLimiter, client: str, tries: int) -> int:
+    admitted = 0
+    for _ in range(tries):
+        try:
+            await limiter.check(client)
+        except RateLimited:
+            continue
+        admitted += 1
+    return admitted
+
+
+async def test_exactly_the_limit_passes_in_one_process_then_429_until_the_window_ends() -> None:
+    clock = Clock()
+    limiter = UnpaidLimiter(MemoryStore(), LimitOptions(100, WINDOW), clock)
+    assert await allowed(limiter, "203.0.113.7", 150) == 100
+    with pytest.raises(RateLimited) as refused:
+        await limiter.check("203.0.113.7")
+    assert refused.value.status == 429
+    assert refused.value.code == "RATE_LIMITED"
+    assert refused.value.headers()["Retry-After"] == "60"
+    clock.now += 45
+    with pytest.raises(RateLimited) as later:
+        await limiter.check("203.0.113.7")
+    assert later.value.headers()["Retry-After"] == "15"
+    assert await allowed(limiter, "203.0.113.8", 5) == 5  # other clients are untouched
+    clock.now += 15  # the next window
+    assert await allowed(limiter, "203.0.113.7", 150) == 100
+
+
+async def test_workers_share_the_count_through_the_store(tmp_path: Path) -> None:
+    """Two workers (two stores on one sqlite file): together at most limit + their slack."""
+    clock = Clock()
+    stores = [SqliteStore(tmp_path / "x.db"), SqliteStore(tmp_path / "x.db")]
+    for store in stores:
+        await store.open()
+    try:
+        limiters = [UnpaidLimiter(store, LimitOptions(100, WINDOW), clock) for store in stores]
+        counts = await asyncio.gather(*(allowed(limiter, "c", 200) for limiter in limiters))
+        slack = 2 * (100 // 20)
+        assert 100 <= sum(counts) <= 100 + slack, counts
+        # the store holds every request both counted, refused ones too
+        totals = await stores[0].count_hits(
+            {f"unpaid:c:{int(START // WINDOW)}": 0}, window_end=START + WINDOW, now=START
+        )
+        assert sum(totals.values()) >= sum(counts)
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_store_round_trip_only_every_twentieth_request() -> None:
+    class Counting(MemoryStore):
+        calls = 0
+
+        async def count_hits(
+            self, hits: Mapping[str, int], *, window_end: float, now: float
+        ) -> dict[str, int]:
+            Counting.calls += 1
+            return await super().count_hits(hits, window_end=window_end, now=now)
+
+    limiter = UnpaidLimiter(Counting(), LimitOptions(1000, WINDOW), Clock())
+    assert await allowed(limiter, "c", 500) == 500
+    assert Counting.calls <= 500 // 50 + 1
+
+
+async def test_a_client_over_the_limit_costs_no_more_store_writes() -> None:
+    class Counting(MemoryStore):
+        calls = 0
+
+        async def count_hits(
+            self, hits: Mapping[str, int], *, window_end: float, now: float
+        ) -> dict[str, int]:
+            Counting.calls += 1
+            return await super().count_hits(hits, window_end=window_end, now=now)
+
+    limiter = UnpaidLimiter(Counting(), LimitOptions(20, WINDOW), Clock())
+    await allowed(limiter, "c", 21)
+    before = Counting.calls
+    assert await allowed(limiter, "c", 1000) == 0
+    assert Counting.calls == before
+
+
+async def test_an_unreachable_store_leaves_the_limit_to_each_process() -> None:
+    """No client under the limit is refused for an outage; the count goes on locally."""
+
+    class Down(MemoryStore):
+        async def count_hits(
+            self, hits: Mapping[str, int], *, window_end: float, now: float
+        ) -> dict[str, int]:
+            raise StoreUnavailable("down")
+
+    limiter = UnpaidLimiter(Down(), LimitOptions(3, WINDOW), Clock())
+    assert await allowed(limiter, "c", 10) == 3
+
+
+@pytest.mark.parametrize(
+    ("peer", "header", "key"),
+    [
+        ("203.0.113.7", None, "203.0.113.7"),
+        ("10.0.0.2", "198.51.100.7, 10.0.0.1", "198.51.100.7"),  # the first hop
+        ("10.0.0.2", " 198.51.100.7 ", "198.51.100.7"),
+        ("10.0.0.2", "", "10.0.0.2"),  # an empty header falls back to the peer
+        ("2001:db8:1:2:3:4:5:6", None, "2001:db8:1:2::/64"),  # IPv6 per /64
+        ("2001:db8:1:2:ffff::1", None, "2001:db8:1:2::/64"),
+        ("::ffff:203.0.113.7", None, "203.0.113.7"),
+        ("10.0.0.2", "[2001:db8::1]", "2001:db8::/64"),
+        ("10.0.0.2", "not-an-address", "not-an-address"),
+        (None, None, None),
+    ],
+)
+def test_client_key(peer: str | None, header: str | None, key: str | None) -> None:
+    assert client_key(peer, header) == key
