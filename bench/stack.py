@@ -76,6 +76,9 @@ class Stack:
             },
             "facilitator": {"strategy": "facilitator", "facilitator_url": self.facilitator.url},
         }
+        # The unpaid-request limit stays on (its cost is part of every 402 measured), with
+        # a limit no benchmark reaches: they all load from one client address.
+        extra.setdefault("rate_limit", {"unpaid_requests": 100_000_000})
         return seller_config(
             rpc_url=self.chain.rpc_url,
             chain_id=self.chain.chain_id,

@@ -19,8 +19,9 @@ reaches the store's write path or the chain.
     compare-and-set re-reads the record and answers from its state now):
     DELIVERED -> the stored grant, PAID -> step 10, SETTLING -> the chain
     decides at once (SPEC 5.2), else 409 SETTLEMENT_IN_PROGRESS while a lease
-    runs or 502 SETTLEMENT_PENDING after; all three only on proof (SPEC 4.2,
-    ``_prove``: the requestId, or the exact signed authorization stored).
+    runs or 502 SETTLEMENT_PENDING after. A grant only on proof (SPEC 4.2,
+    ``_proves``: the requestId, or the exact signed authorization stored); the
+    chain is asked only for a proven caller or one with a valid payment of its own.
     EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> EXPIRED, 410.
  5. Check the payment against the requirement this server offered
     (``protocol.check_payment``).                     -> 402 PAYMENT_FAILED
@@ -138,6 +139,8 @@ class _Caller:
     key: PaymentKey | None = None
     #: The payment passed step 5 against this challenge's requirement: (challengeId, auth).
     checked: tuple[str, Authorization] | None = None
+    #: Its signature verified against this challenge, window aside (a proof, not a payment).
+    verified: tuple[str, Authorization] | None = None
 
 
 def _same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
@@ -435,7 +438,7 @@ class AccessPipeline:
         if not was_created:
             self._same_request(record, body, plan)
             return await self._answer(record, caller)
-        caller.checked = (record.challenge_id, auth)
+        caller.checked = caller.verified = (record.challenge_id, auth)
         self._log_created(record)
         failpoint("after-claim")
         return await self._answer(await self._settle(record, auth, caller.payment, offered), caller)
@@ -468,7 +471,11 @@ class AccessPipeline:
             self._prove(record, caller)
             return await self._deliver(record)
         if state is State.SETTLING:
-            self._prove(record, caller)
+            if not self._proves(record, caller):
+                # Not its buyer, but a payment for this very challenge: it may ask the
+                # chain (a stale attempt may be released and this one settled); any
+                # grant that comes of it still needs the proof. Anything else: 402.
+                self._checked(record, caller)
             return await self._settling(record)
         if self.clock() >= record.expires_at:
             await self.expire(record)
@@ -477,31 +484,40 @@ class AccessPipeline:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
         return await self._attempt(record, caller)
 
-    def _prove(self, record: ChallengeRecord, caller: _Caller) -> None:
-        """Raise unless the caller proves it bought this challenge (SPEC 4.2).
+    def _proves(self, record: ChallengeRecord, caller: _Caller) -> bool:
+        """Whether the caller proves it bought this challenge (SPEC 4.2).
 
         The proof is the requestId, or a payment whose signature verifies and
-        whose authorization is byte for byte the stored one. A caller that
-        fails gets what a fresh, invalid payment would get, never the grant.
-        No chain call happens before this check.
+        whose authorization is byte for byte the stored one. A payment that
+        does not even verify raises its 402 (what a fresh, invalid payment
+        gets). Nothing here calls the chain.
         """
         if caller.body.request_id is not None and caller.body.request_id == record.request_id:
-            return
+            return True
         stored = record.payment
         if caller.payment is None or stored is None:
-            raise TxAlreadyRedeemed("this challenge is already paid")
-        if caller.checked is not None and caller.checked[0] == record.challenge_id:
-            auth = caller.checked[1]
-        else:
+            return False
+        if caller.verified is None or caller.verified[0] != record.challenge_id:
+            offered = self.offers.offered_requirement(record)
+            auth = check_payment(
+                caller.payment, offered, self.network, self.domain, self.clock(), check_time=False
+            )
+            caller.verified = (record.challenge_id, auth)
+        return _same_authorization(caller.verified[1], stored)
+
+    def _prove(self, record: ChallengeRecord, caller: _Caller) -> None:
+        """Raise unless the caller proves the purchase: it never gets someone else's grant."""
+        if not self._proves(record, caller):
+            raise TxAlreadyRedeemed("this challenge is already paid, with another payment")
+
+    def _checked(self, record: ChallengeRecord, caller: _Caller) -> Authorization:
+        """Step 5 for the caller's payment against this challenge (cached per challenge)."""
+        assert caller.payment is not None
+        if caller.checked is None or caller.checked[0] != record.challenge_id:
             offered = self.offers.offered_requirement(record)
             auth = check_payment(caller.payment, offered, self.network, self.domain, self.clock())
-            caller.checked = (record.challenge_id, auth)
-        if not _same_authorization(auth, stored):
-            if record.state is State.SETTLING:
-                raise SettlementInProgress(
-                    "this challenge is being settled with another payment", retry_after=2
-                )
-            raise TxAlreadyRedeemed("this challenge is already paid with another payment")
+            caller.checked = caller.verified = (record.challenge_id, auth)
+        return caller.checked[1]
 
     async def _settling(self, record: ChallengeRecord) -> ChallengeRecord:
         """A proven caller's SETTLING record: the chain decides now, or the caller waits."""
@@ -554,8 +570,7 @@ class AccessPipeline:
         assert caller.key is not None
         now = self.clock()
         offered = self.offers.offered_requirement(record)
-        auth = check_payment(caller.payment, offered, self.network, self.domain, now)
-        caller.checked = (record.challenge_id, auth)
+        auth = self._checked(record, caller)
         result = await self.transition(
             TransitionRequest(
                 challenge_id=record.challenge_id,

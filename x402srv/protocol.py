@@ -302,8 +302,15 @@ def check_payment(
     network: NetworkInfo,
     domain: Eip3009Domain,
     now: float,
+    *,
+    check_time: bool = True,
 ) -> Authorization:
-    """Step 5: the payment against the server's own requirement, never the client's."""
+    """Step 5: the payment against the server's own requirement, never the client's.
+
+    ``check_time=False`` skips the validity window, for a payment that is not
+    being settled now but shown as proof of one settled before (SPEC 4.2): its
+    window mattered when it was settled.
+    """
     accepted = payment.accepted
     auth = payment.payload.authorization
     if accepted.scheme != "exact":
@@ -325,12 +332,13 @@ def check_payment(
     if value != int(offered["amount"]):
         raise PaymentFailed(REASON_VALUE, "authorization.value is not the plan's amount")
     valid_after, valid_before = int(auth.validAfter), int(auth.validBefore)
-    if valid_after > now:
-        raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
-    if valid_before < now + 6:
-        raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
-    if valid_before > now + int(offered["maxTimeoutSeconds"]) + 60:
-        raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+    if check_time:
+        if valid_after > now:
+            raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
+        if valid_before < now + 6:
+            raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
+        if valid_before > now + int(offered["maxTimeoutSeconds"]) + 60:
+            raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
     signature = bytes.fromhex(payment.payload.signature[2:])
     transfer = TransferAuthorization(
         payer=auth.from_,

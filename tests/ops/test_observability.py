@@ -44,7 +44,10 @@ def test_readyz_when_the_facilitator_is_down(
     start_seller: Callable[..., Seller], facilitator: Callable[..., FacilitatorProcess]
 ) -> None:
     process = facilitator()
-    seller = start_seller("facilitator", facilitator_url=process.url)
+    # (answers are cached for readiness_cache_seconds; this test wants every check asked)
+    seller = start_seller(
+        "facilitator", facilitator_url=process.url, server={"readiness_cache_seconds": 0}
+    )
     assert httpx.get(f"{seller.server.url}/readyz").status_code == 200
     process.stop()
     answer = httpx.get(f"{seller.server.url}/readyz")
