@@ -56,6 +56,7 @@ REASON_SIGNATURE = "invalid_exact_evm_payload_signature"
 
 _RESOURCE_ID = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
 _ANY = re.compile(r".*", re.DOTALL)
+_PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # what config allows a plan id to be
 #: Ids this server hands out are lowercase canonical UUIDs; anything else names nothing.
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 #: Our own ids, which name records on this server: never sent to a facilitator.
@@ -221,7 +222,7 @@ def parse_payment_payload(data: object, *, where: str = "payment payload") -> Pa
         raise InvalidRequest(f"{where} {field}: {first['msg']}") from None
     extra = payload.accepted.extra or {}
     for key, pattern, what in (
-        ("planId", _ANY, "a string"),  # an unknown plan is TIER_NOT_FOUND, later
+        ("planId", _PLAN_ID, "a plan id ([A-Za-z0-9._-]{1,64})"),
         ("challengeId", _UUID, "a challenge id (a lowercase UUID)"),
         ("requestId", _ANY, "a string"),  # never used: the body's requestId is the proof
     ):
