@@ -79,15 +79,19 @@ class TaskStreams:
             ):
                 record = await self._conversation.refresh(record, version)
                 last_asked = time.monotonic()
-            for artifact in artifacts(record):
-                if artifact["artifactId"] not in sent:
-                    sent.add(artifact["artifactId"])
-                    yield artifact_event(record, artifact)
             fresh = [s for s in timeline(record) if s["message"]["messageId"] not in seen]
+            granted = [a for a in artifacts(record) if a["artifactId"] not in sent]
             ends = decided and record.state in STREAM_ENDS
             for n, status in enumerate(fresh, start=1):
+                if n == len(fresh):  # the grant came with the latest status: just before it
+                    for artifact in granted:
+                        yield artifact_event(record, artifact)
                 seen.add(status["message"]["messageId"])
                 yield status_event(record, status, final=ends and n == len(fresh))
+            if not fresh:
+                for artifact in granted:
+                    yield artifact_event(record, artifact)
+            sent.update(artifact["artifactId"] for artifact in granted)
 
     async def _wait(self, settling: asyncio.Task[TaskRecord] | None) -> None:
         if settling is not None and not settling.done():
