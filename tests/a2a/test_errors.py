@@ -150,6 +150,8 @@ def test_envelopes_at_the_card_url(lockable: Seller) -> None:
 
 
 MISSING_ID: list[tuple[str, dict[str, Any], int]] = [
+    ("jsonrpc not 2.0", {"jsonrpc": "aaa", "method": "message/send", "params": {}}, -32600),
+    ("no method", {"params": {}}, -32600),
     ("unknown method", {"method": "message/ssend", "params": {}}, -32601),
     ("params that do not validate", {"method": "message/send", "params": {"": "x"}}, -32602),
     ("a valid call", {"method": "tasks/get", "params": {"id": str(uuid.uuid4())}}, -32600),
@@ -161,9 +163,9 @@ def test_json_rpc_2_0_s5_1_a_request_without_id_is_read_to_the_end(
     lockable: Seller, case: str, fields: dict[str, Any], code: int
 ) -> None:
     """Method, then params, are judged first (-32601, -32602); only then the missing id."""
-    body = json.dumps({"jsonrpc": "2.0", **fields}).encode()
+    body = json.dumps({"jsonrpc": "2.0", **fields}).encode()  # (a "jsonrpc" in fields wins)
     error = rpc_error(post_raw(a2a_url(lockable), body), code, None)
-    if code == -32600:
+    if case == "a valid call":
         assert '"id"' in error["data"]["detail"]
 
 
