@@ -6,15 +6,20 @@ non-2xx status into a transport error that hides the code). The one exception
 is a body over the size limit: the framework refused to read it, so the answer
 is HTTP 413 (its body still the JSON-RPC -32600). A streaming method answers
 ``text/event-stream``: one ``data:`` line per JSON-RPC response document (an
-error ends the stream, also one before any event). The extension header a
-client sent is echoed with the extensions this answer activated.
+error ends the stream, also one before any event), and an SSE comment after
+``HEARTBEAT_SECONDS`` without one: Sanic closes a response that writes nothing
+for ``RESPONSE_TIMEOUT``, and a settlement whose outcome only the chain can tell
+may keep a stream quiet longer than that. The extension header a client sent
+is echoed with the extensions this answer activated.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from sanic import Request
 from sanic.response import HTTPResponse
@@ -28,6 +33,8 @@ __all__ = ["A2AEndpoint"]
 
 _HEADERS = {"Cache-Control": "no-store"}
 _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+#: Seconds a stream may stay silent before a comment line keeps the connection open.
+HEARTBEAT_SECONDS: Final = 15.0
 
 
 def _compact(document: dict[str, Any]) -> bytes:
@@ -75,11 +82,27 @@ class A2AEndpoint:
         response = await request.respond(
             headers={**_STREAM_HEADERS, **headers}, content_type="text/event-stream"
         )
+        documents = answer.documents
+        following: asyncio.Task[dict[str, Any]] | None = None
         try:
-            async for document in answer.documents:
+            while True:
+                following = following or asyncio.ensure_future(anext(documents))
+                done, _ = await asyncio.wait({following}, timeout=HEARTBEAT_SECONDS)
+                if not done:
+                    await response.send(b": still here\n\n")
+                    continue
+                try:
+                    document = following.result()
+                except StopAsyncIteration:
+                    break
+                following = None
                 await response.send(b"data: " + _compact(document) + b"\n\n")
         finally:
             # The client may have gone: the events stop, anything being settled goes on.
-            await answer.documents.aclose()
+            if following is not None and not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+            await documents.aclose()
         await response.eof()
         return None
