@@ -10,6 +10,8 @@ Every Task is validated with ``a2a-sdk``'s v0.3 models.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from eth_account.signers.local import LocalAccount
 
@@ -91,6 +93,11 @@ def test_a2a_x402_s5_3_paying_an_offer_of_the_catalog_directly(
     assert paid["metadata"]["x402srv.requestId"] == grant["requestId"]
     assert status_metadata(paid)[RECEIPTS][0]["transaction"] == grant["txHash"]
     assert seller.balance() - before == HOURLY
+    # history keeps the payment message, but not the signed authorization
+    stored = task_of(get(url, task["id"]))
+    [submitted] = [m for m in stored["history"] if m["role"] == "user" and "metadata" in m]
+    assert submitted["metadata"] == {STATUS: "payment-submitted"}
+    assert payment["payload"]["signature"] not in json.dumps(stored)
 
 
 def test_a2a_0_3_s6_4_history_keeps_the_conversation(seller: Seller) -> None:
