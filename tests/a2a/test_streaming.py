@@ -305,3 +305,46 @@ def test_a_resubscription_on_another_server_follows_the_settlement(
     assert grant == grant_of(task_of(get(a2a_url(second), task["id"])))
     assert first.balance() == HOURLY
     assert required_of(task)["accepts"][0]["payTo"] == first.wallet
+
+
+@pytest.mark.parametrize(
+    ("method", "configuration", "headers"),
+    [
+        ("SendMessage", {"returnImmediately": True}, V10),
+        ("message/send", {"blocking": False}, {}),
+    ],
+)
+def test_a2a_1_0_s3_2_2_return_immediately_answers_while_it_settles(
+    start_seller: Callable[..., Seller],
+    devchain: Devchain,
+    buyer: LocalAccount,
+    method: str,
+    configuration: dict[str, Any],
+    headers: dict[str, str],
+) -> None:
+    """The answer comes once the settlement shows on the task; tasks/get then agrees."""
+    seller = start_seller("gas-wallet")
+    url = a2a_url(seller)
+    task = open_task(url)
+    params = _payment_stream(url, task, payment_for(seller, buyer, task))["params"]
+    if method == "SendMessage":  # the same message in 1.0's words
+        params["message"] = {
+            **{k: v for k, v in params["message"].items() if k != "kind"},
+            "role": "ROLE_USER",
+            "parts": [{"text": "Here is the payment."}],
+        }
+    with held_chain(devchain):
+        answer = call(url, method, {**params, "configuration": configuration}, headers=headers)
+        shown = answer["result"].get("task", answer["result"])
+        assert shown["status"]["state"] in ("working", "TASK_STATE_WORKING")
+        waiting = task_of(get(url, task["id"]))
+        assert waiting["status"]["state"] == "working"
+        tx_hash = None
+        deadline = time.monotonic() + 30
+        while tx_hash is None:  # the hash is written on the task just before it is sent
+            assert time.monotonic() < deadline
+            tx_hash = status_metadata(task_of(get(url, task["id"]))).get("x402srv.txHash")
+            time.sleep(0.02)
+        _mine_once_sent(devchain, tx_hash)
+    assert _until_completed(url, task["id"])["status"]["state"] == "completed"
+    assert seller.balance() == HOURLY

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PaymentFailed, ProblemError, TierNotFound, TxAlreadyRedeemed
@@ -71,12 +71,29 @@ class Reply:
 
     record: TaskRecord
     settling: asyncio.Task[TaskRecord] | None = None
+    #: Set once the settlement's first step is written on the task.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def settled(self) -> TaskRecord:
         """The task once its payment is settled (shielded: the settlement always runs on)."""
         if self.settling is None:
             return self.record
         return await asyncio.shield(self.settling)
+
+    async def under_way(self, tasks: TaskRepository) -> TaskRecord:
+        """The task as soon as its settlement shows on it (``returnImmediately``).
+
+        Not before: a client that then asks tasks/get must find what it was told.
+        """
+        if self.settling is None:
+            return self.record
+        started = asyncio.ensure_future(self.started.wait())
+        await asyncio.wait({self.settling, started}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if self.settling.done():
+            return self.settling.result()
+        record, _ = await tasks.load(self.record.task_id)
+        return record
 
 
 def _unchanged(record: TaskRecord) -> Update:
@@ -173,11 +190,13 @@ class Conversation:
             if record.purchase == purchase:
                 record, version = await self._tasks.update(record, version, update, user)
                 logged = None
-        settling = asyncio.ensure_future(self._settle(record, version, intent.payment, logged))
+        started = asyncio.Event()
+        payment = intent.payment
+        settling = asyncio.ensure_future(self._settle(record, version, payment, logged, started))
         self._settling.add(settling)
         settling.add_done_callback(self._settled)
         view = apply(record, submitted(), self._clock()) or record
-        return Reply(view, settling)
+        return Reply(view, settling, started)
 
     async def _refuse_foreign(self, payment: PaymentPayload) -> Update:
         """A payment made for another payment request: spent already, or not this task's."""
@@ -207,6 +226,7 @@ class Conversation:
         version: int,
         payment: PaymentPayload,
         user: dict[str, Any] | None,
+        started: asyncio.Event,
     ) -> TaskRecord:
         """One pipeline call for the payment; each step it reports is written on the task."""
         purchase = record.purchase
@@ -225,6 +245,7 @@ class Conversation:
                     update = steps.get_nowait()
                 record, version = await self._tasks.update(record, version, update, user)
                 user = None
+                started.set()
         record, _ = await self._tasks.update(record, version, call.result(), user)
         log.info("a2a: task %s is %s after a payment", record.task_id, record.state)
         return record

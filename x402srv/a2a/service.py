@@ -3,7 +3,9 @@
     operation (0.3 / 1.0 name)           answer
     -----------------------------------  -----------------------------------------------------
     send (message/send, SendMessage)     the Task after the message (see ``conversation``);
-                                         a payment is answered once it is settled
+                                         a payment is answered once it is settled, or once
+                                         it is being settled (returnImmediately,
+                                         blocking: false)
     stream (message/stream,              the same as SSE: the Task, then each status it goes
       SendStreamingMessage)              through and its AccessGrant, until final or
                                          input-required (see ``streams``)
@@ -180,7 +182,11 @@ class A2AService:
         return await self._conversation.follow_up(send.message)
 
     async def _send(self, send: MessageSendParams, v10: bool) -> Result:
-        record = await (await self._reply(send)).settled()
+        reply = await self._reply(send)
+        if send.configuration is not None and send.configuration.immediately:
+            record = await reply.under_way(self._tasks)
+        else:
+            record = await reply.settled()
         task = render_task(record, _history_length(send))
         return v1.send_result(task) if v10 else task
 

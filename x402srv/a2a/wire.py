@@ -78,8 +78,14 @@ class Message(_Wire):
 class SendConfiguration(_Wire):
     acceptedOutputModes: list[str] | None = None
     blocking: bool | None = None
+    #: 1.0's name for ``blocking: false``.
+    returnImmediately: bool | None = None
     historyLength: int | None = Field(default=None, ge=0)
     pushNotificationConfig: dict[str, Any] | None = None
+
+    @property
+    def immediately(self) -> bool:
+        return self.returnImmediately is True or self.blocking is False
 
 
 class MessageSendParams(_Wire):
