@@ -1,4 +1,4 @@
-"""The agent card (SPEC 4.1): a2a-sdk validates it as 0.3 and reads it as 1.0, exactly our fields."""
+"""The agent card (SPEC 4.1): a2a-sdk reads it as a 0.3 card and as a 1.0 one; our fields only."""
 
 from __future__ import annotations
 

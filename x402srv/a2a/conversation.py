@@ -233,6 +233,9 @@ class Conversation:
         assert purchase is not None
         with self._watch.watch(purchase.request_id) as steps:
             call = asyncio.ensure_future(self._ask(purchase, payment))
+            # If writing a step fails, the pipeline call still ends on its own (and its
+            # answer shows on the next tasks/get): its outcome is read, never left dangling.
+            call.add_done_callback(lambda done: done.cancelled() or done.exception())
             while not call.done() or not steps.empty():
                 if steps.empty():
                     step = asyncio.ensure_future(steps.get())
