@@ -263,6 +263,9 @@ def test_a_client_that_hangs_up_mid_settlement_finds_the_grant(
     assert grant_of(done)["txHash"] == tx_hash
     assert seller.balance() == HOURLY
     assert len(seller.chain.transfer_logs(to=seller.wallet)) == 1
+    logs = seller.server.logs()  # secrets never reach the logs
+    assert payment["payload"]["signature"] not in logs
+    assert grant_of(done)["accessToken"] not in logs
 
 
 def test_a_resubscription_on_another_server_follows_the_settlement(
