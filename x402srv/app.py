@@ -108,7 +108,7 @@ def create_app(
             "cors_expose_headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-A2A-Extensions, "
             "X-X402-Access-Token, X-X402-Grant",
             "cors_allow_headers": "content-type, payment-signature, authorization, "
-            "x-a2a-extensions, a2a-extensions",
+            "x-a2a-extensions, a2a-extensions, a2a-version",
             "http_auto_trace": False,
         },
     )
@@ -211,10 +211,10 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
         return HTTPResponse(_json(keys), content_type=_JSON)
 
     @app.post(f"{base}/x402/access", name="access")
-    async def access(request: Request) -> HTTPResponse:
+    async def access(request: Request) -> HTTPResponse | None:
         envelope = sniff_envelope(request.body)
         if envelope is not None:  # the card's url speaks A2A JSON-RPC too
-            return await a2a.respond_document(envelope, request.headers)
+            return await a2a.respond_document(envelope, request)
         result = await pipeline.handle(
             AccessRequest(
                 body=request.body,
@@ -230,8 +230,8 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
         return Response(_json(result.grant), 200, headers, _JSON)
 
     @app.post(app.ctx.a2a_path, name="a2a")
-    async def a2a_route(request: Request) -> HTTPResponse:
-        return await a2a.respond(request.body, request.headers)
+    async def a2a_route(request: Request) -> HTTPResponse | None:
+        return await a2a.respond(request)  # JSON, or SSE for the streaming methods
 
 
 def _errors(app: Sanic[Any, Any]) -> None:

@@ -1,4 +1,14 @@
-"""The A2A 0.3.0 agent card (SPEC 4.1), built once from the config."""
+"""The agent card (SPEC 4.1), built once from the config: an A2A 0.3.0 card, read by 1.0 too.
+
+Every field SPEC 4.1 fixes keeps its 0.3 value (``protocolVersion: "0.3.0"``,
+``url``, ``preferredTransport``, ``additionalInterfaces``, the skills, the x402
+extension). ``supportedInterfaces`` is what 1.0 clients read instead (0.3
+clients ignore it): each URL that speaks JSON-RPC is listed once per version,
+1.0 first, as the ``a2a-sdk`` client prefers; the server tells the two apart by
+the ``A2A-Version`` header. ``capabilities.streaming`` is true because
+``message/stream`` and ``tasks/resubscribe`` (and 1.0's SendStreamingMessage and
+SubscribeToTask) are served.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +37,11 @@ def agent_card(config: Config) -> dict[str, Any]:
             {"url": url, "transport": "JSONRPC"},
             {"url": a2a_url, "transport": "JSONRPC"},
         ],
+        "supportedInterfaces": [
+            {"url": where, "protocolBinding": "JSONRPC", "protocolVersion": version}
+            for version in ("1.0", "0.3")
+            for where in (url, a2a_url)
+        ],
         "version": seller.agent_version,
         "protocolVersion": "0.3.0",
         "capabilities": {
@@ -41,7 +56,7 @@ def agent_card(config: Config) -> dict[str, Any]:
                 }
             ],
             "pushNotifications": False,
-            "streaming": False,
+            "streaming": True,
             "stateTransitionHistory": False,
         },
         "defaultInputModes": ["text"],
@@ -53,7 +68,8 @@ def agent_card(config: Config) -> dict[str, Any]:
                 "description": (
                     f"Free. POST {{}} to {url} to list the plans: plan ids, prices, the "
                     "wallet address and chain id (answered as an HTTP 402 offer). Over A2A: "
-                    "message/send naming no plan; the plans come back as a data part."
+                    "a message naming no plan opens a task that lists every plan (a data "
+                    "part) and asks for one (input-required)."
                 ),
                 "tags": ["catalog", "pricing", "x402"],
                 "examples": ["What plans do you offer?", f"POST {url} with body {{}}"],
@@ -64,11 +80,13 @@ def agent_card(config: Config) -> dict[str, Any]:
                 "description": (
                     f'Paid. POST {{"planId": ...}} to {url} for a 402 challenge, sign an '
                     "EIP-3009 transferWithAuthorization for it, retry the same request with "
-                    "the PAYMENT-SIGNATURE header and receive an AccessGrant with a bearer "
-                    'token. Over A2A: message/send with a data part {"planId": ...} opens '
-                    "a task asking for the payment (x402.payment.required); pay it on that "
-                    "task (x402.payment.status payment-submitted) and the completed task "
-                    f"holds the AccessGrant. Plans: {', '.join(plan_ids)}."
+                    "the PAYMENT-SIGNATURE header and receive an AccessGrant, which the "
+                    "seller's API takes as Authorization: Bearer. Over A2A: a message with a "
+                    'data part {"planId": ...} (or naming the plan, also on the catalog '
+                    "task) gets a task asking for the payment (x402.payment.required); pay "
+                    "it on that task (x402.payment.status payment-submitted) and the "
+                    "completed task holds the AccessGrant; message/stream shows the "
+                    f"settlement as it happens. Plans: {', '.join(plan_ids)}."
                 ),
                 "tags": ["payment", "access", "x402"],
                 "examples": [

@@ -47,6 +47,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .chain import ChainReader
@@ -248,12 +249,20 @@ class AccessPipeline:
         self.lease_seconds = config.settlement.lease_seconds
         self.exclusive_issuer = bool(getattr(issuer, "exclusive", True))
         self.resolver = SettlingResolver(chain, clock)
+        self.observers: list[Callable[[ChallengeRecord], None]] = []
 
     async def transition(self, request: TransitionRequest) -> TransitionResult:
-        """Every state change goes through here: one log line per applied transition."""
+        """Every state change goes through here: one log line per applied transition.
+
+        Each of ``observers`` is then called with the record as written (in this
+        process only; A2A streams settlement progress from it). An observer must
+        be quick and must not raise.
+        """
         result = await self.store.transition(request)
         if isinstance(result, TransitionApplied):
             record = result.record
+            for observer in self.observers:
+                observer(record)
             log.info(
                 "challenge %s request %s: %s -> %s (%s)",
                 record.challenge_id,

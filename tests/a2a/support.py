@@ -1,18 +1,23 @@
-"""Raw A2A 0.3.0 JSON-RPC for the tests: messages, calls and checks.
+"""Raw A2A JSON-RPC for the tests: messages, calls, SSE streams and checks.
 
-Every result is validated with ``a2a-sdk``'s v0.3 models (``a2a.compat.v0_3.types``),
-so a shape the official SDK cannot read fails the test that produced it.
+Every 0.3 result is validated with ``a2a-sdk``'s v0.3 models (``a2a.compat.v0_3.types``)
+and every 1.0 result with its protobuf types (``a2a.types.a2a_pb2``, unknown
+fields refused), so a shape the official SDK cannot read fails the test that
+produced it.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from typing import Any
 
 import httpx
 from a2a.compat.v0_3 import types as v03
+from a2a.types import a2a_pb2
 from eth_account.signers.local import LocalAccount
+from google.protobuf.json_format import ParseDict
 
 from tests.helpers import Seller
 from x402srv.testing.buyers import signed_payment
@@ -23,6 +28,7 @@ REQUIRED = "x402.payment.required"
 PAYLOAD = "x402.payment.payload"
 RECEIPTS = "x402.payment.receipts"
 ERROR = "x402.payment.error"
+V10 = {"A2A-Version": "1.0"}
 
 
 def a2a_url(seller: Seller) -> str:
@@ -143,3 +149,48 @@ def grant_of(task: dict[str, Any]) -> dict[str, Any]:
     [part] = artifact["parts"]
     assert part["kind"] == "data"
     return dict(part["data"])
+
+
+def catalog_task(url: str, *parts: dict[str, Any]) -> dict[str, Any]:
+    """A new task for a message that names no plan: input-required, every plan offered."""
+    task = task_of(send(url, message(*(parts or (text("What plans do you offer?"),)))))
+    assert task["status"]["state"] == "input-required", task
+    assert status_metadata(task)["x402srv.skill"] == "discover-products"
+    return task
+
+
+def v10_call(url: str, method: str, params: Any, **kwargs: Any) -> dict[str, Any]:
+    """A 1.0 call (``A2A-Version: 1.0``); the whole response document."""
+    headers = {**V10, **kwargs.pop("headers", {})}
+    return call(url, method, params, headers=headers, **kwargs)
+
+
+def v10_message(*parts: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A 1.0 user Message (ROLE_USER, parts without ``kind``)."""
+    return {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": list(parts) or [{"text": "hello"}],
+        **fields,
+    }
+
+
+def v10_task(document: dict[str, Any]) -> dict[str, Any]:
+    """A 1.0 Task from a result; it must parse as ``a2a.Task`` with no unknown field."""
+    value = result(document)
+    task = value["task"] if set(value) == {"task"} else value
+    ParseDict(task, a2a_pb2.Task())
+    return dict(task)
+
+
+def v10_status_metadata(task: dict[str, Any]) -> dict[str, Any]:
+    return dict(task["status"]["message"]["metadata"])
+
+
+def sse(url: str, method: str, params: Any, **headers: str) -> list[dict[str, Any]]:
+    """A streaming call read to its end: every JSON-RPC document it sent, in order."""
+    envelope = {"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params}
+    with httpx.stream("POST", url, json=envelope, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]

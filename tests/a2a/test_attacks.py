@@ -6,7 +6,10 @@ challenge table of the seller's sqlite store are snapshot: nothing may be sent
 on-chain and no challenge may change. Verification failures (HTTP 402) answer
 ``payment-failed`` with the extension's error code, the task back in
 ``input-required`` with the same PaymentRequired; malformed payments (HTTP 400)
-answer -32602 and leave even the task as it was. Both settlement strategies.
+answer -32602 and leave even the task as it was. A payment naming a challenge
+that is not the task's (HTTP 400 for an unknown one) is a payment for another
+payment request: ``payment-failed`` too, never a JSON-RPC error (SPEC 4.3).
+Both settlement strategies.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from tests.a2a.support import (
     a2a_url,
     error_of,
     get,
+    grant_of,
     open_task,
     pay,
     payment_for,
@@ -53,11 +57,16 @@ EXPECTED_CODES = {
     "validBefore too far ahead": "EXPIRED_PAYMENT",
     "validBefore passed": "EXPIRED_PAYMENT",
     "validAfter in the future": "EXPIRED_PAYMENT",
+    # not a malformed request over A2A: a payment made for another payment request
+    "unknown challengeId": "INVALID_AMOUNT",
 }
+#: The x402 reason of each attack that is refused differently over A2A than over HTTP.
+A2A_REASONS = {"unknown challengeId": "invalid_payment_requirements"}
 
 
 def test_every_verification_attack_has_an_expected_code() -> None:
-    assert {a.name for a in ATTACKS if a.status == 402} == set(EXPECTED_CODES)
+    refused = {a.name for a in ATTACKS if a.status == 402} | set(A2A_REASONS)
+    assert refused == set(EXPECTED_CODES)
 
 
 def challenges(seller: Seller) -> dict[str, list[tuple[Any, ...]]]:
@@ -89,7 +98,7 @@ def test_payment_attacks_over_a2a(seller: Seller, buyer: LocalAccount, attack: A
     payload = attack_payload(seller, buyer, attack, required_of(task)["accepts"][0])
     with no_transfer_no_challenge_change(seller):
         answer = pay(url, task, payload)
-    if attack.status == 400:
+    if attack.name not in EXPECTED_CODES:
         error = error_of(answer, -32602)
         assert error["data"]["code"] == attack.code
         assert task_of(get(url, task["id"])) == task  # the task is as it was
@@ -103,7 +112,7 @@ def test_payment_attacks_over_a2a(seller: Seller, buyer: LocalAccount, attack: A
     [receipt] = metadata[RECEIPTS]
     assert receipt == {
         "success": False,
-        "errorReason": attack.reason,
+        "errorReason": A2A_REASONS.get(attack.name, attack.reason),
         "transaction": "",
         "network": seller.chain.network,
     }
@@ -111,10 +120,16 @@ def test_payment_attacks_over_a2a(seller: Seller, buyer: LocalAccount, attack: A
     assert task_of(get(url, task["id"])) == failed
 
 
+@pytest.mark.parametrize("form", ["verbatim", "re-targeted"])
 def test_a_redeemed_payment_on_another_task_is_a_duplicate_nonce(
-    seller: Seller, buyer: LocalAccount
+    seller: Seller, buyer: LocalAccount, form: str
 ) -> None:
-    """The authorization settled task A; replayed on task B (re-targeted) it is DUPLICATE_NONCE."""
+    """a2a-x402 9.1: a payment that settled task A, sent on task B, is a spent nonce.
+
+    Verbatim (still naming A's challenge) or with A's ids removed, task B answers
+    ``payment-failed`` / ``DUPLICATE_NONCE``: no transfer, no challenge changes,
+    and B can still be paid.
+    """
     url = a2a_url(seller)
     first = open_task(url)
     payment = payment_for(seller, buyer, first)
@@ -122,17 +137,31 @@ def test_a_redeemed_payment_on_another_task_is_a_duplicate_nonce(
 
     second = open_task(url)
     replayed = copy.deepcopy(payment)
-    for key in ("challengeId", "requestId"):
-        replayed["accepted"]["extra"].pop(key)
+    if form == "re-targeted":
+        for key in ("challengeId", "requestId"):
+            replayed["accepted"]["extra"].pop(key)
     with no_transfer_no_challenge_change(seller):
         failed = task_of(pay(url, second, replayed))
     metadata = status_metadata(failed)
     assert failed["status"]["state"] == "input-required"
     assert metadata[STATUS] == "payment-failed"
     assert metadata[ERROR] == "DUPLICATE_NONCE"
+    assert metadata[REQUIRED] == required_of(second)  # pay again, same terms
     assert metadata["x402srv.problem"]["code"] == "TX_ALREADY_REDEEMED"
 
-    # as it is (naming task A's challenge) it is refused as another task's payment
+    paid = task_of(pay(url, second, payment_for(seller, buyer, second)))
+    assert paid["status"]["state"] == "completed"
+    assert grant_of(paid)["challengeId"] == second["metadata"]["x402srv.challengeId"]
+
+
+def test_a_payment_made_for_another_open_task_is_not_taken(
+    seller: Seller, buyer: LocalAccount
+) -> None:
+    """Signed for task A (not yet paid), sent on task B: refused on B, still good for A."""
+    url = a2a_url(seller)
+    first, second = open_task(url), open_task(url)
+    payment = payment_for(seller, buyer, first)
     with no_transfer_no_challenge_change(seller):
-        error = error_of(pay(url, second, payment), -32602)
-    assert error["data"]["code"] == "REQUEST_ID_CONFLICT"
+        failed = task_of(pay(url, second, payment))
+    assert status_metadata(failed)[ERROR] == "INVALID_AMOUNT"
+    assert task_of(pay(url, first, payment))["status"]["state"] == "completed"

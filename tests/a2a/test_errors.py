@@ -2,14 +2,17 @@
 
 Codes: -32700 parse error, -32600 invalid request, -32601 method not found,
 -32602 invalid params, -32603 internal error, -32001 task not found, -32002 task
-not cancelable, -32004 unsupported operation, -32005 content type not supported,
--32007 extended card not configured. Every answer is HTTP 200 with a JSON-RPC
-body whose shape ``a2a-sdk``'s v0.3 ``JSONRPCErrorResponse`` accepts; the ``id``
-is echoed when it could be read, else ``null``. Nothing here is ever a 500.
+not cancelable, -32003 push notifications not supported, -32004 unsupported
+operation, -32005 content type not supported, -32007 extended card not
+configured (-32009, version not supported, is in ``test_a2a_1_0``). Every answer
+is HTTP 200 with a JSON-RPC body whose shape ``a2a-sdk``'s v0.3
+``JSONRPCErrorResponse`` accepts; the ``id`` is echoed when it could be read,
+else ``null``. Nothing here is ever a 500.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -84,7 +87,12 @@ MALFORMED: list[tuple[str, bytes, int, Any]] = [
     ("no method", b'{"jsonrpc":"2.0","id":7}', -32600, 7),
     ("method not a string", b'{"jsonrpc":"2.0","id":7,"method":5}', -32600, 7),
     ("no id", b'{"jsonrpc":"2.0","method":"tasks/get","params":{"id":"x"}}', -32600, None),
-    ("id null", b'{"jsonrpc":"2.0","id":null,"method":"tasks/get"}', -32600, None),
+    (
+        "id null",
+        b'{"jsonrpc":"2.0","id":null,"method":"tasks/get","params":{"id":"x"}}',
+        -32600,
+        None,
+    ),
     ("id fraction", b'{"jsonrpc":"2.0","id":1.5,"method":"tasks/get"}', -32600, None),
     ("id object", b'{"jsonrpc":"2.0","id":{},"method":"tasks/get"}', -32600, None),
     ("id boolean", b'{"jsonrpc":"2.0","id":true,"method":"tasks/get"}', -32600, None),
@@ -138,7 +146,37 @@ def test_envelopes_at_the_card_url(lockable: Seller) -> None:
     assert "accepts" in discovery.json()
 
 
-# ------------------------------------------------------------------ -32601 / -32004 / -32007
+# ------------------------------------------------------------------ JSON-RPC 2.0 section 5.1
+
+
+MISSING_ID: list[tuple[str, dict[str, Any], int]] = [
+    ("jsonrpc not 2.0", {"jsonrpc": "aaa", "method": "message/send", "params": {}}, -32600),
+    ("no method", {"params": {}}, -32600),
+    ("unknown method", {"method": "message/ssend", "params": {}}, -32601),
+    ("params that do not validate", {"method": "message/send", "params": {"": "x"}}, -32602),
+    ("a valid call", {"method": "tasks/get", "params": {"id": str(uuid.uuid4())}}, -32600),
+]
+
+
+@pytest.mark.parametrize(("case", "fields", "code"), MISSING_ID, ids=[m[0] for m in MISSING_ID])
+def test_json_rpc_2_0_s5_1_a_request_without_id_is_read_to_the_end(
+    lockable: Seller, case: str, fields: dict[str, Any], code: int
+) -> None:
+    """Method, then params, are judged first (-32601, -32602); only then the missing id."""
+    body = json.dumps({"jsonrpc": "2.0", **fields}).encode()  # (a "jsonrpc" in fields wins)
+    error = rpc_error(post_raw(a2a_url(lockable), body), code, None)
+    if case == "a valid call":
+        assert '"id"' in error["data"]["detail"]
+
+
+def test_json_rpc_2_0_s4_the_same_id_twice_gets_two_answers(lockable: Seller) -> None:
+    url = a2a_url(lockable)
+    first = task_of(send(url, message(text("plans?")), request_id="same"))
+    second = task_of(send(url, message(text("plans?")), request_id="same"))
+    assert first["id"] != second["id"]
+
+
+# ------------------------------------------------------------------ -32601 / -32003 / -32007
 
 
 @pytest.mark.parametrize("method", ["tasks/list", "foo/bar", "message/SEND", "rpc.discover"])
@@ -149,18 +187,16 @@ def test_unknown_methods(lockable: Seller, method: str) -> None:
 @pytest.mark.parametrize(
     "method",
     [
-        "message/stream",
-        "tasks/resubscribe",
         "tasks/pushNotificationConfig/set",
         "tasks/pushNotificationConfig/get",
         "tasks/pushNotificationConfig/list",
         "tasks/pushNotificationConfig/delete",
     ],
 )
-def test_streaming_and_push_are_not_offered(lockable: Seller, method: str) -> None:
-    params = {"message": message(text("hi"))} if method == "message/stream" else {"id": "x"}
-    error = rpc_error(call(a2a_url(lockable), method, params), -32004, "req-1")
-    assert "capabilities." in error["data"]["detail"]
+def test_a2a_0_3_s8_2_push_notifications_are_not_supported(lockable: Seller, method: str) -> None:
+    error = rpc_error(call(a2a_url(lockable), method, {"id": "x"}), -32003, "req-1")
+    assert error["message"] == "Push Notification is not supported"
+    assert "capabilities.pushNotifications" in error["data"]["detail"]
 
 
 def test_push_config_on_message_send_is_unsupported(lockable: Seller) -> None:
@@ -168,7 +204,7 @@ def test_push_config_on_message_send_is_unsupported(lockable: Seller) -> None:
         "message": message(data({"planId": "hourly"})),
         "configuration": {"pushNotificationConfig": {"url": "https://example.com/hook"}},
     }
-    rpc_error(call(a2a_url(lockable), "message/send", params), -32004, "req-1")
+    rpc_error(call(a2a_url(lockable), "message/send", params), -32003, "req-1")
 
 
 def test_extended_card_is_not_configured(lockable: Seller) -> None:
@@ -251,22 +287,33 @@ def test_messages_that_do_not_fit_the_task(lockable: Seller) -> None:
         url, {"message": message(task_id=task["id"], metadata={**submitted, PAYLOAD: "eyJ4NDAy"})}
     )
     assert error["data"]["code"] == "INVALID_REQUEST"
-    # a status a client does not send, no status at all, another task's context
+    # a status a client does not send, another task's context
     _invalid_params(
         url, {"message": message(task_id=task["id"], metadata={STATUS: "payment-completed"})}
     )
-    _invalid_params(url, {"message": message(text("and now?"), task_id=task["id"])})
     _invalid_params(url, {"message": message(task_id=task["id"], context_id=str(uuid.uuid4()))})
     assert task_of(call(url, "tasks/get", {"id": task["id"]})) == task  # nothing changed
 
 
+def test_a2a_0_3_s7_1_a_message_without_payment_on_an_open_task_is_taken(lockable: Seller) -> None:
+    """Conversation on a task waiting for its payment: kept in history, the task unchanged."""
+    url = a2a_url(lockable)
+    task = open_task(url)
+    chat = message(text("and now?"), task_id=task["id"])
+    answer = task_of(send(url, chat))
+    assert answer["status"] == task["status"]
+    assert answer["history"][-1]["messageId"] == chat["messageId"]
+
+
 def test_a_payment_on_a_canceled_task(lockable: Seller, buyer: LocalAccount) -> None:
+    """A2A 1.0 3.1.1: a task in a final state takes no more messages (UnsupportedOperation)."""
     url = a2a_url(lockable)
     task = open_task(url)
     canceled = task_of(call(url, "tasks/cancel", {"id": task["id"]}))
     assert canceled["status"]["state"] == "canceled"
-    error = rpc_error(pay(url, task, payment_for(lockable, buyer, task)), -32602, "req-1")
+    error = rpc_error(pay(url, task, payment_for(lockable, buyer, task)), -32004, "req-1")
     assert "canceled" in error["data"]["detail"]
+    rpc_error(send(url, message(text("hello?"), task_id=task["id"])), -32004, "req-1")
 
 
 # ------------------------------------------------------------------ -32603
@@ -340,7 +387,7 @@ def test_the_x402_extension_header_is_echoed_when_activated(lockable: Seller) ->
     assert "x-a2a-extensions" not in other.headers
     plain = httpx.post(url, json=envelope)
     assert "x-a2a-extensions" not in plain.headers
-    assert plain.json()["result"]["kind"] == "message"
+    assert plain.json()["result"]["kind"] == "task"
 
 
 def test_get_on_the_a2a_path_is_still_a_problem(lockable: Seller) -> None:

@@ -22,7 +22,7 @@ from tests.a2a.support import (
     REQUIRED,
     STATUS,
     a2a_url,
-    call,
+    catalog_task,
     data,
     get,
     grant_of,
@@ -54,14 +54,14 @@ def url(request: pytest.FixtureRequest, seller: Seller) -> str:
 
 
 async def test_catalog_then_purchase(seller: Seller, buyer: LocalAccount, url: str) -> None:
-    catalog = call(url, "message/send", {"message": message(text("What plans do you offer?"))})
-    reply = catalog["result"]
-    assert reply["kind"] == "message"
-    assert reply["role"] == "agent"
-    assert reply["metadata"] == {"x402srv.skill": "discover-products"}
-    [_, plans] = reply["parts"]
+    catalog = catalog_task(url)
+    [_, plans] = catalog["status"]["message"]["parts"]
     assert [p["planId"] for p in plans["data"]["plans"]] == ["hourly", "daily"]
     assert [a["extra"]["planId"] for a in plans["data"]["accepts"]] == ["hourly", "daily"]
+    offered = status_metadata(catalog)
+    assert offered[STATUS] == "payment-required"
+    assert offered[REQUIRED]["accepts"] == plans["data"]["accepts"]
+    assert "metadata" not in catalog  # no purchase yet
 
     task = open_task(url, "hourly")
     metadata = status_metadata(task)

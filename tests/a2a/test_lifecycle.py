@@ -234,7 +234,7 @@ async def test_an_expired_challenge_fails_its_task(
             )
         },
     )
-    assert "failed" in error_of(late, -32602)["data"]["detail"]
+    assert "failed" in error_of(late, -32004)["data"]["detail"]  # a final task takes no more
     request_id = opened["metadata"]["x402srv.requestId"]
     again = await rpc(
         "message/send", {"message": message(data({"planId": "hourly", "requestId": request_id}))}

@@ -1,116 +1,56 @@
-"""The official ``a2a-sdk`` client buys a plan: card discovery, JSON-RPC 0.3, x402 extension.
+"""The official ``a2a-sdk`` client buys a plan, in native A2A 1.0 and in 0.3 mode.
 
-Nothing here speaks JSON-RPC by hand. ``create_client`` resolves the agent card
-from ``/.well-known/agent-card.json``, reads ``protocolVersion: 0.3.0`` and
-``preferredTransport: JSONRPC`` and picks its v0.3 JSON-RPC transport for the
-card's url; the buyer asks for the catalog, opens a task for a plan, signs the
-task's ``x402.payment.required`` with the official x402 client, and sends the
-PaymentPayload on the task. The token it receives opens the seller's guarded
-route. Runs on a real server on anvil, once per settlement strategy.
+Nothing here speaks JSON-RPC by hand. The buyer opens a task naming no plan
+(the catalog, input-required), names a plan on that same task, signs the
+task's ``x402.payment.required`` with the official x402 client and sends the
+PaymentPayload on it. The token it receives opens the seller's guarded route.
+Runs on a real server on anvil, once per settlement strategy and per mode; the
+recorder proves each mode spoke its own version on the wire.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
-import httpx
 import pytest
-from a2a.client import Client, ClientCallContext, ClientConfig, create_client
-from a2a.client.service_parameters import ServiceParametersFactory, with_a2a_extensions
-from a2a.types.a2a_pb2 import (
-    CancelTaskRequest,
-    GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
-    StreamResponse,
-    Task,
-    TaskState,
-)
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, TaskState
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from eth_account.signers.local import LocalAccount
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import MessageToDict
 from x402.schemas import PaymentRequired
 
 from tests.a2a.support import ERROR, PAYLOAD, RECEIPTS, REQUIRED, STATUS, X402_EXTENSION
+from tests.a2a.support_sdk import (
+    METHODS,
+    X402,
+    sdk_client,
+    send,
+    status_metadata,
+    user_message,
+)
 from tests.e2e.test_purchase import HOURLY, check_grant, seller_api
 from tests.helpers import Seller
 from x402srv.testing.buyers import official_client
 
-
-class Recorder(httpx.AsyncBaseTransport):
-    """Keeps every request and response the SDK client exchanged (for the assertions)."""
-
-    def __init__(self) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
-        self.exchanges: list[tuple[httpx.Request, httpx.Response]] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await request.aread()
-        response = await self._inner.handle_async_request(request)
-        await response.aread()
-        self.exchanges.append((request, response))
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+MODES = ["1.0", "0.3"]
 
 
-@asynccontextmanager
-async def sdk_client(seller: Seller) -> AsyncIterator[tuple[Client, Recorder]]:
-    recorder = Recorder()
-    async with httpx.AsyncClient(transport=recorder, timeout=60) as http:
-        client = await create_client(seller.server.url, ClientConfig(httpx_client=http))
-        try:
-            yield client, recorder
-        finally:
-            await client.close()
-
-
-X402 = ClientCallContext(
-    service_parameters=ServiceParametersFactory.create([with_a2a_extensions([X402_EXTENSION])])
-)
-
-
-def user_message(
-    *, text: str, data: dict[str, Any] | None = None, task_id: str = "", metadata: Any = None
-) -> Message:
-    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), task_id=task_id)
-    message.parts.append(Part(text=text))
-    if data is not None:
-        message.parts.append(ParseDict({"data": data}, Part()))
-    if metadata is not None:
-        ParseDict(metadata, message.metadata)
-    return message
-
-
-async def send(client: Client, message: Message) -> StreamResponse:
-    [answer] = [
-        a async for a in client.send_message(SendMessageRequest(message=message), context=X402)
-    ]
-    return answer
-
-
-def status_metadata(task: Task) -> dict[str, Any]:
-    return dict(MessageToDict(task.status.message.metadata))
-
-
+@pytest.mark.parametrize("version", MODES)
 async def test_sdk_client_discovers_and_buys_a_plan(
-    card_seller: Seller, buyer: LocalAccount
+    card_seller: Seller, buyer: LocalAccount, version: str
 ) -> None:
     seller = card_seller
-    async with sdk_client(seller) as (client, recorder):
-        catalog = await send(client, user_message(text="What plans do you offer?"))
-        assert catalog.HasField("message")
-        plans = MessageToDict(catalog.message.parts[1].data)["plans"]
+    async with sdk_client(seller, version) as (client, recorder):
+        catalog = (await send(client, user_message(text="What plans do you offer?"))).task
+        assert catalog.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        plans = MessageToDict(catalog.status.message.parts[1].data)["plans"]
         assert [plan["planId"] for plan in plans] == ["hourly", "daily"]
 
-        opened = await send(client, user_message(text="Buy a plan", data={"planId": "hourly"}))
-        task = opened.task
+        chosen = await send(
+            client, user_message(text="This one", data={"planId": "hourly"}, task_id=catalog.id)
+        )
+        task = chosen.task
+        assert task.id == catalog.id
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         metadata = status_metadata(task)
         assert metadata[STATUS] == "payment-required"
@@ -143,14 +83,15 @@ async def test_sdk_client_discovers_and_buys_a_plan(
         fetched = await client.get_task(GetTaskRequest(id=task.id), context=X402)
         assert fetched == done
 
-        # every JSON-RPC call went to the card's url as v0.3, and the extension was echoed
-        posts = [(q, r) for q, r in recorder.exchanges if q.method == "POST"]
-        assert len(posts) == 4
-        for request, response in posts:
+        # every call went to the card's url in this mode's version; the extension echoed
+        names = METHODS[version]
+        assert recorder.methods() == [names["send"]] * 3 + [names["get"]]
+        extensions = "a2a-extensions" if version == "1.0" else "x-a2a-extensions"
+        for request, response in recorder.calls():
             assert str(request.url) == seller.access_url
-            assert request.headers["a2a-version"] == "0.3"
+            assert request.headers["a2a-version"] == version
             assert response.status_code == 200
-            assert response.headers["x-a2a-extensions"] == X402_EXTENSION
+            assert response.headers[extensions] == X402_EXTENSION
 
     api = seller_api(seller)
     _, answer = await api.asgi_client.get(
@@ -160,9 +101,12 @@ async def test_sdk_client_discovers_and_buys_a_plan(
     assert answer.json["sub"] == grant["requestId"]
 
 
-async def test_sdk_client_sees_the_a2a_errors(card_seller: Seller, buyer: LocalAccount) -> None:
+@pytest.mark.parametrize("version", MODES)
+async def test_sdk_client_sees_the_a2a_errors(
+    card_seller: Seller, buyer: LocalAccount, version: str
+) -> None:
     """The SDK maps our error codes to its own exceptions: the shapes are the spec's."""
-    async with sdk_client(card_seller) as (client, _):
+    async with sdk_client(card_seller, version) as (client, _):
         with pytest.raises(TaskNotFoundError):
             await client.get_task(GetTaskRequest(id=str(uuid.uuid4())), context=X402)
         opened = await send(client, user_message(text="Buy the hourly plan"))
@@ -171,7 +115,7 @@ async def test_sdk_client_sees_the_a2a_errors(card_seller: Seller, buyer: LocalA
         assert canceled.status.state == TaskState.TASK_STATE_CANCELED
         with pytest.raises(TaskNotCancelableError):
             await client.cancel_task(CancelTaskRequest(id=task.id), context=X402)
-        with pytest.raises(InvalidParamsError):
+        with pytest.raises(UnsupportedOperationError):
             await send(client, user_message(text="more?", task_id=task.id))
 
         # a payment that fails verification: payment-failed with the extension's code

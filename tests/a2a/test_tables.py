@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from x402srv import protocol
-from x402srv.a2a.documents import Note, Purchase, TaskRecord, TaskState
+from x402srv.a2a import v1
+from x402srv.a2a.documents import MAX_LOG, Note, Purchase, TaskRecord, TaskState, loggable
 from x402srv.a2a.extension import REASON_CODES, ExtensionError, activated_extensions, error_code
+from x402srv.a2a.jsonrpc import RpcError
 from x402srv.a2a.outcomes import Update, apply, canceled, from_problem
+from x402srv.a2a.versions import Version, version_of
 from x402srv.errors import ChallengeExpired, PaymentFailed, SettlementPending
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,3 +128,125 @@ def test_an_unchanged_answer_is_not_written_again() -> None:
     working = apply(_task(TaskState.INPUT_REQUIRED), pending, 2.0)
     assert working is not None and working.state is TaskState.WORKING
     assert apply(working, pending, 9.0) is None
+
+
+# ------------------------------------------------------------------ the task log
+
+
+def test_the_log_is_bounded_and_keeps_no_payment_signature() -> None:
+    task = _task(TaskState.INPUT_REQUIRED)
+    pay = {
+        "kind": "message",
+        "messageId": "m",
+        "role": "user",
+        "parts": [],
+        "metadata": {"x402.payment.status": "payment-submitted", "x402.payment.payload": {"x": 1}},
+    }
+    logged = loggable(pay)
+    assert logged["metadata"] == {"x402.payment.status": "payment-submitted"}
+    huge = {**pay, "parts": [{"kind": "text", "text": "x" * 10_000}]}
+    assert loggable(huge)["parts"][0]["text"].startswith("(a message of ")
+    for n in range(MAX_LOG + 5):
+        note = Note(text=f"step {n}")
+        changed = apply(task, Update(TaskState.INPUT_REQUIRED, note), 2.0, logged)
+        assert changed is not None
+        task = changed
+    assert len(task.log) == MAX_LOG
+    assert TaskRecord.from_document(task.to_document()) == task
+
+
+def test_a_task_document_written_before_the_log_still_reads() -> None:
+    task = _task(TaskState.WORKING)
+    document = task.to_document()
+    document["format"] = "x402srv.a2a.task/1"
+    del document["log"]
+    for key in ("catalog", "txHash"):
+        del document["note"][key]
+    assert TaskRecord.from_document(document) == task
+
+
+# ------------------------------------------------------------------ versions and 1.0 JSON
+
+
+@pytest.mark.parametrize(
+    ("header", "method", "version"),
+    [
+        (None, "message/send", Version.V03),
+        (None, "SendMessage", Version.V10),
+        ("", "SendMessage", Version.V10),
+        ("0.3", "SendMessage", Version.V03),
+        ("0.3.0", "message/send", Version.V03),
+        ("1.0", "message/send", Version.V10),
+        (" 1 ", "GetTask", Version.V10),
+    ],
+)
+def test_the_version_of_a_request(header: str | None, method: str, version: Version) -> None:
+    assert version_of(header, method) is version
+
+
+@pytest.mark.parametrize("header", ["2.0", "abc", "1.0-beta", "0.3.x"])
+def test_versions_we_do_not_serve(header: str) -> None:
+    with pytest.raises(RpcError) as raised:
+        version_of(header, "SendMessage")
+    assert raised.value.code == -32009
+
+
+def test_1_0_messages_read_as_0_3() -> None:
+    message = {
+        "messageId": "m",
+        "role": "ROLE_USER",
+        "taskId": "t",
+        "parts": [
+            {"text": "hi", "metadata": {"a": 1}},
+            {"data": {"planId": "hourly"}},
+            {"url": "https://x/y.png", "filename": "y.png", "mediaType": "image/png"},
+        ],
+    }
+    assert v1.message_in(message) == {
+        "kind": "message",
+        "messageId": "m",
+        "role": "user",
+        "taskId": "t",
+        "parts": [
+            {"kind": "text", "text": "hi", "metadata": {"a": 1}},
+            {"kind": "data", "data": {"planId": "hourly"}},
+            {
+                "kind": "file",
+                "file": {"uri": "https://x/y.png", "name": "y.png", "mimeType": "image/png"},
+            },
+        ],
+    }
+
+
+def test_0_3_answers_written_as_1_0() -> None:
+    status = {
+        "state": "input-required",
+        "message": {
+            "kind": "message",
+            "role": "agent",
+            "messageId": "s",
+            "parts": [{"kind": "text", "text": "pay"}],
+        },
+        "timestamp": "2026-01-01T00:00:00Z",
+    }
+    task = {"kind": "task", "id": "t", "contextId": "c", "status": status}
+    assert v1.send_result(task) == {
+        "task": {
+            "id": "t",
+            "contextId": "c",
+            "status": {
+                "state": "TASK_STATE_INPUT_REQUIRED",
+                "message": {"role": "ROLE_AGENT", "messageId": "s", "parts": [{"text": "pay"}]},
+                "timestamp": "2026-01-01T00:00:00Z",
+            },
+        }
+    }
+    event = {
+        "kind": "status-update",
+        "taskId": "t",
+        "contextId": "c",
+        "status": status,
+        "final": True,
+    }
+    assert set(v1.event(event)) == {"statusUpdate"}
+    assert "final" not in v1.event(event)["statusUpdate"]

@@ -1,10 +1,11 @@
-"""The A2A 0.3.0 agent card (SPEC 4.1): a2a-sdk validates it, and it has exactly our fields."""
+"""The agent card (SPEC 4.1): a2a-sdk reads it as a 0.3 card and as a 1.0 one; our fields only."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3.types import AgentCard
 
 from tests.unit.support import AGENT_URL, config_dict, custom_network_dict, make_config
@@ -17,6 +18,7 @@ SPEC_FIELDS = {
     "url",
     "preferredTransport",
     "additionalInterfaces",
+    "supportedInterfaces",
     "version",
     "protocolVersion",
     "capabilities",
@@ -59,6 +61,32 @@ def test_card_declares_both_json_rpc_urls(card: dict[str, Any]) -> None:
     ]
 
 
+def test_a2a_1_0_clients_find_a_1_0_interface_first(card: dict[str, Any]) -> None:
+    """A2A 1.0 section 8.3: supportedInterfaces, the preferred first; 0.3 fields unchanged."""
+    parsed = parse_agent_card(dict(card))
+    interfaces = [
+        (i.url, i.protocol_binding, i.protocol_version) for i in parsed.supported_interfaces
+    ]
+    access, a2a = f"{AGENT_URL}/pay/x402/access", f"{AGENT_URL}/pay/a2a"
+    assert interfaces == [
+        (access, "JSONRPC", "1.0"),
+        (a2a, "JSONRPC", "1.0"),
+        (access, "JSONRPC", "0.3"),
+        (a2a, "JSONRPC", "0.3"),
+    ]
+    assert parsed.capabilities.streaming is True
+    assert [e.uri for e in parsed.capabilities.extensions] == [X402_EXTENSION_URI]
+    assert card["protocolVersion"] == "0.3.0"
+    assert card["url"] == access
+
+
+def test_a_0_3_reader_of_the_card_sees_0_3_interfaces() -> None:
+    """A card without supportedInterfaces is what a 0.3 client reads: every URL at 0.3."""
+    legacy = {k: v for k, v in agent_card(make_config()).items() if k != "supportedInterfaces"}
+    parsed = parse_agent_card(legacy)
+    assert {i.protocol_version for i in parsed.supported_interfaces} == {"0.3.0"}
+
+
 def test_card_has_exactly_the_spec_fields(card: dict[str, Any]) -> None:
     assert set(card) == SPEC_FIELDS
 
@@ -83,7 +111,7 @@ def test_capabilities_and_the_x402_extension(card: dict[str, Any]) -> None:
         "stateTransitionHistory",
     }
     assert capabilities["pushNotifications"] is False
-    assert capabilities["streaming"] is False
+    assert capabilities["streaming"] is True  # message/stream and tasks/resubscribe are served
     assert capabilities["stateTransitionHistory"] is False
     [extension] = capabilities["extensions"]
     assert set(extension) == {"uri", "description", "required"}

@@ -1,11 +1,16 @@
-"""A2A tasks as x402srv keeps them, and the A2A 0.3.0 JSON they are shown as.
+"""A2A tasks as x402srv keeps them in the configured store.
 
 ``TaskRecord`` is what the store holds (``Store.save_task``, a JSON document
 with a compare-and-set version): the purchase it stands for (requestId, plan,
-resource, and the challengeId once known), its state, what the agent last said
-about the payment, the PaymentRequired it offers, every x402 receipt so far and
-the AccessGrant. ``render_task`` turns it into the ``Task`` clients see, the
-same on every instance: nothing of it lives in process memory.
+resource; none yet while the task shows the catalog and waits for a plan), its
+state, what the agent last said about the payment, the PaymentRequired it
+offers, every x402 receipt so far, the AccessGrant, and a bounded ``log``.
+
+The log is the task's past, oldest first: the user messages it took and every
+status it had before the current one. ``history`` is read from it, and so are
+the events of a stream: a stream on any worker replays the statuses it has not
+sent yet, so a step that came and went between two reads of the store is still
+shown. Nothing of a task lives in process memory.
 
 Task ids are random UUIDs (122 bits from the OS): ``tasks/get`` answers anyone
 who knows the id, and a completed task holds a bearer token.
@@ -13,36 +18,34 @@ who knows the id, and a completed task holds a bearer token.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
 from ..ids import uuid4_str
-from ..offers import rfc3339
-from .extension import (
-    ERROR_KEY,
-    RECEIPTS_KEY,
-    REQUIRED_KEY,
-    STATUS_KEY,
-    ExtensionError,
-    PaymentStatus,
-)
+from .extension import ExtensionError, PaymentStatus
 
 __all__ = [
+    "MAX_LOG",
     "TERMINAL_STATES",
     "Note",
     "Purchase",
     "TaskRecord",
     "TaskState",
-    "catalog_message",
     "new_id",
-    "render_task",
 ]
 
-FORMAT: Final = "x402srv.a2a.task/1"
+FORMAT: Final = "x402srv.a2a.task/2"
+#: Documents written before the log existed (every one of them has a purchase).
+FORMAT_1: Final = "x402srv.a2a.task/1"
 #: Failed receipts kept per task (successful ones are all kept): a client that keeps
 #: sending bad payments cannot grow its task document without bound.
 MAX_FAILED_RECEIPTS: Final = 32
+#: Log entries kept per task (the oldest go first), for the same reason.
+MAX_LOG: Final = 24
+#: A user message larger than this is logged without its parts.
+MAX_LOGGED_MESSAGE: Final = 8192
 
 
 class TaskState(StrEnum):
@@ -73,20 +76,71 @@ class Purchase:
 
 @dataclass(frozen=True, slots=True)
 class Note:
-    """What the agent's status message says: text, x402 status, error code, retry hint."""
+    """What the agent's status message says: text, x402 status, error code, hints.
+
+    ``catalog`` marks the status of a task that waits for a plan (it shows every
+    plan); ``tx_hash`` is a settlement's transaction as soon as it is broadcast.
+    """
 
     text: str
     payment_status: PaymentStatus | None = None
     error: ExtensionError | None = None
     retry_after: int | None = None
     problem: dict[str, Any] | None = None
+    catalog: bool = False
+    tx_hash: str | None = None
+
+
+def _note_document(note: Note) -> dict[str, Any]:
+    return {
+        "text": note.text,
+        "paymentStatus": note.payment_status.value if note.payment_status else None,
+        "error": note.error.value if note.error else None,
+        "retryAfter": note.retry_after,
+        "problem": note.problem,
+        "catalog": note.catalog,
+        "txHash": note.tx_hash,
+    }
+
+
+def _note(document: dict[str, Any]) -> Note:
+    status, error = document["paymentStatus"], document["error"]
+    return Note(
+        text=document["text"],
+        payment_status=PaymentStatus(status) if status else None,
+        error=ExtensionError(error) if error else None,
+        retry_after=document["retryAfter"],
+        problem=document["problem"],
+        catalog=bool(document.get("catalog", False)),
+        tx_hash=document.get("txHash"),
+    )
+
+
+def loggable(message: dict[str, Any]) -> dict[str, Any]:
+    """A user message as the log keeps it: small, and without a payment's signature.
+
+    The signed authorization is a bearer instrument until it settles; the
+    receipts say what became of it. An oversized message keeps its ids only.
+    """
+    metadata = message.get("metadata")
+    if isinstance(metadata, dict) and "x402.payment.payload" in metadata:
+        kept = {k: v for k, v in metadata.items() if k != "x402.payment.payload"}
+        message = {**message, "metadata": kept}
+    size = len(json.dumps(message, separators=(",", ":")))
+    if size > MAX_LOGGED_MESSAGE:
+        note = {"kind": "text", "text": f"(a message of {size} bytes, not kept)"}
+        message = {
+            **{k: v for k, v in message.items() if k != "metadata"},
+            "parts": [note],
+        }
+    return message
 
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
     task_id: str
     context_id: str
-    purchase: Purchase
+    purchase: Purchase | None
     state: TaskState
     note: Note
     updated_at: float
@@ -96,10 +150,15 @@ class TaskRecord:
     offer: dict[str, Any] | None = None
     receipts: tuple[dict[str, Any], ...] = ()
     grant: dict[str, Any] | None = None
+    #: ``{"user": message}`` and ``{"status": TaskStatus}`` entries, oldest first (0.3 JSON).
+    log: tuple[dict[str, Any], ...] = ()
 
     def same_as(self, other: TaskRecord) -> bool:
         """Equal but for the status message id and time: such an update is not written."""
         return replace(other, message_id=self.message_id, updated_at=self.updated_at) == self
+
+    def logged(self, *entries: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        return (*self.log, *entries)[-MAX_LOG:]
 
     def with_receipt(self, receipt: dict[str, Any] | None) -> tuple[dict[str, Any], ...]:
         if receipt is None:
@@ -115,147 +174,45 @@ class TaskRecord:
         return (*self.receipts, receipt)
 
     def to_document(self) -> dict[str, Any]:
-        note = self.note
+        purchase = self.purchase
         return {
             "format": FORMAT,
             "taskId": self.task_id,
             "contextId": self.context_id,
-            "requestId": self.purchase.request_id,
-            "planId": self.purchase.plan_id,
-            "resourceId": self.purchase.resource_id,
+            "requestId": purchase.request_id if purchase else None,
+            "planId": purchase.plan_id if purchase else None,
+            "resourceId": purchase.resource_id if purchase else None,
             "challengeId": self.challenge_id,
             "state": self.state.value,
-            "note": {
-                "text": note.text,
-                "paymentStatus": note.payment_status.value if note.payment_status else None,
-                "error": note.error.value if note.error else None,
-                "retryAfter": note.retry_after,
-                "problem": note.problem,
-            },
+            "note": _note_document(self.note),
             "messageId": self.message_id,
             "updatedAt": self.updated_at,
             "required": self.required,
             "offer": self.offer,
             "receipts": list(self.receipts),
             "grant": self.grant,
+            "log": list(self.log),
         }
 
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> TaskRecord:
-        if document.get("format") != FORMAT:
+        if document.get("format") not in (FORMAT, FORMAT_1):
             raise ValueError(f"not an x402srv task document: {document.get('format')!r}")
-        note = document["note"]
+        purchase = None
+        if document["requestId"] is not None:
+            purchase = Purchase(document["requestId"], document["planId"], document["resourceId"])
         return cls(
             task_id=document["taskId"],
             context_id=document["contextId"],
-            purchase=Purchase(document["requestId"], document["planId"], document["resourceId"]),
+            purchase=purchase,
             challenge_id=document["challengeId"],
             state=TaskState(document["state"]),
-            note=Note(
-                text=note["text"],
-                payment_status=PaymentStatus(note["paymentStatus"])
-                if note["paymentStatus"]
-                else None,
-                error=ExtensionError(note["error"]) if note["error"] else None,
-                retry_after=note["retryAfter"],
-                problem=note["problem"],
-            ),
+            note=_note(document["note"]),
             message_id=document["messageId"],
             updated_at=float(document["updatedAt"]),
             required=document["required"],
             offer=document["offer"],
             receipts=tuple(document["receipts"]),
             grant=document["grant"],
+            log=tuple(document.get("log", ())),
         )
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"kind": "text", "text": text}
-
-
-def _data(data: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "data", "data": data}
-
-
-def _status_metadata(record: TaskRecord) -> dict[str, Any]:
-    note = record.note
-    metadata: dict[str, Any] = {}
-    if note.payment_status is not None:
-        metadata[STATUS_KEY] = note.payment_status.value
-    if record.state is TaskState.INPUT_REQUIRED and record.required is not None:
-        metadata[REQUIRED_KEY] = record.required  # also after a failure: pay again
-    if note.error is not None:
-        metadata[ERROR_KEY] = note.error.value
-    if record.receipts or record.state in TERMINAL_STATES:
-        metadata[RECEIPTS_KEY] = list(record.receipts)
-    if note.retry_after is not None:
-        metadata["x402srv.retryAfterSeconds"] = note.retry_after
-    if note.problem is not None:
-        metadata["x402srv.problem"] = note.problem
-    return metadata
-
-
-def render_task(record: TaskRecord) -> dict[str, Any]:
-    """The A2A 0.3.0 ``Task`` for a record (kind, id, contextId, status, artifacts, metadata)."""
-    parts = [_text(record.note.text)]
-    if record.state is TaskState.INPUT_REQUIRED and record.offer is not None:
-        parts.append(_data(record.offer))
-    message: dict[str, Any] = {
-        "kind": "message",
-        "role": "agent",
-        "messageId": record.message_id,
-        "taskId": record.task_id,
-        "contextId": record.context_id,
-        "parts": parts,
-    }
-    metadata = _status_metadata(record)
-    if metadata:
-        message["metadata"] = metadata
-    task: dict[str, Any] = {
-        "kind": "task",
-        "id": record.task_id,
-        "contextId": record.context_id,
-        "status": {
-            "state": record.state.value,
-            "message": message,
-            "timestamp": rfc3339(record.updated_at),
-        },
-        "metadata": {
-            "x402srv.requestId": record.purchase.request_id,
-            "x402srv.planId": record.purchase.plan_id,
-            "x402srv.resourceId": record.purchase.resource_id,
-        },
-    }
-    if record.challenge_id is not None:
-        task["metadata"]["x402srv.challengeId"] = record.challenge_id
-    if record.grant is not None:
-        task["artifacts"] = [
-            {
-                "artifactId": f"access-grant-{record.grant.get('challengeId', record.task_id)}",
-                "name": "AccessGrant",
-                "description": "Bearer token for the seller's API (Authorization: Bearer ...)",
-                "parts": [_data(record.grant)],
-            }
-        ]
-    return task
-
-
-def catalog_message(discovery: dict[str, Any], context_id: str) -> dict[str, Any]:
-    """The answer to a message that names no plan: every plan, as a data part (no task)."""
-    plans = discovery.get("plans", [])
-    listing = "; ".join(
-        f"{plan['planId']}: {plan['unitAmount']} ({plan['description']})" for plan in plans
-    )
-    text = (
-        f"Plans: {listing}. To buy one, send a message with a data part "
-        '{"planId": "<plan>"} (or name the plan in text); the answer is a task asking '
-        "for an x402 payment."
-    )
-    return {
-        "kind": "message",
-        "role": "agent",
-        "messageId": new_id(),
-        "contextId": context_id,
-        "parts": [_text(text), _data(discovery)],
-        "metadata": {"x402srv.skill": "discover-products"},
-    }

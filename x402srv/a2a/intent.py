@@ -1,17 +1,19 @@
-"""What a client's message asks for, read the same way for every transport of A2A.
+"""What a client's message asks for, read the same way for every version of A2A.
 
-A message without ``taskId`` asks for the catalog or names a plan:
+A message without an x402 status asks for the catalog or names a plan, whether
+it opens a task or continues one:
 
-- a data part with ``planId`` (and maybe ``requestId``, ``resourceId``): a purchase,
+- a data part with ``planId`` (and maybe ``requestId``, ``resourceId``): that plan,
   those fields read exactly as the ``POST /x402/access`` body;
-- else text that names exactly one plan id as a word ("Buy the hourly plan"): a
-  purchase of that plan;
-- else (no plan, or several named): the catalog.
+- else text that names exactly one plan id as a word ("Buy the hourly plan"): that
+  plan;
+- else (no plan, or several named): no plan.
 
-A message on a task carries the x402 extension's ``x402.payment.status``:
+A message on a task may carry the x402 extension's ``x402.payment.status``:
 ``payment-submitted`` with ``x402.payment.payload`` (a v2 PaymentPayload, checked
 by ``protocol.parse_payment_payload`` like the ``PAYMENT-SIGNATURE`` header) or
 ``payment-rejected``. Anything malformed is -32602 and changes nothing.
+
 """
 
 from __future__ import annotations
@@ -29,11 +31,10 @@ from .outcomes import rpc_error
 from .wire import DataPart, Message, TextPart
 
 __all__ = [
-    "Catalog",
+    "NoPlan",
     "PaymentRejected",
     "PaymentSubmitted",
-    "Purchase",
-    "Unrelated",
+    "PlanChosen",
     "read_followup",
     "read_request",
 ]
@@ -42,12 +43,12 @@ _BODY_KEYS = ("planId", "requestId", "resourceId")
 
 
 @dataclass(frozen=True, slots=True)
-class Catalog:
-    """No single plan named: answer with every plan."""
+class NoPlan:
+    """No single plan named: the catalog (again)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Purchase:
+class PlanChosen:
     body: AccessBody
 
 
@@ -55,15 +56,27 @@ class Purchase:
 class PaymentSubmitted:
     payment: PaymentPayload
 
+    @property
+    def plan_id(self) -> str | None:
+        return self.payment.extra_str("planId")
+
+    def made_for_another(self, challenge_id: str | None, request_id: str | None) -> bool:
+        """The payment names (in ``accepted.extra``) a challenge that is not this task's.
+
+        Over HTTP those ids route a payment to its challenge; on a task the task
+        says which challenge is paid, so a payment made for another payment
+        request (another task's, or one that never existed) is not this task's.
+        """
+        named = self.payment.extra_str("challengeId")
+        named_request = self.payment.extra_str("requestId")
+        return (named is not None and named != challenge_id) or (
+            named_request is not None and named_request != request_id
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class PaymentRejected:
     """The client declines to pay: the task is canceled."""
-
-
-@dataclass(frozen=True, slots=True)
-class Unrelated:
-    """A message on a task without an x402 payment status."""
 
 
 def _status(message: Message) -> str | None:
@@ -113,7 +126,19 @@ def _whole_numbers(value: Any) -> Any:
     return value
 
 
-def read_request(message: Message, plan_ids: Iterable[str]) -> Catalog | Purchase:
+def _plan(message: Message, plan_ids: Iterable[str]) -> NoPlan | PlanChosen:
+    for part in message.parts:
+        if isinstance(part, DataPart) and "planId" in part.data:
+            return PlanChosen(_body({k: part.data[k] for k in _BODY_KEYS if k in part.data}))
+    texts = [part.text for part in message.parts if isinstance(part, TextPart)]
+    named = _named_plans(texts, plan_ids)
+    if len(named) == 1:
+        return PlanChosen(AccessBody(named[0], None, "default"))
+    return NoPlan()
+
+
+def read_request(message: Message, plan_ids: Iterable[str]) -> NoPlan | PlanChosen:
+    """A message that opens a task."""
     if _status(message) is not None:
         raise RpcError(
             INVALID_PARAMS,
@@ -122,20 +147,16 @@ def read_request(message: Message, plan_ids: Iterable[str]) -> Catalog | Purchas
                 "task asking for the payment"
             },
         )
-    for part in message.parts:
-        if isinstance(part, DataPart) and "planId" in part.data:
-            return Purchase(_body({k: part.data[k] for k in _BODY_KEYS if k in part.data}))
-    texts = [part.text for part in message.parts if isinstance(part, TextPart)]
-    named = _named_plans(texts, plan_ids)
-    if len(named) == 1:
-        return Purchase(AccessBody(named[0], None, "default"))
-    return Catalog()
+    return _plan(message, plan_ids)
 
 
-def read_followup(message: Message) -> PaymentSubmitted | PaymentRejected | Unrelated:
+def read_followup(
+    message: Message, plan_ids: Iterable[str]
+) -> PaymentSubmitted | PaymentRejected | NoPlan | PlanChosen:
+    """A message on an existing task."""
     status = _status(message)
     if status is None:
-        return Unrelated()
+        return _plan(message, plan_ids)
     if status == PaymentStatus.REJECTED:
         return PaymentRejected()
     if status != PaymentStatus.SUBMITTED:

@@ -8,15 +8,22 @@ body can only ever be answered with -32700 or -32600, never with a 500.
     -32700 Parse error       the body is not JSON, holds NaN/Infinity, or has more
                              arrays/objects than any request needs
     -32600 Invalid Request   JSON, but not one request object with jsonrpc "2.0",
-                             a string ``method``, a string or integer ``id`` and
-                             object ``params``; batches are refused the same way
+                             a string ``method``, an ``id`` that is a string or
+                             integer when present, and object ``params``; batches
+                             are refused the same way
     -32601 Method not found  (decided by the service, raised as ``RpcError``)
     -32602 Invalid params
     -32603 Internal error
-    -32001 .. -32007         A2A errors (spec 8.2)
+    -32001 .. -32009         A2A errors (0.3 spec 8.2; -32009 is 1.0's VersionNotSupported)
 
 The ``id`` is echoed whenever it could be read as a string or integer, else it
 is ``null`` (spec 6.11.2: "if there was an error in detecting the id").
+
+A request without an ``id`` (or with ``"id": null``) is still read to the end:
+an unknown method is -32601 and bad params are -32602, as the A2A TCK and the
+``a2a-sdk`` server answer. Only a call that is valid in every other way is
+refused as -32600 for its missing id (``RpcCall.has_id``): every A2A method
+has an answer, so none is a JSON-RPC notification.
 """
 
 from __future__ import annotations
@@ -35,13 +42,16 @@ __all__ = [
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
+    "PUSH_NOT_SUPPORTED",
     "TASK_NOT_CANCELABLE",
     "TASK_NOT_FOUND",
     "UNSUPPORTED_OPERATION",
+    "VERSION_NOT_SUPPORTED",
     "RequestId",
     "RpcCall",
     "RpcError",
     "error_response",
+    "missing_id",
     "parse_body",
     "read_call",
     "result_response",
@@ -55,9 +65,11 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 TASK_NOT_FOUND: Final = -32001
 TASK_NOT_CANCELABLE: Final = -32002
+PUSH_NOT_SUPPORTED: Final = -32003
 UNSUPPORTED_OPERATION: Final = -32004
 CONTENT_TYPE_NOT_SUPPORTED: Final = -32005
 EXTENDED_CARD_NOT_CONFIGURED: Final = -32007
+VERSION_NOT_SUPPORTED: Final = -32009
 
 #: The spec's "typical message" for each code (A2A 8.1, 8.2).
 MESSAGES: Final[dict[int, str]] = {
@@ -68,9 +80,11 @@ MESSAGES: Final[dict[int, str]] = {
     INTERNAL_ERROR: "Internal server error",
     TASK_NOT_FOUND: "Task not found",
     TASK_NOT_CANCELABLE: "Task cannot be canceled",
+    PUSH_NOT_SUPPORTED: "Push Notification is not supported",
     UNSUPPORTED_OPERATION: "This operation is not supported",
     CONTENT_TYPE_NOT_SUPPORTED: "Incompatible content types",
     EXTENDED_CARD_NOT_CONFIGURED: "Authenticated Extended Card is not configured",
+    VERSION_NOT_SUPPORTED: "Version not supported",
 }
 
 RequestId = str | int | None
@@ -105,11 +119,15 @@ class RpcError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RpcCall:
-    """One well-formed request: its id, method name and (object) params."""
+    """One well-formed envelope: its id (None when absent), method name and (object) params."""
 
-    request_id: str | int
+    request_id: str | int | None
     method: str
     params: dict[str, Any]
+
+    @property
+    def has_id(self) -> bool:
+        return self.request_id is not None
 
 
 def _finite(value: Any) -> bool:
@@ -167,8 +185,14 @@ def _readable_id(document: dict[str, Any]) -> RequestId:
     return None
 
 
+def missing_id() -> RpcError:
+    """The answer to a valid call without an id (checked after the method and params)."""
+    detail = '"id" must be a string or an integer (A2A requests expect an answer)'
+    return RpcError(INVALID_REQUEST, {"detail": detail})
+
+
 def read_call(document: Any) -> RpcCall:
-    """Check the envelope of an already-parsed body (A2A requests always carry an id)."""
+    """Check the envelope of an already-parsed body; a missing id is judged later."""
     if not isinstance(document, dict):
         what = "a batch" if isinstance(document, list) else "not a JSON object"
         raise RpcError(INVALID_REQUEST, {"detail": f"the request is {what}; send one object"})
@@ -182,8 +206,8 @@ def read_call(document: Any) -> RpcCall:
     method = document.get("method")
     if not isinstance(method, str) or not method:
         raise invalid('"method" must be a non-empty string')
-    if request_id is None:
-        raise invalid('"id" must be a string or an integer (A2A requests expect an answer)')
+    if request_id is None and document.get("id") is not None:
+        raise invalid('"id" must be a string or an integer')
     params = document.get("params", {})
     if isinstance(params, list):
         raise RpcError(

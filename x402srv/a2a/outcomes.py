@@ -2,11 +2,14 @@
 
 The pipeline decides; this module only says how each of its answers looks on a
 task. ``Update`` is that look; ``apply`` folds it into the stored task (pure, so
-the repository can re-apply it after losing a compare-and-set).
+the repository can re-apply it after losing a compare-and-set) and logs the
+status it replaces and the user message that caused it.
 
     pipeline answer                 task state      x402.payment.status  x402.payment.error
     ------------------------------  --------------  -------------------  --------------------
+    402 discovery (no plan yet)     input-required  payment-required     (every plan offered)
     402 offer (challenge)           input-required  payment-required
+    (settling, observed)            working         payment-verified     (x402srv.txHash)
     200 AccessGrant                 completed       payment-completed    (receipt appended)
     402 PAYMENT_FAILED (reason)     input-required  payment-failed       REASON_CODES[reason]
     409 TX_ALREADY_REDEEMED         input-required  payment-failed       DUPLICATE_NONCE
@@ -48,17 +51,21 @@ from ..pipeline import AccessResult
 from .documents import TERMINAL_STATES, Note, Purchase, TaskRecord, TaskState, new_id
 from .extension import REDEEMED_REASON, ExtensionError, PaymentStatus, error_code
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from .render import catalog_text, status_of
 
 __all__ = [
     "Update",
     "apply",
     "canceled",
+    "catalog",
     "from_problem",
     "from_result",
     "new_task",
     "problem_data",
     "rpc_error",
     "settlement_failed_after_all",
+    "settling",
+    "submitted",
 ]
 
 #: The x402 PaymentRequired members of our 402 body; the rest are our challenge members.
@@ -90,6 +97,43 @@ def rpc_error(error: ProblemError) -> RpcError:
     """A pipeline refusal that leaves the task as it was: bad input, or nothing settled."""
     code = INVALID_PARAMS if 400 <= error.status < 500 else INTERNAL_ERROR
     return RpcError(code, problem_data(error))
+
+
+def catalog(discovery: dict[str, Any]) -> Update:
+    """A task that waits for a plan: every plan, payable as it is (discovery-first)."""
+    return Update(
+        state=TaskState.INPUT_REQUIRED,
+        note=Note(
+            text=catalog_text(discovery),
+            payment_status=PaymentStatus.REQUIRED,
+            catalog=True,
+        ),
+        required={key: discovery[key] for key in _PAYMENT_REQUIRED_KEYS if key in discovery},
+        offer=discovery,
+    )
+
+
+def submitted() -> Update:
+    """What a payment's own stream first says: received, being checked (never stored)."""
+    return Update(
+        state=TaskState.WORKING,
+        note=Note(
+            text="Payment received; checking it against the payment request.",
+            payment_status=PaymentStatus.SUBMITTED,
+        ),
+    )
+
+
+def settling(tx_hash: str | None) -> Update:
+    """The pipeline claimed the payment and is settling it (SPEC 4.2 steps 7-9)."""
+    if tx_hash is None:
+        text = "Payment verified; settling it on-chain."
+    else:
+        text = f"Payment verified; transaction {tx_hash} broadcast, waiting for it to be mined."
+    return Update(
+        state=TaskState.WORKING,
+        note=Note(text=text, payment_status=PaymentStatus.VERIFIED, tx_hash=tx_hash),
+    )
 
 
 def from_result(result: AccessResult) -> Update:
@@ -211,12 +255,16 @@ def canceled(*, rejected: bool) -> Update:
     return Update(state=TaskState.CANCELED, note=note)
 
 
-def apply(current: TaskRecord, update: Update, now: float) -> TaskRecord | None:
-    """The task after ``update``, or None when nothing is to be written.
+def apply(
+    current: TaskRecord, update: Update, now: float, user: dict[str, Any] | None = None
+) -> TaskRecord | None:
+    """The task after ``update`` (and the user message that led to it), or None.
 
-    A completed task never changes (its grant is final). Other terminal states
-    only give way to ``completed``: a transfer the chain shows always ends in a
-    grant on the task, even if the client canceled while it was being settled.
+    None means nothing is to be written. A completed task never changes (its
+    grant is final). Other terminal states only give way to ``completed``: a
+    transfer the chain shows always ends in a grant on the task, even if the
+    client canceled while it was being settled. A new status pushes the one it
+    replaces into the log, after which comes the user's message.
     """
     if current.state is TaskState.COMPLETED:
         return None
@@ -232,19 +280,32 @@ def apply(current: TaskRecord, update: Update, now: float) -> TaskRecord | None:
         receipts=current.with_receipt(update.receipt),
         grant=update.grant or current.grant,
     )
-    if changed.same_as(current):
+    status_changed = not changed.same_as(current)
+    if not status_changed and user is None:
         return None
+    entries = [{"status": status_of(current)}] if status_changed else []
+    if user is not None:
+        entries.append({"user": user})
+    changed = replace(changed, log=current.logged(*entries))
+    if not status_changed:
+        return changed
     return replace(changed, message_id=new_id(), updated_at=now)
 
 
 def new_task(
-    task_id: str, context_id: str, purchase: Purchase, update: Update, now: float
+    task_id: str,
+    context_id: str,
+    purchase: Purchase | None,
+    update: Update,
+    now: float,
+    user: dict[str, Any],
 ) -> TaskRecord:
-    """A task as its first pipeline answer leaves it."""
+    """A task as its first answer leaves it; the message that opened it starts the log."""
     return TaskRecord(
         task_id=task_id,
         context_id=context_id,
         purchase=purchase,
+        log=({"user": user},),
         state=update.state,
         note=update.note,
         updated_at=now,

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Final
+from dataclasses import replace
+from typing import Any, Final
 
 from ..errors import InternalError
 from ..interfaces import Clock, Store
-from .documents import TaskRecord
+from .documents import Purchase, TaskRecord
 from .jsonrpc import TASK_NOT_FOUND, RpcError
 from .outcomes import Update, apply
 
@@ -40,12 +41,13 @@ class TaskRepository:
         self._store = store
         self._clock = clock
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord) -> int:
         version = await self._store.save_task(
             record.task_id, record.to_document(), expect_version=None
         )
         if version is None:  # a random UUID collided: nothing sane to recover
             raise InternalError("could not store the new task")
+        return version
 
     async def load(self, task_id: str) -> tuple[TaskRecord, int]:
         """The task and its version; -32001 for an id that names no task."""
@@ -55,17 +57,48 @@ class TaskRepository:
         document, version = stored
         return TaskRecord.from_document(document), version
 
-    async def update(self, record: TaskRecord, version: int, update: Update) -> TaskRecord:
+    async def update(
+        self,
+        record: TaskRecord,
+        version: int,
+        update: Update,
+        user: dict[str, Any] | None = None,
+    ) -> tuple[TaskRecord, int]:
         """Fold ``update`` into the task (re-read on every lost race); the task as stored."""
         for _ in range(MAX_ROUNDS):
-            changed = apply(record, update, self._clock())
+            changed = apply(record, update, self._clock(), user)
             if changed is None:
-                return record
+                return record, version
             written = await self._store.save_task(
                 record.task_id, changed.to_document(), expect_version=version
             )
             if written is not None:
-                return changed
+                return changed, written
             record, version = await self.load(record.task_id)
+        raise self._gave_up(record)
+
+    async def bind(
+        self, record: TaskRecord, version: int, purchase: Purchase
+    ) -> tuple[TaskRecord, int]:
+        """Give a task that waits for a plan its purchase, before anything is paid for it.
+
+        The purchase is stored first so that a payment made for it is always found
+        from the task, even if this worker stops right after. A task already bound
+        (another message won the race) keeps its own purchase.
+        """
+        for _ in range(MAX_ROUNDS):
+            if record.purchase is not None:
+                return record, version
+            bound = replace(record, purchase=purchase)
+            written = await self._store.save_task(
+                record.task_id, bound.to_document(), expect_version=version
+            )
+            if written is not None:
+                return bound, written
+            record, version = await self.load(record.task_id)
+        raise self._gave_up(record)
+
+    @staticmethod
+    def _gave_up(record: TaskRecord) -> InternalError:
         log.error("task %s: gave up after %d concurrent updates", record.task_id, MAX_ROUNDS)
-        raise InternalError("the task is changing too fast; ask again")
+        return InternalError("the task is changing too fast; ask again")

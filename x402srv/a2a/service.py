@@ -1,289 +1,276 @@
-"""A2A 0.3.0 JSON-RPC methods on top of the access pipeline (the x402 extension, Standalone).
+"""A2A JSON-RPC, 0.3 and 1.0, with the x402 extension (Standalone flow): the methods.
 
-    method                               answer
-    -----------------------------------  ------------------------------------------------------
-    message/send, no taskId, no plan     a Message with the catalog (skill discover-products)
-    message/send, no taskId, a plan      a new Task: input-required, payment-required
-    message/send on a task,              the pipeline settles the payment; the Task as it is
-      payment-submitted                  now (completed, or input-required + payment-failed)
-    message/send on a task,              the Task, canceled
-      payment-rejected
-    tasks/get                            the Task (one that is not final is asked again first)
-    tasks/cancel                         the Task, canceled; -32002 once final, paid or settling
-    message/stream, tasks/resubscribe,   -32004 (capabilities.streaming and .pushNotifications
-    tasks/pushNotificationConfig/*       are false)
-    agent/getAuthenticatedExtendedCard   -32007
+    operation (0.3 / 1.0 name)           answer
+    -----------------------------------  -----------------------------------------------------
+    send (message/send, SendMessage)     the Task after the message (see ``conversation``);
+                                         a payment is answered once it is settled, or once
+                                         it is being settled (returnImmediately,
+                                         blocking: false)
+    stream (message/stream,              the same as SSE: the Task, then each status it goes
+      SendStreamingMessage)              through and its AccessGrant, until final or
+                                         input-required (see ``streams``)
+    get (tasks/get, GetTask)             the Task (one that is not final is asked again first)
+    cancel (tasks/cancel, CancelTask)    the Task, canceled; -32002 once final, paid or settling
+    subscribe (tasks/resubscribe,        the stream of a task that is not final; -32004 for one
+      SubscribeToTask)                   that is
+    list (ListTasks, 1.0 only)           the caller's tasks: none (see ``_list``)
+    push notification configs            -32003 (capabilities.pushNotifications is false)
+    extended card                        0.3: -32007; 1.0: -32004 (extendedAgentCard is false)
     anything else                        -32601
 
-Every pipeline call sends the task's own purchase (planId, requestId,
-resourceId) as the body, so a task is linked to its challenge by requestId and
-the SPEC 4.2 rules for replays, duplicates and idempotency hold exactly as over
-HTTP. ``outcomes`` maps each pipeline answer to the task; no settlement logic
-lives here.
+The version is chosen per request (``versions``); 1.0 params and answers are
+translated to and from 0.3 at the edge (``v1``), so both versions run the same
+code. A request is read to the end (method, then params) before a missing id
+is refused (``jsonrpc``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..config import Config
 from ..errors import ProblemError
-from ..ids import uuid4_str
 from ..interfaces import Clock, Store
 from ..pipeline import AccessPipeline
-from ..protocol import AccessBody, PaymentPayload
-from .documents import (
-    TERMINAL_STATES,
-    Purchase,
-    TaskRecord,
-    TaskState,
-    catalog_message,
-    new_id,
-    render_task,
-)
-from .intent import (
-    Catalog,
-    PaymentRejected,
-    PaymentSubmitted,
-    read_followup,
-    read_request,
-)
+from . import v1
+from .conversation import Conversation, Reply
+from .documents import TERMINAL_STATES
 from .jsonrpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     EXTENDED_CARD_NOT_CONFIGURED,
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    TASK_NOT_CANCELABLE,
+    PUSH_NOT_SUPPORTED,
     UNSUPPORTED_OPERATION,
-    RpcCall,
+    RequestId,
     RpcError,
     error_response,
+    missing_id,
     parse_body,
     read_call,
     result_response,
 )
-from .outcomes import (
-    Update,
-    canceled,
-    from_problem,
-    from_result,
-    new_task,
-    rpc_error,
-    settlement_failed_after_all,
-)
+from .outcomes import rpc_error
+from .render import render_task
 from .repository import TaskRepository
+from .streams import TaskStreams
+from .versions import Op, Version, operation, version_of
 from .wire import (
     FilePart,
-    Message,
+    ListTasksParams,
     MessageSendParams,
     TaskIdParams,
     TaskQueryParams,
     parse_params,
 )
 
-__all__ = ["A2AService"]
+__all__ = ["A2AService", "Stream"]
 
 log = logging.getLogger("x402srv.a2a")
 
-#: Methods A2A 0.3.0 defines that this agent does not offer, and the capability they need.
-UNSUPPORTED: Final = {
-    "message/stream": "streaming",
-    "tasks/resubscribe": "streaming",
-    "tasks/pushNotificationConfig/set": "pushNotifications",
-    "tasks/pushNotificationConfig/get": "pushNotifications",
-    "tasks/pushNotificationConfig/list": "pushNotifications",
-    "tasks/pushNotificationConfig/delete": "pushNotifications",
-}
 #: Output modes under which a client can read our answers (text and JSON data parts).
 READABLE_MODES: Final = frozenset({"application/json", "*/*", "application/*"})
+
+Result = dict[str, Any]
+Events = AsyncGenerator[dict[str, Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """An SSE answer: JSON-RPC response documents, one per event (an error ends it)."""
+
+    documents: AsyncGenerator[dict[str, Any], None]
+
+
+Answer = dict[str, Any] | Stream
 
 
 class A2AService:
     def __init__(
         self, config: Config, pipeline: AccessPipeline, store: Store, clock: Clock
     ) -> None:
-        self._pipeline = pipeline
         self._tasks = TaskRepository(store, clock)
-        self._clock = clock
-        self._plans = list(config.plan_map)
-        self._network = config.network_info.caip2
-        self._methods: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-            "message/send": self._message_send,
-            "tasks/get": self._tasks_get,
-            "tasks/cancel": self._tasks_cancel,
-        }
+        self._conversation = Conversation(pipeline, self._tasks, clock)
+        self._streams = TaskStreams(self._tasks, self._conversation)
 
     # ------------------------------------------------------------ envelope
 
-    async def handle_bytes(self, raw: bytes) -> dict[str, Any]:
-        """A JSON-RPC response document for a raw body; never raises."""
+    async def handle_bytes(self, raw: bytes, version: str | None = None) -> Answer:
+        """The answer to a raw body; never raises."""
         try:
             document = parse_body(raw)
         except RpcError as error:
             return error_response(error)
-        return await self.handle_document(document)
+        return await self.handle_document(document, version)
 
-    async def handle_document(self, document: Any) -> dict[str, Any]:
-        """A JSON-RPC response document for an already-parsed body; never raises."""
-        request_id: str | int | None = None
+    async def handle_document(self, document: Any, version_header: str | None = None) -> Answer:
+        """The answer to an already-parsed body; never raises."""
+        request_id: RequestId = None
+        streaming = False
         try:
             call = read_call(document)
             request_id = call.request_id
-            return result_response(request_id, await self._dispatch(call))
-        except RpcError as error:
-            return error_response(error, request_id)
-        except ProblemError as error:  # the store, outside any pipeline call
-            return error_response(rpc_error(error), request_id)
-        except Exception:
-            log.exception("a2a: unexpected error")
-            return error_response(RpcError(INTERNAL_ERROR), request_id)
+            version = version_of(version_header, call.method)
+            op = operation(version, call.method)
+            if op is None:
+                raise RpcError(METHOD_NOT_FOUND, {"detail": f"no method {call.method[:100]!r}"})
+            streaming = op in (Op.STREAM, Op.SUBSCRIBE)
+            run = self._bind(op, version, call.params)
+            if not call.has_id:
+                raise missing_id()
+            result = await run()
+        except Exception as error:  # every failure is answered in JSON-RPC
+            answer = error_response(_as_rpc_error(error), request_id)
+            # A streaming method answers in SSE even when it fails at once (the A2A
+            # TCK expects the stream; the a2a-sdk client reads either).
+            return Stream(_one(answer)) if streaming else answer
+        if isinstance(result, dict):
+            return result_response(request_id, result)
+        return Stream(self._documents(request_id, result))
 
-    async def _dispatch(self, call: RpcCall) -> dict[str, Any]:
-        method = self._methods.get(call.method)
-        if method is not None:
-            return await method(call.params)
-        if call.method in UNSUPPORTED:
-            capability = UNSUPPORTED[call.method]
+    async def _documents(self, request_id: RequestId, events: Events) -> Events:
+        try:
+            async for event in events:
+                yield result_response(request_id, event)
+        except Exception as error:  # the last event says what went wrong
+            yield error_response(_as_rpc_error(error), request_id)
+        finally:
+            await events.aclose()
+
+    def _bind(
+        self, op: Op, version: Version, params: dict[str, Any]
+    ) -> Callable[[], Awaitable[Result | Events]]:
+        """Check the params of ``op`` (-32602 ...) and return the call that runs it."""
+        v10 = version is Version.V10
+        if op in (Op.SEND, Op.STREAM):
+            send = parse_params(MessageSendParams, v1.send_params(params) if v10 else params)
+            _check_send(send)
+            if op is Op.SEND:
+                return lambda: self._send(send, v10)
+            return lambda: self._stream(send, v10)
+        if op is Op.GET:
+            query = parse_params(TaskQueryParams, params)
+            return lambda: self._get(query, v10)
+        if op in (Op.CANCEL, Op.SUBSCRIBE):
+            target = parse_params(TaskIdParams, params)
+            if op is Op.CANCEL:
+                return lambda: self._cancel(target, v10)
+            return lambda: self._subscribe(target, v10)
+        if op is Op.LIST:
+            listing = parse_params(ListTasksParams, params)
+            return lambda: self._list(listing)
+        if op is Op.PUSH:
             raise RpcError(
-                UNSUPPORTED_OPERATION,
-                {"detail": f"{call.method} is not offered: capabilities.{capability} is false"},
+                PUSH_NOT_SUPPORTED, {"detail": "capabilities.pushNotifications is false"}
             )
-        if call.method == "agent/getAuthenticatedExtendedCard":
+        if v10:
             raise RpcError(
-                EXTENDED_CARD_NOT_CONFIGURED, {"detail": "the public agent card is all there is"}
+                UNSUPPORTED_OPERATION, {"detail": "capabilities.extendedAgentCard is false"}
             )
-        raise RpcError(METHOD_NOT_FOUND, {"detail": f"no method {call.method[:100]!r}"})
+        raise RpcError(
+            EXTENDED_CARD_NOT_CONFIGURED, {"detail": "the public agent card is all there is"}
+        )
 
     # ------------------------------------------------------------ methods
 
-    async def _message_send(self, params: dict[str, Any]) -> dict[str, Any]:
-        send = parse_params(MessageSendParams, params)
-        self._check_send(send)
-        message = send.message
-        if message.taskId is None:
-            return await self._start(message)
-        return await self._continue(message)
+    async def _reply(self, send: MessageSendParams) -> Reply:
+        if send.message.taskId is None:
+            return await self._conversation.start(send.message)
+        return await self._conversation.follow_up(send.message)
 
-    async def _tasks_get(self, params: dict[str, Any]) -> dict[str, Any]:
-        query = parse_params(TaskQueryParams, params)
+    async def _send(self, send: MessageSendParams, v10: bool) -> Result:
+        reply = await self._reply(send)
+        if send.configuration is not None and send.configuration.immediately:
+            record = await reply.under_way(self._tasks)
+        else:
+            record = await reply.settled()
+        task = render_task(record, _history_length(send))
+        return v1.send_result(task) if v10 else task
+
+    async def _stream(self, send: MessageSendParams, v10: bool) -> Events:
+        reply = await self._reply(send)
+        events = self._streams.events(reply.record, reply.settling, _history_length(send))
+        return _translated(events) if v10 else events
+
+    async def _get(self, query: TaskQueryParams, v10: bool) -> Result:
         record, version = await self._tasks.load(query.id)
         if record.state not in TERMINAL_STATES:
             try:
-                record = await self._refresh(record, version)
+                record = await self._conversation.refresh(record, version)
             except (RpcError, ProblemError) as error:
                 # Reading a task never fails because asking again did: the stored task
                 # is still true as of its last answer.
                 log.warning("a2a: task %s could not be asked again: %s", record.task_id, error)
-        return render_task(record)
+        task = render_task(record, query.historyLength)
+        return v1.task(task) if v10 else task
 
-    async def _tasks_cancel(self, params: dict[str, Any]) -> dict[str, Any]:
-        target = parse_params(TaskIdParams, params)
+    async def _cancel(self, target: TaskIdParams, v10: bool) -> Result:
         record, version = await self._tasks.load(target.id)
-        return render_task(await self._cancel(record, version, rejected=False))
+        record = await self._conversation.cancel(record, version, rejected=False)
+        task = render_task(record)
+        return v1.task(task) if v10 else task
 
-    # ------------------------------------------------------------ message/send
-
-    @staticmethod
-    def _check_send(send: MessageSendParams) -> None:
-        if any(isinstance(part, FilePart) for part in send.message.parts):
-            raise RpcError(
-                CONTENT_TYPE_NOT_SUPPORTED, {"detail": "this agent reads text and data parts only"}
-            )
-        configuration = send.configuration
-        if configuration is None:
-            return
-        modes = configuration.acceptedOutputModes
-        if modes and not READABLE_MODES.intersection(mode.lower() for mode in modes):
-            raise RpcError(
-                CONTENT_TYPE_NOT_SUPPORTED,
-                {"detail": "this agent answers in application/json (data parts) and text"},
-            )
-        if configuration.pushNotificationConfig is not None:
+    async def _subscribe(self, target: TaskIdParams, v10: bool) -> Events:
+        record, _ = await self._tasks.load(target.id)
+        if record.state in TERMINAL_STATES:
             raise RpcError(
                 UNSUPPORTED_OPERATION,
-                {
-                    "detail": "push notifications are not offered: capabilities.pushNotifications "
-                    "is false"
-                },
+                {"detail": f"the task is {record.state.value}; tasks/get shows it"},
             )
+        events = self._streams.events(record)
+        return _translated(events) if v10 else events
 
-    async def _start(self, message: Message) -> dict[str, Any]:
-        intent = read_request(message, self._plans)
-        context_id = message.contextId or new_id()
-        if isinstance(intent, Catalog):
-            return catalog_message(self._pipeline.offers.discovery.body, context_id)
-        body = intent.body
-        purchase = Purchase(
-            request_id=body.request_id or uuid4_str(),
-            plan_id=body.plan_id or "",
-            resource_id=body.resource_id,
+    async def _list(self, listing: ListTasksParams) -> Result:
+        """No caller is authenticated here, so no caller may list any task (A2A 1.0 13.1).
+
+        A task is reached by its id alone (122 random bits), and it holds the
+        buyer's requestId and, once paid, a bearer token: listing tasks to
+        anyone who asks would hand them out. The params are still checked.
+        """
+        return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
+
+
+async def _one(document: dict[str, Any]) -> Events:
+    yield document
+
+
+async def _translated(events: Events) -> Events:
+    try:
+        async for event in events:
+            yield v1.event(event)
+    finally:
+        await events.aclose()
+
+
+def _history_length(send: MessageSendParams) -> int | None:
+    return send.configuration.historyLength if send.configuration else None
+
+
+def _as_rpc_error(error: Exception) -> RpcError:
+    if isinstance(error, RpcError):
+        return error
+    if isinstance(error, ProblemError):  # the store, outside any pipeline call
+        return rpc_error(error)
+    log.exception("a2a: unexpected error")
+    return RpcError(INTERNAL_ERROR)
+
+
+def _check_send(send: MessageSendParams) -> None:
+    if any(isinstance(part, FilePart) for part in send.message.parts):
+        raise RpcError(
+            CONTENT_TYPE_NOT_SUPPORTED, {"detail": "this agent reads text and data parts only"}
         )
-        update = await self._ask(purchase, None)
-        if update.state is TaskState.FAILED:  # e.g. this requestId's challenge expired
-            raise RpcError(INVALID_PARAMS, update.note.problem)
-        record = new_task(new_id(), context_id, purchase, update, self._clock())
-        await self._tasks.create(record)
-        log.info("a2a: task %s for plan %s is %s", record.task_id, purchase.plan_id, record.state)
-        return render_task(record)
-
-    async def _continue(self, message: Message) -> dict[str, Any]:
-        assert message.taskId is not None
-        record, version = await self._tasks.load(message.taskId)
-        if message.contextId is not None and message.contextId != record.context_id:
-            raise RpcError(INVALID_PARAMS, {"detail": "contextId is not the task's contextId"})
-        intent = read_followup(message)
-        if isinstance(intent, PaymentRejected):
-            return render_task(await self._cancel(record, version, rejected=True))
-        if not isinstance(intent, PaymentSubmitted):
-            raise RpcError(
-                INVALID_PARAMS,
-                {
-                    "detail": f"the task is {record.state.value}; it takes a message with "
-                    "x402.payment.status 'payment-submitted' or 'payment-rejected'"
-                },
-            )
-        if record.state in (TaskState.CANCELED, TaskState.FAILED):
-            raise RpcError(
-                INVALID_PARAMS, {"detail": f"the task is {record.state.value}; start a new one"}
-            )
-        # A completed task goes through the pipeline too: it answers with the stored
-        # grant and nothing is paid twice (SPEC 4.2 step 4), as over HTTP.
-        update = await self._ask(record.purchase, intent.payment)
-        record = await self._tasks.update(record, version, update)
-        log.info("a2a: task %s is %s after a payment", record.task_id, record.state)
-        return render_task(record)
-
-    # ------------------------------------------------------------ shared steps
-
-    async def _ask(self, purchase: Purchase, payment: PaymentPayload | None) -> Update:
-        """One pipeline call for the task's purchase, as a task update."""
-        body = AccessBody(purchase.plan_id, purchase.request_id, purchase.resource_id)
-        try:
-            result = await self._pipeline.access(body, payment)
-        except ProblemError as error:
-            return from_problem(error, self._network)
-        return from_result(result)
-
-    async def _refresh(self, record: TaskRecord, version: int) -> TaskRecord:
-        """Ask the pipeline about a task that is not final (the same request, no payment)."""
-        update = await self._ask(record.purchase, None)
-        if update.state is TaskState.INPUT_REQUIRED:
-            if record.state is TaskState.INPUT_REQUIRED:
-                return record  # still payable: keep what the task said last
-            update = settlement_failed_after_all(update)
-        return await self._tasks.update(record, version, update)
-
-    async def _cancel(self, record: TaskRecord, version: int, *, rejected: bool) -> TaskRecord:
-        """Cancel while the challenge is payable; once final, paid or being settled: -32002."""
-        if record.state in TERMINAL_STATES:
-            raise RpcError(TASK_NOT_CANCELABLE, {"detail": f"the task is {record.state.value}"})
-        update = await self._ask(record.purchase, None)
-        if update.state is TaskState.INPUT_REQUIRED:
-            update = canceled(rejected=rejected)
-        record = await self._tasks.update(record, version, update)
-        if record.state is not TaskState.CANCELED:
-            raise RpcError(TASK_NOT_CANCELABLE, {"detail": f"the task is {record.state.value}"})
-        return record
+    configuration = send.configuration
+    if configuration is None:
+        return
+    modes = configuration.acceptedOutputModes
+    if modes and not READABLE_MODES.intersection(mode.lower() for mode in modes):
+        raise RpcError(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            {"detail": "this agent answers in application/json (data parts) and text"},
+        )
+    if configuration.pushNotificationConfig is not None:
+        raise RpcError(PUSH_NOT_SUPPORTED, {"detail": "capabilities.pushNotifications is false"})

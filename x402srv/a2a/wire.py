@@ -1,4 +1,5 @@
-"""The A2A 0.3.0 params x402srv reads: MessageSendParams, TaskQueryParams, TaskIdParams.
+"""The A2A params x402srv reads: 0.3's MessageSendParams, TaskQueryParams, TaskIdParams,
+and 1.0's ListTasksRequest (1.0 requests are translated to 0.3 first, see ``v1``).
 
 Only the fields the service looks at are typed; everything else A2A allows
 (extensions, referenceTaskIds, part metadata ...) passes through unread. The
@@ -9,15 +10,24 @@ not validate is -32602 with the first problem named (never the offending value).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from .jsonrpc import INVALID_PARAMS, RpcError
 
 __all__ = [
     "DataPart",
     "FilePart",
+    "ListTasksParams",
     "Message",
     "MessageSendParams",
     "TaskIdParams",
@@ -68,8 +78,14 @@ class Message(_Wire):
 class SendConfiguration(_Wire):
     acceptedOutputModes: list[str] | None = None
     blocking: bool | None = None
+    #: 1.0's name for ``blocking: false``.
+    returnImmediately: bool | None = None
     historyLength: int | None = Field(default=None, ge=0)
     pushNotificationConfig: dict[str, Any] | None = None
+
+    @property
+    def immediately(self) -> bool:
+        return self.returnImmediately is True or self.blocking is False
 
 
 class MessageSendParams(_Wire):
@@ -87,6 +103,39 @@ class TaskQueryParams(_Wire):
 class TaskIdParams(_Wire):
     id: str
     metadata: dict[str, Any] | None = None
+
+
+#: TaskState names of 1.0 (ProtoJSON), for the ListTasks status filter.
+TaskStateName = Literal[
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_AUTH_REQUIRED",
+]
+
+
+class ListTasksParams(_Wire):
+    """1.0 ``ListTasksRequest``; a page token can only be one this agent issued (none yet)."""
+
+    tenant: str | None = None
+    contextId: Identifier | None = None
+    status: TaskStateName | None = None
+    pageSize: int | None = Field(default=None, ge=1, le=100)
+    pageToken: Literal[""] | None = None
+    historyLength: int | None = Field(default=None, ge=0)
+    statusTimestampAfter: str | None = None
+    includeArtifacts: bool | None = None
+
+    @field_validator("statusTimestampAfter")
+    @classmethod
+    def _timestamp(cls, value: str | None) -> str | None:
+        if value is not None:
+            datetime.fromisoformat(value)  # ValueError: not an RFC 3339 timestamp
+        return value
 
 
 Params = TypeVar("Params", bound=BaseModel)

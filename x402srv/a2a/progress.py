@@ -1,0 +1,62 @@
+"""Settlement progress of the A2A payments this process runs, read from the pipeline.
+
+The pipeline calls its observers with the challenge record after every
+transition it applies (``AccessPipeline.observers``). While an A2A payment is
+being settled here, the record's steps are queued for it: SETTLING (the payment
+passed every check and is claimed), then SETTLING with the transaction hash as
+soon as the settler broadcast it. The task writes each step into its log, so a
+stream on any worker shows them, however fast the chain was.
+
+Only this process's settlements are seen; that is enough, because a payment is
+always settled by the worker that received it, and everything it learns is
+stored on the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..pipeline import AccessPipeline
+from ..records import ChallengeRecord, State
+from .outcomes import Update, settling
+
+__all__ = ["SettlementWatch", "step_of"]
+
+
+def step_of(record: ChallengeRecord) -> Update | None:
+    """What a buyer is told about a challenge in this state (None: nothing new to tell)."""
+    if record.state is State.SETTLING and record.payment is not None:
+        return settling(record.payment.broadcast_tx_hash)
+    return None
+
+
+class SettlementWatch:
+    """Queues the progress of the payments being settled here, by requestId."""
+
+    def __init__(self, pipeline: AccessPipeline) -> None:
+        self._queues: dict[str, set[asyncio.Queue[Update]]] = {}
+        pipeline.observers.append(self._observe)
+
+    def _observe(self, record: ChallengeRecord) -> None:
+        queues = self._queues.get(record.request_id)
+        if not queues:
+            return
+        step = step_of(record)
+        if step is not None:
+            for queue in queues:
+                queue.put_nowait(step)
+
+    @contextmanager
+    def watch(self, request_id: str) -> Iterator[asyncio.Queue[Update]]:
+        """The steps of ``request_id``'s settlement while the ``with`` block runs."""
+        queue: asyncio.Queue[Update] = asyncio.Queue()
+        self._queues.setdefault(request_id, set()).add(queue)
+        try:
+            yield queue
+        finally:
+            queues = self._queues[request_id]
+            queues.discard(queue)
+            if not queues:
+                del self._queues[request_id]
