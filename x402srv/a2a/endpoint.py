@@ -24,6 +24,7 @@ from typing import Any, Final
 from sanic import Request
 from sanic.response import HTTPResponse
 
+from ..ratelimit import client_of
 from .extension import EXTENSION_HEADERS, activated_extensions
 from .jsonrpc import INVALID_REQUEST, RpcError, error_response
 from .service import A2AService, Answer
@@ -60,14 +61,16 @@ class A2AEndpoint:
     async def respond(self, request: Request) -> HTTPResponse | None:
         """``POST <a2a_path>``: any body, answered in JSON-RPC."""
         version = request.headers.get(VERSION_HEADER)
-        return await self._send(request, await self.service.handle_bytes(request.body, version))
+        answer = await self.service.handle_bytes(request.body, version, client=client_of(request))
+        return await self._send(request, answer)
 
     async def respond_document(
         self, document: dict[str, Any], request: Request
     ) -> HTTPResponse | None:
         """``POST /x402/access`` whose body was sniffed as a JSON-RPC envelope."""
         version = request.headers.get(VERSION_HEADER)
-        return await self._send(request, await self.service.handle_document(document, version))
+        answer = await self.service.handle_document(document, version, client=client_of(request))
+        return await self._send(request, answer)
 
     def too_large(self, limit: int, headers: Mapping[str, str]) -> HTTPResponse:
         """The framework refused an oversized body before any handler ran."""

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from ..errors import InternalError
 from ..interfaces import Clock, Store
-from .documents import Purchase, TaskRecord
+from .documents import Purchase, TaskRecord, TaskState
 from .jsonrpc import TASK_NOT_FOUND, RpcError
 from .outcomes import Update, apply
 
@@ -37,14 +37,39 @@ def _is_task_id(task_id: str) -> bool:
 
 
 class TaskRepository:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    """Every save also says when the store may prune the task (``Store.prune_tasks``):
+    ``keep_unpaid`` seconds after its last change while nothing was paid for it (a
+    "hello" costs the seller a stored task), ``keep_paid`` once a payment is being
+    settled or has delivered a grant, as long as the purchase's own record.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        keep_unpaid: float = 6 * 3600,
+        keep_paid: float = 30 * 86_400,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._keep_unpaid = keep_unpaid
+        self._keep_paid = keep_paid
+
+    def _prune_after(self, record: TaskRecord) -> float:
+        paid = record.state in (TaskState.WORKING, TaskState.COMPLETED)
+        return self._clock() + (self._keep_paid if paid else self._keep_unpaid)
+
+    async def _save(self, record: TaskRecord, version: int | None) -> int | None:
+        return await self._store.save_task(
+            record.task_id,
+            record.to_document(),
+            expect_version=version,
+            prune_after=self._prune_after(record),
+        )
 
     async def create(self, record: TaskRecord) -> int:
-        version = await self._store.save_task(
-            record.task_id, record.to_document(), expect_version=None
-        )
+        version = await self._save(record, None)
         if version is None:  # a random UUID collided: nothing sane to recover
             raise InternalError("could not store the new task")
         return version
@@ -69,9 +94,7 @@ class TaskRepository:
             changed = apply(record, update, self._clock(), user)
             if changed is None:
                 return record, version
-            written = await self._store.save_task(
-                record.task_id, changed.to_document(), expect_version=version
-            )
+            written = await self._save(changed, version)
             if written is not None:
                 return changed, written
             record, version = await self.load(record.task_id)
@@ -90,9 +113,7 @@ class TaskRepository:
             if record.purchase is not None:
                 return record, version
             bound = replace(record, purchase=purchase)
-            written = await self._store.save_task(
-                record.task_id, bound.to_document(), expect_version=version
-            )
+            written = await self._save(bound, version)
             if written is not None:
                 return bound, written
             record, version = await self.load(record.task_id)

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..config import Config
-from ..errors import ProblemError
+from ..errors import ProblemError, RateLimited
 from ..interfaces import Clock, Store
 from ..pipeline import AccessPipeline
 from . import v1
 from .conversation import Conversation, Reply
 from .documents import TERMINAL_STATES
+from .extension import PAYLOAD_KEY
 from .jsonrpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     EXTENDED_CARD_NOT_CONFIGURED,
@@ -92,22 +93,40 @@ class A2AService:
     def __init__(
         self, config: Config, pipeline: AccessPipeline, store: Store, clock: Clock
     ) -> None:
-        self._tasks = TaskRepository(store, clock)
+        self._pipeline = pipeline
+        keep = config.reconciler
+        self._tasks = TaskRepository(
+            store,
+            clock,
+            keep_unpaid=keep.unpaid_retention_hours * 3600,
+            keep_paid=keep.retention_days * 86_400,
+        )
         self._conversation = Conversation(pipeline, self._tasks, clock)
         self._streams = TaskStreams(self._tasks, self._conversation)
 
     # ------------------------------------------------------------ envelope
 
-    async def handle_bytes(self, raw: bytes, version: str | None = None) -> Answer:
+    async def handle_bytes(
+        self, raw: bytes, version: str | None = None, *, client: str | None = None
+    ) -> Answer:
         """The answer to a raw body; never raises."""
         try:
             document = parse_body(raw)
         except RpcError as error:
             return error_response(error)
-        return await self.handle_document(document, version)
+        return await self.handle_document(document, version, client=client)
 
-    async def handle_document(self, document: Any, version_header: str | None = None) -> Answer:
-        """The answer to an already-parsed body; never raises."""
+    async def handle_document(
+        self, document: Any, version_header: str | None = None, *, client: str | None = None
+    ) -> Answer:
+        """The answer to an already-parsed body; raises nothing but ``RateLimited``.
+
+        A call that carries no payment counts against ``client``'s unpaid-request
+        limit; past it, ``RateLimited`` leaves here for the HTTP layer to answer
+        429 with Retry-After (a refusal of the transport, which every HTTP client
+        understands, not a fault of the call). A call that carries a payment is
+        never counted.
+        """
         request_id: RequestId = None
         streaming = False
         try:
@@ -121,8 +140,12 @@ class A2AService:
             run = self._bind(op, version, call.params)
             if not call.has_id:
                 raise missing_id()
+            if not _carries_payment(call.params):
+                await self._pipeline.limit_unpaid(client)
             result = await run()
-        except Exception as error:  # every failure is answered in JSON-RPC
+        except RateLimited:
+            raise
+        except Exception as error:  # every other failure is answered in JSON-RPC
             answer = error_response(_as_rpc_error(error), request_id)
             # A streaming method answers in SSE even when it fails at once (the A2A
             # TCK expects the stream; the a2a-sdk client reads either).
@@ -231,6 +254,13 @@ class A2AService:
         anyone who asks would hand them out. The params are still checked.
         """
         return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
+
+
+def _carries_payment(params: dict[str, Any]) -> bool:
+    """A message with ``x402.payment.payload`` in its metadata (0.3 and 1.0 alike)."""
+    message = params.get("message")
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    return isinstance(metadata, dict) and PAYLOAD_KEY in metadata
 
 
 async def _one(document: dict[str, Any]) -> Events:
