@@ -296,6 +296,12 @@ ATTACKS = [
         "unknown challengeId",
         400,
         "INVALID_REQUEST",
+        mutate=_set("accepted.extra.challengeId", "0b3f6b7e-5d0c-4b7e-9a51-3c2f1d0e9a88"),
+    ),
+    Attack(
+        "malformed challengeId",
+        400,
+        "INVALID_REQUEST",
         mutate=_set("accepted.extra.challengeId", "nope"),
     ),
     Attack("truncated header", 400, "INVALID_REQUEST", raw=_truncated),
