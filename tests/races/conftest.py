@@ -1,0 +1,24 @@
+"""Fixtures for the in-process race tests: a pipeline per test, closed afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.rig import MakeRig, Rig, open_rig
+from x402srv.devchain import Devchain
+
+
+@pytest.fixture
+async def make_rig(devchain: Devchain, tmp_path: Path) -> AsyncIterator[MakeRig]:
+    """``await make_rig(**open_rig options)``: a pipeline on the session's anvil."""
+    async with AsyncExitStack() as stack:
+
+        async def make(**options: Any) -> Rig:
+            return await stack.enter_async_context(open_rig(devchain, tmp_path, **options))
+
+        yield make

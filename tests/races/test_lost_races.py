@@ -1,0 +1,484 @@
+"""Every way out of a lost compare-and-set in ``AccessPipeline``, one named test each.
+
+The store loses on purpose (``RacingStore``): just before the request under test
+makes a given compare-and-set, a competitor (the buyer's twin request, another
+worker, the reconciler, an operator) moves the record first. Each test asserts
+the exact answer, the record's final state and history, and who was called how
+often, so each branch is exercised by design and not by timing luck. The clock
+is frozen; settlements the chain must agree with really happen on anvil.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from eth_account.signers.local import LocalAccount
+
+from tests.support.racing import moving, states
+from tests.support.rig import MakeRig, Rig, granted, outcome, problem
+from tests.support.scripted import (
+    CountingIssuer,
+    GatedCallback,
+    OnChain,
+    ScriptedSettler,
+    rejected_after,
+    unknown_after,
+)
+from x402srv.default_plugins.callback_issuer import CallbackIssuer
+from x402srv.interfaces import (
+    PaymentClaimed,
+    Settled,
+    StateMismatch,
+    TransitionApplied,
+    TransitionRequest,
+    TxClaimed,
+)
+from x402srv.offers import AccessGranted, PaymentOffer
+from x402srv.pipeline import MAX_STEPS
+from x402srv.records import ChallengeRecord, RecordChanges, State
+
+PENDING, SETTLING, PAID = State.PENDING, State.SETTLING, State.PAID
+DELIVERED, EXPIRED, CANCELLED = State.DELIVERED, State.EXPIRED, State.CANCELLED
+
+
+async def resolved_by_reconciler(rig: Rig, challenge_id: str) -> ChallengeRecord:
+    """What a reconciler pass in another worker does to one record: resolve, then deliver."""
+    reconciler = rig.competitor()
+    after = await reconciler.resolve(await rig.record(challenge_id))
+    if after.state is PAID:
+        after = await reconciler.deliver(after, wait=False)
+    return after
+
+
+def release(record: ChallengeRecord, at: float) -> TransitionRequest:
+    """SETTLING -> PENDING with the claim released, as recovery does for a claim never handed on."""
+    assert record.payment is not None
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=SETTLING,
+        to=PENDING,
+        at=at,
+        reason="never handed to a settler; claim released",
+        changes=RecordChanges(clear_payment=True),
+        attempt_id=record.payment.attempt_id,
+        release_payment=True,
+    )
+
+
+# ------------------------------------------------------------ step 7: PENDING -> SETTLING
+
+
+async def test_claim_lost_to_a_twin_request_is_409_in_progress(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The same header sent twice at once: the twin's claim lands first, this one gets 409
+    SETTLEMENT_IN_PROGRESS and hands nothing to the settler."""
+    rig = await make_rig()
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def twin_claims(request: TransitionRequest) -> object:
+        assert request.changes.payment is not None
+        twin = replace(request.changes.payment, attempt_id="twin")
+        return await rig.store.inner.transition(replace(request, changes=RecordChanges(twin)))
+
+    race = rig.store.before_transition(twin_claims, when=moving(PENDING, SETTLING))
+    answer = await outcome(rig.pay(payment))
+
+    assert isinstance(race.results[0], TransitionApplied)
+    assert problem(answer, 409, "SETTLEMENT_IN_PROGRESS").retry_after == 2
+    record = await rig.record(challenge["challengeId"])
+    assert record.payment is not None and record.payment.attempt_id == "twin"
+    assert states(record) == [PENDING, SETTLING]
+    assert rig.settler.requests == []
+    owner = await rig.store.inner.get_by_payment(rig.key(payment))
+    assert owner is not None and owner.challenge_id == record.challenge_id
+
+
+@pytest.mark.parametrize("closed", [EXPIRED, CANCELLED])
+async def test_claim_lost_to_expiry_or_cancellation_is_410(
+    make_rig: MakeRig, buyer: LocalAccount, closed: State
+) -> None:
+    """The challenge expired (or an operator cancelled it) just before the claim: 410, the
+    payment is not claimed, nothing reaches the settler."""
+    rig = await make_rig()
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def close_it(request: TransitionRequest) -> object:
+        return await rig.store.inner.transition(
+            TransitionRequest(request.challenge_id, PENDING, closed, rig.clock(), "competitor")
+        )
+
+    rig.store.before_transition(close_it, when=moving(PENDING, SETTLING))
+    answer = await outcome(rig.pay(payment))
+
+    problem(answer, 410, "CHALLENGE_EXPIRED")
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, closed]
+    assert record.payment is None
+    assert await rig.store.inner.get_by_payment(rig.key(payment)) is None
+    assert rig.settler.requests == []
+
+
+async def test_claim_lost_to_the_same_payment_on_another_challenge_is_409_redeemed(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """One authorization sent to two challenges of the same plan: the other challenge claims
+    it first, this one answers 409 TX_ALREADY_REDEEMED and stays PENDING, unclaimed."""
+    rig = await make_rig()
+    challenge, other = await rig.challenge(), await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def other_claims(request: TransitionRequest) -> object:
+        return await rig.store.inner.transition(replace(request, challenge_id=other["challengeId"]))
+
+    race = rig.store.before_transition(other_claims, when=moving(PENDING, SETTLING))
+    answer = await outcome(rig.pay(payment))
+
+    assert isinstance(race.results[0], TransitionApplied)
+    problem(answer, 409, "TX_ALREADY_REDEEMED")
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING]
+    assert record.payment is None
+    owner = await rig.store.inner.get_by_payment(rig.key(payment))
+    assert owner is not None and owner.challenge_id == other["challengeId"]
+    assert rig.settler.requests == []
+
+
+async def test_discovery_first_claim_lost_to_a_replay_is_answered_from_the_winner(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A discovery-first payment replayed at once: the replay creates the challenge and
+    settles; this request's create finds the payment claimed and answers from the winner's
+    record with the same grant (proof: the exact signed authorization), settling nothing."""
+    rig = await make_rig()
+    discovery = await rig.pay(None, plan_id=None)
+    assert isinstance(discovery, PaymentOffer)
+    payment = rig.sign(buyer, discovery.body["accepts"][0])
+    winner = rig.competitor(settler=ScriptedSettler(OnChain(rig.devchain, rig.relayer)))
+
+    async def replay_wins(record: ChallengeRecord) -> object:
+        return await rig.pay(payment, plan_id=None, pipeline=winner)
+
+    race = rig.store.before_create(replay_wins, when=lambda record: record.implicit)
+    grant = granted(await outcome(rig.pay(payment, plan_id=None)))
+
+    (winner_answer,) = race.results
+    assert isinstance(winner_answer, AccessGranted)
+    assert grant == winner_answer.grant
+    assert rig.settler.requests == []
+    record = await rig.record(grant["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING, PAID, DELIVERED]
+    assert record.implicit
+
+
+# ------------------------------------------------------------ step 8: the hand-over
+
+
+async def test_submit_lost_to_a_release_claims_again_and_settles_once(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """This request stalled between claim and hand-over longer than the lease; recovery in
+    another worker released the claim ("never handed to a settler"). The hand-over CAS is
+    lost, the request reads PENDING, claims again and settles: one settler call, one grant."""
+    rig = await make_rig(settler=ScriptedSettler())
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def recovery_releases(request: TransitionRequest) -> object:
+        rig.clock.advance(rig.config.settlement.lease_seconds + 1)
+        return await rig.competitor().resolve(await rig.record(request.challenge_id))
+
+    race = rig.store.before_transition(
+        recovery_releases, when=moving(SETTLING, SETTLING, "handed to settler")
+    )
+    grant = granted(await outcome(rig.pay(payment)))
+
+    released = race.results[0]
+    assert isinstance(released, ChallengeRecord) and released.state is PENDING
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [
+        PENDING,
+        SETTLING,  # claimed
+        PENDING,  # released by recovery
+        SETTLING,  # claimed again
+        SETTLING,  # handed to the settler
+        SETTLING,  # broadcast
+        PAID,
+        DELIVERED,
+    ]
+    assert len(rig.settler.requests) == 1
+    assert grant["txHash"] == record.tx_hash
+
+
+async def test_submit_lost_to_the_chain_showing_it_paid_never_calls_the_settler(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The authorization was used on-chain behind this request's back (the buyer also gave
+    it to a facilitator) and another worker resolved the record PAID: the hand-over CAS is
+    lost, the request delivers from PAID and nothing is handed to the settler."""
+    rig = await make_rig()
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def paid_elsewhere(request: TransitionRequest) -> object:
+        tx_hash = rig.settle_on_chain(payment)
+        resolved = await rig.competitor().resolve(await rig.record(request.challenge_id))
+        assert resolved.tx_hash == tx_hash
+        return resolved
+
+    rig.store.before_transition(paid_elsewhere, when=moving(SETTLING, SETTLING, "handed"))
+    grant = granted(await outcome(rig.pay(payment)))
+
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, PAID, DELIVERED]
+    assert record.history[2].reason == "resolved from chain: transferred"
+    assert grant["txHash"] == record.tx_hash
+    assert rig.settler.requests == []
+
+
+# ------------------------------------------------------------ step 8: after the settler
+
+
+async def test_release_after_rejection_lost_to_the_chain_paying_grants(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The facilitator answered "rejected" although its transfer went through; another
+    worker resolved the record PAID from the chain first. The release is lost, the claim
+    stays, and the buyer gets the grant instead of a 402."""
+    rig = await make_rig(settler=ScriptedSettler())
+    rig.settler.then(OnChain(rig.devchain, rig.relayer, answer=rejected_after))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def chain_decides(request: TransitionRequest) -> object:
+        return await rig.competitor().resolve(await rig.record(request.challenge_id))
+
+    rig.store.before_transition(chain_decides, when=moving(SETTLING, PENDING))
+    grant = granted(await outcome(rig.pay(payment)))
+
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING, PAID, DELIVERED]
+    assert grant["txHash"] == record.tx_hash
+    owner = await rig.store.inner.get_by_payment(rig.key(payment))
+    assert owner is not None and owner.challenge_id == record.challenge_id
+
+
+async def test_paid_lost_to_a_reconciler_that_delivered_answers_with_its_grant(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The settler answered Settled, but a reconciler pass had already resolved the record
+    from the chain and delivered it: SETTLING -> PAID is lost and the buyer gets the stored
+    grant; the credential was issued once."""
+    rig = await make_rig(settler=ScriptedSettler(), issuer=CountingIssuer)
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def reconciler_delivers(request: TransitionRequest) -> object:
+        return await resolved_by_reconciler(rig, request.challenge_id)
+
+    race = rig.store.before_transition(reconciler_delivers, when=moving(SETTLING, PAID))
+    grant = granted(await outcome(rig.pay(payment)))
+
+    delivered = race.results[0]
+    assert isinstance(delivered, ChallengeRecord) and delivered.state is DELIVERED
+    assert grant == delivered.grant
+    assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
+    record = await rig.record(challenge["challengeId"])
+    assert states(record).count(PAID) == 1
+    assert states(record)[-1] is DELIVERED
+
+
+async def test_paid_with_a_transaction_another_challenge_owns_is_409_redeemed(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A settler that names a transaction which paid another challenge (and did not use this
+    authorization): the txHash claim is lost, the receipt does not show this authorization,
+    so 409 TX_ALREADY_REDEEMED; the record is not PAID and the other keeps the txHash."""
+    rig = await make_rig(settler=ScriptedSettler())
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    first = await rig.challenge()
+    granted(await outcome(rig.pay(rig.sign(buyer, first["accepts"][0]))))
+    paid = await rig.record(first["challengeId"])
+    assert paid.tx_hash is not None and paid.payer is not None
+
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    rig.settler.then(Settled(paid.tx_hash, paid.payer))
+    answer = await outcome(rig.pay(payment))
+
+    problem(answer, 409, "TX_ALREADY_REDEEMED")
+    claim = [r for q, r in rig.store.transitions if q.challenge_id == challenge["challengeId"]]
+    assert claim[-1] == TxClaimed(first["challengeId"])
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING]
+    assert record.tx_hash is None
+    owner = await rig.store.inner.get_by_tx_hash(paid.tx_hash)
+    assert owner is not None and owner.challenge_id == first["challengeId"]
+    assert not rig.devchain.authorization_state(buyer.address, payment.nonce)
+    assert "eth_getTransactionReceipt" in rig.rpc.methods
+
+
+async def test_end_lease_lost_answers_from_the_record_as_it_is_now(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The settler timed out after broadcasting; before this request could end its lease, a
+    reconciler pass resolved and delivered the record. Ending the lease is lost, and the
+    request answers from DELIVERED: the stored grant, one issuance."""
+    rig = await make_rig(settler=ScriptedSettler(), issuer=CountingIssuer)
+    rig.settler.then(OnChain(rig.devchain, rig.relayer, answer=unknown_after))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def reconciler_delivers(request: TransitionRequest) -> object:
+        return await resolved_by_reconciler(rig, request.challenge_id)
+
+    race = rig.store.before_transition(
+        reconciler_delivers, when=moving(SETTLING, SETTLING, "outcome unknown")
+    )
+    grant = granted(await outcome(rig.pay(payment)))
+
+    delivered = race.results[0]
+    assert isinstance(delivered, ChallengeRecord)
+    assert grant == delivered.grant
+    assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING, PAID, DELIVERED]
+    assert "outcome unknown" not in " ".join(step.reason for step in record.history)
+
+
+# ------------------------------------------------------------ step 10: delivery
+
+
+async def test_delivery_lost_to_another_delivery_answers_with_the_stored_grant(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A non-exclusive issuer (like jwt) lets two requests issue; the other stored its grant
+    first, so PAID -> DELIVERED is lost and this request answers with the STORED grant, not
+    the credential it just made: every answer for a challenge is the same grant."""
+    rig = await make_rig(
+        settler=ScriptedSettler(), issuer=lambda c: CountingIssuer(c, label="ours")
+    )
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    issuer, theirs = rig.issuer, CountingIssuer(rig.clock, label="theirs")
+    assert isinstance(issuer, CountingIssuer)
+
+    async def other_delivers(request: TransitionRequest) -> object:
+        other = rig.competitor(issuer=theirs)
+        return await other.deliver(await rig.record(request.challenge_id))
+
+    rig.store.before_transition(other_delivers, when=moving(PAID, DELIVERED))
+    grant = granted(await outcome(rig.pay(payment)))
+
+    assert (issuer.tokens, theirs.tokens) == (["ours-1"], ["theirs-1"])
+    assert grant["accessToken"] == "theirs-1"
+    record = await rig.record(challenge["challengeId"])
+    assert record.grant == grant
+    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING, PAID, DELIVERED]
+
+
+async def test_delivery_claim_lost_waits_for_the_holder_and_gets_its_grant(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """With an exclusive issuer (callback), another worker took the delivery claim first:
+    this request waits for it instead of calling the seller's function, and both answer
+    with the one grant; the function ran once."""
+    seller = GatedCallback()
+    rig = await make_rig(
+        settler=ScriptedSettler(),
+        issuer=lambda clock: CallbackIssuer(seller, spec="gated", clock=clock, timeout_seconds=30),
+    )
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    claimed = asyncio.Event()
+    reads_at_claim: list[int] = []
+
+    async def other_claims(request: TransitionRequest) -> object:
+        other = rig.competitor()
+        holder = asyncio.create_task(other.deliver(await rig.record(request.challenge_id)))
+        await seller.entered.wait()  # it holds the claim and is inside the seller's function
+        reads_at_claim.append(rig.store.calls["get_challenge"])
+        claimed.set()
+        return holder
+
+    race = rig.store.before_transition(other_claims, when=moving(PAID, PAID))
+    request = asyncio.create_task(outcome(rig.pay(payment)))
+    await claimed.wait()
+    await rig.store.called("get_challenge", reads_at_claim[0] + 1)  # this request now waits
+    assert not request.done()
+    seller.release.set()
+    grant = granted(await request)
+    holder = race.results[0]
+    assert isinstance(holder, asyncio.Task)
+    delivered = await holder
+
+    assert len(seller.calls) == 1
+    assert delivered.grant == grant
+    record = await rig.record(challenge["challengeId"])
+    assert states(record).count(DELIVERED) == 1
+
+
+# ------------------------------------------------------------ step 4: expiry
+
+
+async def test_expire_lost_to_another_expiry_is_410_once(
+    make_rig: MakeRig, request_id: str
+) -> None:
+    """Two requests see the same challenge past expiresAt; the other expires it first. This
+    one's CAS is lost and it answers 410 too; the record holds one EXPIRED entry."""
+    rig = await make_rig()
+    challenge = await rig.challenge()
+    rig.clock.advance(rig.config.server.challenge_ttl_seconds)
+
+    async def other_expires(request: TransitionRequest) -> object:
+        return await rig.competitor().expire(await rig.record(request.challenge_id))
+
+    race = rig.store.before_transition(other_expires, when=moving(PENDING, EXPIRED))
+    answer = await outcome(rig.pay(None, request_id=challenge["requestId"]))
+
+    problem(answer, 410, "CHALLENGE_EXPIRED")
+    assert race.fired == 1
+    (ours,) = [result for request, result in rig.store.transitions if request.to is EXPIRED]
+    assert isinstance(ours, StateMismatch)
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, EXPIRED]
+
+
+# ------------------------------------------------------------ the bounded loop
+
+
+async def test_max_steps_exhausted_is_409_in_progress(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """Recovery releases the claim before every hand-over, so each step ends in a lost race:
+    after MAX_STEPS the request gives up with 409 SETTLEMENT_IN_PROGRESS (Retry-After 1)
+    instead of looping, and nothing was handed to the settler."""
+    rig = await make_rig()
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def recovery_releases(request: TransitionRequest) -> object:
+        record = await rig.record(request.challenge_id)
+        return await rig.store.inner.transition(release(record, rig.clock()))
+
+    race = rig.store.before_transition(
+        recovery_releases, when=moving(SETTLING, SETTLING, "handed"), times=None
+    )
+    answer = await outcome(rig.pay(payment))
+
+    assert problem(answer, 409, "SETTLEMENT_IN_PROGRESS").retry_after == 1
+    assert race.fired == MAX_STEPS
+    assert all(isinstance(result, TransitionApplied) for result in race.results)
+    assert rig.settler.requests == []
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING] + [SETTLING, PENDING] * MAX_STEPS
+    assert await rig.store.inner.get_by_payment(rig.key(payment)) is None
+    assert not any(isinstance(result, PaymentClaimed) for _, result in rig.store.transitions)
