@@ -471,8 +471,11 @@ class AccessPipeline:
             self._prove(record, caller)
             return await self._settling(record)
         if self.clock() >= record.expires_at:
-            await self.expire(record)
-            raise ChallengeExpired(f"challenge {record.challenge_id} expired")
+            current = await self.expire(record)
+            if current.state is State.PENDING:  # the record is gone: nothing left to follow
+                raise ChallengeExpired(f"challenge {record.challenge_id} expired")
+            # EXPIRED answers 410 next; a payment claimed just before expiry is followed.
+            return current
         if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
         return await self._attempt(record, caller)

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.racing import moving, states
+from tests.support.racing import FrozenClock, moving, states
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import (
     CountingIssuer,
@@ -27,6 +27,7 @@ from tests.support.scripted import (
     unknown_after,
 )
 from x402srv.default_plugins.callback_issuer import CallbackIssuer
+from x402srv.errors import ProblemError
 from x402srv.interfaces import (
     PaymentClaimed,
     Settled,
@@ -34,6 +35,7 @@ from x402srv.interfaces import (
     TransitionApplied,
     TransitionRequest,
     TxClaimed,
+    Unknown,
 )
 from x402srv.offers import AccessGranted, PaymentOffer
 from x402srv.pipeline import MAX_STEPS
@@ -450,6 +452,35 @@ async def test_expire_lost_to_another_expiry_is_410_once(
     assert isinstance(ours, StateMismatch)
     record = await rig.record(challenge["challengeId"])
     assert states(record) == [PENDING, EXPIRED]
+
+
+async def test_expire_lost_to_a_settlement_answers_from_settling(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A payment checked a moment before expiresAt was claimed by another worker (its clock
+    2 s behind) while this retry found the challenge past expiresAt. The expiry is lost: the
+    record is SETTLING, not EXPIRED, so the buyer must not be told 410 (its payment may be
+    on its way on-chain); it is answered from SETTLING."""
+    rig = await make_rig()
+    challenge = await rig.challenge()
+    rig.clock.advance(rig.config.server.challenge_ttl_seconds)
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    behind = FrozenClock(rig.clock() - 2)
+    other = rig.competitor(settler=ScriptedSettler(Unknown("facilitator timed out")), clock=behind)
+
+    async def other_claims(request: TransitionRequest) -> object:
+        return await outcome(rig.pay(payment, pipeline=other))
+
+    race = rig.store.before_transition(other_claims, when=moving(PENDING, EXPIRED))
+    answer = await outcome(rig.pay(None, request_id=challenge["requestId"]))
+
+    (other_answer,) = race.results
+    assert isinstance(other_answer, ProblemError)
+    problem(other_answer, 502, "SETTLEMENT_PENDING")
+    problem(answer, 502, "SETTLEMENT_PENDING")
+    record = await rig.record(challenge["challengeId"])
+    assert record.state is SETTLING
+    assert EXPIRED not in states(record)
 
 
 # ------------------------------------------------------------ the bounded loop
