@@ -296,14 +296,30 @@ def requirement(
     }
 
 
+def _check_window(valid_after: int, valid_before: int, now: float, max_timeout: int) -> None:
+    if valid_after > now:
+        raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
+    if valid_before < now + 6:
+        raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
+    if valid_before > now + max_timeout + 60:
+        raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+
+
 def check_payment(
     payment: PaymentPayload,
     offered: dict[str, Any],
     network: NetworkInfo,
     domain: Eip3009Domain,
     now: float,
+    *,
+    window: bool = True,
 ) -> Authorization:
-    """Step 5: the payment against the server's own requirement, never the client's."""
+    """Step 5: the payment against the server's own requirement, never the client's.
+
+    ``window=False`` skips the validAfter/validBefore checks, for a payment that
+    only proves a purchase already made (SPEC 4.2): a buyer may come back for
+    its grant after its authorization stopped being valid.
+    """
     accepted = payment.accepted
     auth = payment.payload.authorization
     if accepted.scheme != "exact":
@@ -325,12 +341,8 @@ def check_payment(
     if value != int(offered["amount"]):
         raise PaymentFailed(REASON_VALUE, "authorization.value is not the plan's amount")
     valid_after, valid_before = int(auth.validAfter), int(auth.validBefore)
-    if valid_after > now:
-        raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
-    if valid_before < now + 6:
-        raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
-    if valid_before > now + int(offered["maxTimeoutSeconds"]) + 60:
-        raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+    if window:
+        _check_window(valid_after, valid_before, now, int(offered["maxTimeoutSeconds"]))
     signature = bytes.fromhex(payment.payload.signature[2:])
     transfer = TransferAuthorization(
         payer=auth.from_,
