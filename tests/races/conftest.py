@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.rig import MakeRig, Rig, open_rig
-from x402srv.devchain import Devchain
+from x402srv.devchain import Devchain, deploy_batch_settle
 
 
 @pytest.fixture
@@ -22,3 +22,9 @@ async def make_rig(devchain: Devchain, tmp_path: Path) -> AsyncIterator[MakeRig]
             return await stack.enter_async_context(open_rig(devchain, tmp_path, **options))
 
         yield make
+
+
+@pytest.fixture(scope="session")
+def batch_settle(devchain: Devchain) -> str:
+    """A BatchSettle contract on the session's anvil: many authorizations, one transaction."""
+    return deploy_batch_settle(devchain.rpc, devchain.deployer)

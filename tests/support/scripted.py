@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from eth_account.signers.local import LocalAccount
 
-from x402srv.devchain import Devchain, settle_on_chain
+from x402srv.devchain import Devchain, settle_batch, settle_on_chain
 from x402srv.interfaces import (
     Authorization,
     Clock,
@@ -36,6 +36,7 @@ from x402srv.interfaces import (
 
 __all__ = [
     "HANG",
+    "Batching",
     "CountingIssuer",
     "GatedCallback",
     "OnChain",
@@ -149,6 +150,43 @@ class OnChain:
         if self.gate is not None:
             await self.gate.wait()
         return self.answer(self.tx_hash, auth.payer)
+
+
+class Batching:
+    """A batching facilitator: holds ``size`` settle calls, settles them in ONE transaction.
+
+    Use the same object as several steps of a script; each call waits until the
+    batch is full, then every caller answers ``answer(batch_tx, its payer)``.
+    """
+
+    def __init__(
+        self,
+        devchain: Devchain,
+        relayer: LocalAccount,
+        contract: str,
+        *,
+        size: int = 2,
+        answer: Callable[[str, str], SettlementOutcome] = Settled,
+    ) -> None:
+        self.devchain, self.relayer, self.contract = devchain, relayer, contract
+        self.size = size
+        self.answer = answer
+        self.tx_hash: str | None = None
+        self._waiting: list[tuple[Authorization, asyncio.Future[str]]] = []
+
+    async def __call__(
+        self, request: SettlementRequest, hooks: SettlementHooks
+    ) -> SettlementOutcome:
+        settled = asyncio.get_running_loop().create_future()
+        self._waiting.append((request.authorization, settled))
+        if len(self._waiting) == self.size:
+            batch = [(wire(auth), auth.signature) for auth, _ in self._waiting]
+            self.tx_hash = settle_batch(self.devchain, self.relayer, self.contract, batch)
+            for _, waiter in self._waiting:
+                waiter.set_result(self.tx_hash)
+        tx_hash = await settled
+        await hooks.note_broadcast(tx_hash)
+        return self.answer(tx_hash, request.authorization.payer)
 
 
 class CountingIssuer:
