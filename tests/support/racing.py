@@ -98,7 +98,9 @@ class RacingStore:
         self.listed: list[str] = []
         self._races: list[Race] = []
         self._racing = False
-        self._waiters: list[tuple[str, int, asyncio.Event]] = []
+        self._waiters: list[tuple[str, int, bool, asyncio.Event]] = []
+        #: Per method, the asyncio tasks (by id) that called it.
+        self.callers: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------ arming
 
@@ -156,18 +158,29 @@ class RacingStore:
 
     def _count(self, method: str) -> None:
         self.calls[method] += 1
+        self.callers.setdefault(method, set()).add(id(asyncio.current_task()))
         for waiter in list(self._waiters):
-            name, count, event = waiter
-            if name == method and self.calls[method] >= count:
+            name, count, distinct, event = waiter
+            if name == method and self._reached(method, count, distinct):
                 event.set()
                 self._waiters.remove(waiter)
 
-    async def called(self, method: str, count: int = 1) -> None:
-        """Return once ``method`` has been called ``count`` times in all."""
-        if self.calls[method] >= count:
+    def forget_calls(self) -> None:
+        """Count calls from here on only (``calls``, ``callers``, what ``called`` waits for)."""
+        self.calls.clear()
+        self.callers.clear()
+
+    def _reached(self, method: str, count: int, distinct: bool) -> bool:
+        seen = len(self.callers.get(method, ())) if distinct else self.calls[method]
+        return seen >= count
+
+    async def called(self, method: str, count: int = 1, *, tasks: bool = False) -> None:
+        """Return once ``method`` has been called ``count`` times in all (with ``tasks``:
+        by ``count`` different asyncio tasks, e.g. that many requests are now waiting)."""
+        if self._reached(method, count, tasks):
             return
         event = asyncio.Event()
-        self._waiters.append((method, count, event))
+        self._waiters.append((method, count, tasks, event))
         await event.wait()
 
     def applied(self, challenge_id: str) -> list[TransitionRequest]:
