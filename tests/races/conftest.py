@@ -14,11 +14,20 @@ from x402srv.devchain import Devchain, deploy_batch_settle
 
 
 @pytest.fixture
-async def make_rig(devchain: Devchain, tmp_path: Path) -> AsyncIterator[MakeRig]:
+def store_backend() -> str:
+    """The store under the RacingStore; a module may parametrize it (memory, sqlite)."""
+    return "memory"
+
+
+@pytest.fixture
+async def make_rig(
+    devchain: Devchain, tmp_path: Path, store_backend: str
+) -> AsyncIterator[MakeRig]:
     """``await make_rig(**open_rig options)``: a pipeline on the session's anvil."""
     async with AsyncExitStack() as stack:
 
         async def make(**options: Any) -> Rig:
+            options.setdefault("store", store_backend)
             return await stack.enter_async_context(open_rig(devchain, tmp_path, **options))
 
         yield make

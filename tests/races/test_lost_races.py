@@ -1,11 +1,12 @@
 """Every way out of a lost compare-and-set in ``AccessPipeline``, one named test each.
 
-The store loses on purpose (``RacingStore``): just before the request under test
-makes a given compare-and-set, a competitor (the buyer's twin request, another
-worker, the reconciler, an operator) moves the record first. Each test asserts
-the exact answer, the record's final state and history, and who was called how
-often, so each branch is exercised by design and not by timing luck. The clock
-is frozen; settlements the chain must agree with really happen on anvil.
+The store (memory, then sqlite) loses on purpose through ``RacingStore``: just
+before the request under test makes a given compare-and-set, a competitor (the
+buyer's twin request, another worker, the reconciler, an operator) moves the
+record first. Each test asserts the exact answer, the record's final state and
+history, and who was called how often, so each branch is exercised by design
+and not by timing luck. The clock is frozen; settlements the chain must agree
+with really happen on anvil.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ from x402srv.records import ChallengeRecord, RecordChanges, State
 
 PENDING, SETTLING, PAID = State.PENDING, State.SETTLING, State.PAID
 DELIVERED, EXPIRED, CANCELLED = State.DELIVERED, State.EXPIRED, State.CANCELLED
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """Every race on both built-in stores: they share the rules, not the atomic machinery."""
+    return str(request.param)
 
 
 async def resolved_by_reconciler(rig: Rig, challenge_id: str) -> ChallengeRecord:
