@@ -186,6 +186,36 @@ async def test_discovery_first_claim_lost_to_a_replay_is_answered_from_the_winne
     assert record.implicit
 
 
+async def test_discovery_first_claim_lost_to_a_challenge_is_409_redeemed(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A discovery-first payment whose authorization a challenge-first purchase claimed a
+    moment earlier: the create finds it claimed by a challenge that is not a discovery-first
+    one, so 409 TX_ALREADY_REDEEMED; no record is created and nothing is settled."""
+    rig = await make_rig()
+    discovery = await rig.pay(None, plan_id=None)
+    assert isinstance(discovery, PaymentOffer)
+    payment = rig.sign(buyer, discovery.body["accepts"][0])
+    challenge = await rig.challenge()
+
+    async def challenge_claims(record: ChallengeRecord) -> object:
+        other = rig.competitor(settler=ScriptedSettler(Unknown("facilitator timed out")))
+        return await outcome(
+            rig.pay(payment, pipeline=other, challenge_id=challenge["challengeId"])
+        )
+
+    race = rig.store.before_create(challenge_claims, when=lambda record: record.implicit)
+    answer = await outcome(rig.pay(payment, plan_id=None))
+
+    problem(answer, 409, "TX_ALREADY_REDEEMED")
+    (other_answer,) = race.results
+    assert isinstance(other_answer, ProblemError) and other_answer.status == 502
+    owner = await rig.store.inner.get_by_payment(rig.key(payment))
+    assert owner is not None and owner.challenge_id == challenge["challengeId"]
+    assert rig.settler.requests == []
+    assert len(await rig.store.inner.list_challenges()) == 1
+
+
 # ------------------------------------------------------------ step 8: the hand-over
 
 
@@ -305,6 +335,33 @@ async def test_paid_lost_to_a_reconciler_that_delivered_answers_with_its_grant(
     assert states(record)[-1] is DELIVERED
 
 
+async def test_broadcast_note_lost_still_lands_on_the_record_as_it_is_now(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The transfer was mined before the settler could note its broadcast, and a reconciler
+    pass delivered the record in between: the note is lost (nothing raised), the settler's
+    Settled answer loses too, and the request answers with the stored grant."""
+    rig = await make_rig(settler=ScriptedSettler(), issuer=CountingIssuer)
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def reconciler_delivers(request: TransitionRequest) -> object:
+        return await resolved_by_reconciler(rig, request.challenge_id)
+
+    race = rig.store.before_transition(
+        reconciler_delivers, when=moving(SETTLING, SETTLING, "transaction broadcast")
+    )
+    grant = granted(await outcome(rig.pay(payment)))
+
+    delivered = race.results[0]
+    assert isinstance(delivered, ChallengeRecord) and grant == delivered.grant
+    assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, PAID, DELIVERED]
+    assert record.payment is not None and record.payment.broadcast_tx_hash is None
+
+
 async def test_paid_with_a_transaction_another_challenge_owns_is_409_redeemed(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:
@@ -361,6 +418,32 @@ async def test_end_lease_lost_answers_from_the_record_as_it_is_now(
     record = await rig.record(challenge["challengeId"])
     assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING, PAID, DELIVERED]
     assert "outcome unknown" not in " ".join(step.reason for step in record.history)
+
+
+async def test_retry_resolution_lost_to_a_reconciler_answers_with_its_grant(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A proven retry finds the record SETTLING and the transfer on-chain; while it marks it
+    PAID, a reconciler pass does the same and delivers. The retry's resolution is lost and
+    it answers from DELIVERED with that grant."""
+    rig = await make_rig(settler=ScriptedSettler(Unknown("facilitator timed out")))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
+    rig.settle_on_chain(payment)  # the facilitator's transfer lands after its timeout
+
+    async def reconciler_delivers(request: TransitionRequest) -> object:
+        return await resolved_by_reconciler(rig, request.challenge_id)
+
+    race = rig.store.before_transition(reconciler_delivers, when=moving(SETTLING, PAID))
+    grant = granted(await outcome(rig.pay(None, request_id=challenge["requestId"])))
+
+    delivered = race.results[0]
+    assert isinstance(delivered, ChallengeRecord) and grant == delivered.grant
+    (ours,) = [result for request, result in rig.store.transitions if request.to is PAID]
+    assert isinstance(ours, StateMismatch)
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING, PAID, DELIVERED]
 
 
 # ------------------------------------------------------------ step 10: delivery

@@ -11,6 +11,7 @@ authorizations for the requirement the pipeline offered.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -146,9 +147,17 @@ class Rig:
         request_id: str | None = None,
         plan_id: str | None = "hourly",
         pipeline: AccessPipeline | None = None,
+        challenge_id: str | None = None,
     ) -> Awaitable[AccessResult]:
-        """What a retry of ``POST /x402/access`` does: body ``{planId, requestId?}`` + header."""
+        """What a retry of ``POST /x402/access`` does: body ``{planId, requestId?}`` + header.
+
+        ``challenge_id`` puts that challenge into the payment's ``accepted.extra``.
+        """
         body = AccessBody(plan_id, request_id, "default")
+        if payment is not None and challenge_id is not None:
+            wire = copy.deepcopy(payment.wire)
+            wire["accepted"]["extra"]["challengeId"] = challenge_id
+            payment = Payment.of(wire)
         return (pipeline or self.pipeline).access(body, payment.payload if payment else None)
 
     def key(self, payment: Payment) -> PaymentKey:
