@@ -38,7 +38,7 @@ from x402srv.offers import AccessGranted, PaymentOffer
 from x402srv.pipeline import AccessPipeline, AccessResult
 from x402srv.plugin_context import PluginContext
 from x402srv.protocol import AccessBody, PaymentPayload, parse_payment_payload
-from x402srv.records import ChallengeRecord, PaymentKey
+from x402srv.records import ChallengeRecord, PaymentKey, State
 from x402srv.testing.buyers import signed_payment
 from x402srv.testing.servers import seller_config
 
@@ -128,6 +128,14 @@ class Rig:
         )
         self.competitors.append(pipeline)
         return pipeline
+
+    async def reconciled(self, challenge_id: str) -> ChallengeRecord:
+        """What a reconciler pass in another worker does to one record: resolve, deliver."""
+        reconciler = self.competitor()
+        after = await reconciler.resolve(await self.record(challenge_id))
+        if after.state is State.PAID:
+            after = await reconciler.deliver(after, wait=False)
+        return after
 
     async def challenge(self, plan_id: str = "hourly") -> dict[str, Any]:
         """A fresh challenge's 402 body (challengeId, requestId, accepts ...)."""
