@@ -1,10 +1,13 @@
-// Compiles contracts/EIP3009Token.sol with solc-js and writes the artifact that
-// x402srv.devchain deploys, so the demo and tests never need a Solidity compiler.
+// Compiles our Solidity contracts with solc-js and writes the artifacts that
+// x402srv.devchain deploys, so the demo and tests never need a Solidity compiler:
 //
-// The settings below are part of the artifact's identity: a test recompiles the source
-// with this script and fails if the checked-in artifact differs.
+//   contracts/EIP3009Token.sol  -> x402srv/devchain/EIP3009Token.json  (the USDC look-alike)
+//   contracts/BatchSettle.sol   -> x402srv/devchain/BatchSettle.json   (one tx, many authorizations)
 //
-// Usage: node scripts/build-token.mjs [--out PATH]   (default: x402srv/devchain/EIP3009Token.json)
+// The settings below are part of each artifact's identity: a test recompiles the sources
+// with this script and fails if a checked-in artifact differs.
+//
+// Usage: node scripts/build-token.mjs [--out-dir DIR]   (default: x402srv/devchain)
 
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -15,24 +18,25 @@ import { parseArgs } from "node:util";
 import solc from "solc";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const CONTRACT_NAME = "EIP3009Token";
-// The source unit name is embedded in the bytecode's metadata hash; keep it independent
-// of where the repository is checked out.
-const SOURCE_UNIT = `contracts/${CONTRACT_NAME}.sol`;
-const DEFAULT_OUT = join(ROOT, "x402srv", "devchain", `${CONTRACT_NAME}.json`);
+const CONTRACTS = ["EIP3009Token", "BatchSettle"];
+const DEFAULT_OUT_DIR = join(ROOT, "x402srv", "devchain");
 
 // cancun: supported by anvil and by every chain x402 settles on; newer opcodes are not needed.
-const SETTINGS = {
-  optimizer: { enabled: true, runs: 200 },
-  evmVersion: "cancun",
-  outputSelection: { "*": { [CONTRACT_NAME]: ["abi", "evm.bytecode.object"] } },
-};
+function settings(name) {
+  return {
+    optimizer: { enabled: true, runs: 200 },
+    evmVersion: "cancun",
+    outputSelection: { "*": { [name]: ["abi", "evm.bytecode.object"] } },
+  };
+}
 
-function compile(source) {
+function compile(name, sourceUnit, source) {
+  // Each contract is compiled on its own: its source unit name is embedded in the
+  // bytecode's metadata hash, so keep it independent of where the checkout lives.
   const input = {
     language: "Solidity",
-    sources: { [SOURCE_UNIT]: { content: source } },
-    settings: SETTINGS,
+    sources: { [sourceUnit]: { content: source } },
+    settings: settings(name),
   };
   const output = JSON.parse(solc.compile(JSON.stringify(input)));
   const diagnostics = output.errors ?? [];
@@ -40,26 +44,36 @@ function compile(source) {
     process.stderr.write(diagnostic.formattedMessage ?? `${diagnostic.message}\n`);
   }
   if (diagnostics.some((d) => d.severity === "error")) {
-    throw new Error(`${SOURCE_UNIT} failed to compile`);
+    throw new Error(`${sourceUnit} failed to compile`);
   }
-  return output.contracts[SOURCE_UNIT][CONTRACT_NAME];
+  return output.contracts[sourceUnit][name];
 }
 
-function main() {
-  const { values } = parseArgs({ options: { out: { type: "string", default: DEFAULT_OUT } } });
-  const source = readFileSync(join(ROOT, SOURCE_UNIT), "utf8");
-  const contract = compile(source);
+function build(name, outDir) {
+  const sourceUnit = `contracts/${name}.sol`;
+  const source = readFileSync(join(ROOT, sourceUnit), "utf8");
+  const contract = compile(name, sourceUnit, source);
   const artifact = {
-    contractName: CONTRACT_NAME,
+    contractName: name,
     abi: contract.abi,
     bytecode: `0x${contract.evm.bytecode.object}`,
     solcVersion: solc.version(),
     sourceSha256: createHash("sha256").update(source, "utf8").digest("hex"),
   };
-  const out = resolve(values.out);
-  mkdirSync(dirname(out), { recursive: true });
+  const out = join(outDir, `${name}.json`);
   writeFileSync(out, `${JSON.stringify(artifact, null, 2)}\n`);
   process.stdout.write(`wrote ${out}\n`);
+}
+
+function main() {
+  const { values } = parseArgs({
+    options: { "out-dir": { type: "string", default: DEFAULT_OUT_DIR } },
+  });
+  const outDir = resolve(values["out-dir"]);
+  mkdirSync(outDir, { recursive: true });
+  for (const name of CONTRACTS) {
+    build(name, outDir);
+  }
 }
 
 main();

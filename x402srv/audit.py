@@ -54,11 +54,15 @@ def _accounts_for(record: ChallengeRecord | None, transfer: Transfer) -> bool:
     )
 
 
-async def _match(pipeline: AccessPipeline, transfer: Transfer) -> tuple[bool, str]:
-    """(matched?, challengeId or why not)."""
+async def _match(pipeline: AccessPipeline, transfer: Transfer, taken: set[str]) -> tuple[bool, str]:
+    """(matched?, challengeId or why not); a challenge in ``taken`` accounts for no more.
+
+    One transaction may carry several equal transfers from one payer (a batch of
+    its authorizations): the txHash's owner accounts for one of them, each other
+    challenge in it for its own.
+    """
     record = await pipeline.store.get_by_tx_hash(transfer.tx_hash)
-    if _accounts_for(record, transfer):
-        assert record is not None
+    if record is not None and record.challenge_id not in taken and _accounts_for(record, transfer):
         return True, record.challenge_id
     assert pipeline.chain is not None
     receipt = await pipeline.chain.receipt(transfer.tx_hash)
@@ -70,6 +74,8 @@ async def _match(pipeline: AccessPipeline, transfer: Transfer) -> tuple[bool, st
             continue
         key = PaymentKey(network.chain_id, network.asset, transfer.payer, log.topics[2])
         claimed = await pipeline.store.get_by_payment(key)
+        if claimed is not None and claimed.challenge_id in taken:
+            continue
         if _accounts_for(claimed, transfer):
             assert claimed is not None
             return True, claimed.challenge_id
@@ -78,6 +84,8 @@ async def _match(pipeline: AccessPipeline, transfer: Transfer) -> tuple[bool, st
                 f"its authorization is claimed by challenge {claimed.challenge_id} "
                 f"({claimed.state.value}); run x402srv reconcile"
             )
+    if record is not None and record.challenge_id in taken:
+        return False, f"challenge {record.challenge_id} owns the txHash but accounts for another"
     if record is not None:
         return False, f"challenge {record.challenge_id} owns the txHash but does not match it"
     return False, "no challenge accounts for it"
@@ -93,11 +101,14 @@ async def audit(pipeline: AccessPipeline, *, from_block: int, to_block: int | No
     wallet = pipeline.config.seller.wallet_address
     topics: list[object] = [TRANSFER_TOPIC, None, address_topic(wallet)]
     logs: list[Log] = await chain.logs(pipeline.network.asset, topics, from_block, last)
+    taken: set[str] = set()
     for log in logs:
         transfer = Transfer(
             log.tx_hash, log.block_number, topic_address(log.topics[1]), int(log.data, 16)
         )
-        matched, why = await _match(pipeline, transfer)
+        matched, why = await _match(pipeline, transfer, taken)
+        if matched:
+            taken.add(why)
         (report.matched if matched else report.unmatched).append((transfer, why))
     for record in await pipeline.store.list_challenges(states=PAID_STATES, limit=1_000_000):
         assert record.tx_hash is not None

@@ -487,8 +487,11 @@ class AccessPipeline:
                 self._checked(record, caller)
             return await self._settling(record)
         if self.clock() >= record.expires_at:
-            await self.expire(record)
-            raise ChallengeExpired(f"challenge {record.challenge_id} expired")
+            current = await self.expire(record)
+            if current.state is State.PENDING:  # the record is gone: nothing left to follow
+                raise ChallengeExpired(f"challenge {record.challenge_id} expired")
+            # EXPIRED answers 410 next; a payment claimed just before expiry is followed.
+            return current
         if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
         return await self._attempt(record, caller)
@@ -509,7 +512,7 @@ class AccessPipeline:
         if caller.verified is None or caller.verified[0] != record.challenge_id:
             offered = self.offers.offered_requirement(record)
             auth = check_payment(
-                caller.payment, offered, self.network, self.domain, self.clock(), check_time=False
+                caller.payment, offered, self.network, self.domain, self.clock(), window=False
             )
             caller.verified = (record.challenge_id, auth)
         return _same_authorization(caller.verified[1], stored)

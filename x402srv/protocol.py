@@ -297,6 +297,15 @@ def requirement(
     }
 
 
+def _check_window(valid_after: int, valid_before: int, now: float, max_timeout: int) -> None:
+    if valid_after > now:
+        raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
+    if valid_before < now + 6:
+        raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
+    if valid_before > now + max_timeout + 60:
+        raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+
+
 def check_payment(
     payment: PaymentPayload,
     offered: dict[str, Any],
@@ -304,13 +313,13 @@ def check_payment(
     domain: Eip3009Domain,
     now: float,
     *,
-    check_time: bool = True,
+    window: bool = True,
 ) -> Authorization:
     """Step 5: the payment against the server's own requirement, never the client's.
 
-    ``check_time=False`` skips the validity window, for a payment that is not
-    being settled now but shown as proof of one settled before (SPEC 4.2): its
-    window mattered when it was settled.
+    ``window=False`` skips the validAfter/validBefore checks, for a payment that
+    only proves a purchase already made (SPEC 4.2): a buyer may come back for
+    its grant after its authorization stopped being valid.
     """
     accepted = payment.accepted
     auth = payment.payload.authorization
@@ -333,13 +342,8 @@ def check_payment(
     if value != int(offered["amount"]):
         raise PaymentFailed(REASON_VALUE, "authorization.value is not the plan's amount")
     valid_after, valid_before = int(auth.validAfter), int(auth.validBefore)
-    if check_time:
-        if valid_after > now:
-            raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
-        if valid_before < now + 6:
-            raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
-        if valid_before > now + int(offered["maxTimeoutSeconds"]) + 60:
-            raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+    if window:
+        _check_window(valid_after, valid_before, now, int(offered["maxTimeoutSeconds"]))
     signature = bytes.fromhex(payment.payload.signature[2:])
     transfer = TransferAuthorization(
         payer=auth.from_,

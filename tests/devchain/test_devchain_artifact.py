@@ -1,4 +1,4 @@
-"""The checked-in token artifact must be what the build script makes from the source."""
+"""The checked-in contract artifacts must be what the build script makes from the sources."""
 
 from __future__ import annotations
 
@@ -7,27 +7,35 @@ import json
 import subprocess
 from pathlib import Path
 
-from x402srv.devchain import load_artifact
+import pytest
+
+from x402srv.devchain import BATCH_ARTIFACT_FILE, load_artifact
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "contracts" / "EIP3009Token.sol"
+#: (contract name, artifact file): every contract scripts/build-token builds.
+CONTRACTS = [("EIP3009Token", "EIP3009Token.json"), ("BatchSettle", BATCH_ARTIFACT_FILE)]
 
 
-def test_artifact_matches_source_hash() -> None:
+@pytest.mark.parametrize(("name", "artifact"), CONTRACTS)
+def test_artifact_matches_source_hash(name: str, artifact: str) -> None:
     """Cheap staleness check that needs no compiler."""
-    assert load_artifact().source_sha256 == hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    source = ROOT / "contracts" / f"{name}.sol"
+    loaded = load_artifact(artifact)
+    assert loaded.contract_name == name
+    assert loaded.source_sha256 == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
-def test_artifact_equals_fresh_compile(tmp_path: Path) -> None:
-    out = tmp_path / "EIP3009Token.json"
+def test_artifacts_equal_a_fresh_compile(tmp_path: Path) -> None:
+    """One run of the build script rebuilds every artifact, byte for byte the committed ones."""
     subprocess.run(
-        [str(ROOT / "scripts" / "build-token"), "--out", str(out)],
+        [str(ROOT / "scripts" / "build-token"), "--out-dir", str(tmp_path)],
         check=True,
         capture_output=True,
         timeout=120,
     )
-    fresh = json.loads(out.read_text())
-    committed = json.loads((ROOT / "x402srv" / "devchain" / "EIP3009Token.json").read_text())
-    assert fresh["abi"] == committed["abi"], "run scripts/build-token and commit the artifact"
-    assert fresh["bytecode"] == committed["bytecode"], "run scripts/build-token"
-    assert fresh == committed
+    for _, artifact in CONTRACTS:
+        fresh = json.loads((tmp_path / artifact).read_text())
+        committed = json.loads((ROOT / "x402srv" / "devchain" / artifact).read_text())
+        assert fresh["abi"] == committed["abi"], "run scripts/build-token and commit the artifact"
+        assert fresh["bytecode"] == committed["bytecode"], "run scripts/build-token"
+        assert fresh == committed

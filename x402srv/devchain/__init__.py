@@ -36,6 +36,12 @@ from x402srv.devchain.errors import (
     TransactionFailedError,
 )
 from x402srv.devchain.rpc import Receipt, RpcClient
+from x402srv.devchain.settle import (
+    BATCH_ARTIFACT_FILE,
+    deploy_batch_settle,
+    settle_batch,
+    settle_on_chain,
+)
 from x402srv.devchain.token import (
     TokenArtifact,
     TokenInfo,
@@ -53,6 +59,7 @@ __all__ = [
     "ANVIL_ENV_VAR",
     "ANVIL_NPM_PACKAGE",
     "ANVIL_VERSION",
+    "BATCH_ARTIFACT_FILE",
     "DEV_PRIVATE_KEY",
     "AnvilNotFoundError",
     "AnvilProcess",
@@ -68,6 +75,7 @@ __all__ = [
     "TransferLog",
     "authorization_state",
     "balance_of",
+    "deploy_batch_settle",
     "deploy_token",
     "encode_call",
     "ensure_anvil",
@@ -75,6 +83,8 @@ __all__ = [
     "load_artifact",
     "mint",
     "new_nonce",
+    "settle_batch",
+    "settle_on_chain",
     "sign_cancel_authorization",
     "sign_receive_authorization",
     "sign_transfer_authorization",

@@ -28,7 +28,7 @@ TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
 
 @dataclass(frozen=True)
 class TokenArtifact:
-    """The compiled contract as written by scripts/build-token."""
+    """A compiled contract as written by scripts/build-token (the token's, or another)."""
 
     contract_name: str
     abi: list[dict[str, Any]]
@@ -70,9 +70,12 @@ class TransferLog:
 
 
 @cache
-def load_artifact() -> TokenArtifact:
-    """Read the artifact shipped with the package (cached: it never changes at runtime)."""
-    text = resources.files("x402srv.devchain").joinpath(ARTIFACT_FILE).read_text("utf-8")
+def load_artifact(file: str = ARTIFACT_FILE) -> TokenArtifact:
+    """Read an artifact shipped with the package (cached: it never changes at runtime).
+
+    The token's by default; ``"BatchSettle.json"`` is the other contract the build makes.
+    """
+    text = resources.files("x402srv.devchain").joinpath(file).read_text("utf-8")
     raw = json.loads(text)
     return TokenArtifact(
         contract_name=raw["contractName"],

@@ -1,0 +1,176 @@
+"""A grant is a bearer credential: only proof fetches it (SPEC 4.2), in every state.
+
+Proof is the requestId, or a payment whose signature verifies and whose
+authorization is byte for byte the one stored on the challenge. Each check
+runs against a purchase left DELIVERED, PAID (the issuer failed once) or
+SETTLING (the facilitator timed out, then its transfer landed on anvil). An
+unproven caller gets what a fresh, invalid payment would get, never the grant,
+and causes no chain call and no change to the record: the RPC requests of the
+pipeline's chain reader are logged to prove it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from eth_account.signers.local import LocalAccount
+
+from tests.support.rig import MakeRig, Payment, Rig, granted, outcome, problem
+from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.devchain import Devchain
+from x402srv.interfaces import Unknown
+from x402srv.records import State
+
+SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+@dataclass
+class Purchase:
+    rig: Rig
+    challenge: dict[str, Any]
+    payment: Payment
+    buyer: LocalAccount
+
+    @property
+    def accepted(self) -> dict[str, Any]:
+        return dict(self.challenge["accepts"][0])
+
+
+async def left_in(state: State, make_rig: MakeRig, buyer: LocalAccount) -> Purchase:
+    """A purchase whose authorization is used on-chain and whose record is in ``state``."""
+    if state is State.SETTLING:
+        rig = await make_rig(settler=ScriptedSettler(Unknown("facilitator timed out")))
+    else:
+        fail = 1 if state is State.PAID else 0
+        rig = await make_rig(
+            settler=ScriptedSettler(), issuer=lambda c: CountingIssuer(c, fail=fail)
+        )
+        rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    await outcome(rig.pay(payment))
+    if state is State.SETTLING:
+        rig.settle_on_chain(payment)  # the facilitator's transfer lands after its timeout
+    assert (await rig.record(challenge["challengeId"])).state is state
+    assert rig.devchain.authorization_state(buyer.address, payment.nonce)
+    return Purchase(rig, challenge, payment, buyer)
+
+
+@pytest.fixture(params=[State.DELIVERED, State.PAID, State.SETTLING], ids=str.lower)
+async def purchase(
+    request: pytest.FixtureRequest, make_rig: MakeRig, buyer: LocalAccount
+) -> Purchase:
+    return await left_in(request.param, make_rig, buyer)
+
+
+def _with_signature(payment: Payment, signature: str) -> Payment:
+    wire = copy.deepcopy(payment.wire)
+    wire["payload"]["signature"] = signature
+    wire["accepted"]["extra"].pop("requestId")  # the attacker never saw it
+    return Payment.of(wire)
+
+
+def forged(purchase: Purchase, devchain: Devchain) -> Payment:
+    """The public authorization (from, nonce, value ... are on-chain) with made-up bytes."""
+    return _with_signature(purchase.payment, "0x" + "11" * 65)
+
+
+def malleated(purchase: Purchase, devchain: Devchain) -> Payment:
+    """The stored signature's high-s twin: (r, n - s, flipped v) recovers the same signer."""
+    raw = bytes.fromhex(purchase.payment.signature[2:])
+    r, s, v = raw[:32], int.from_bytes(raw[32:64], "big"), raw[64]
+    twin = r + (SECP256K1_N - s).to_bytes(32, "big") + bytes([55 - v])
+    return _with_signature(purchase.payment, "0x" + twin.hex())
+
+
+def another_authorization(purchase: Purchase, devchain: Devchain) -> Payment:
+    """A valid authorization by the same payer for the same requirement, new nonce."""
+    return purchase.rig.sign(purchase.buyer, purchase.accepted)
+
+
+def challenge_id_alone(purchase: Purchase, devchain: Devchain) -> Payment:
+    """Someone who knows only the challengeId pays it with a valid authorization of their own."""
+    accepted = purchase.accepted
+    accepted["extra"] = {k: v for k, v in accepted["extra"].items() if k != "requestId"}
+    return purchase.rig.sign(devchain.new_account(), accepted)
+
+
+#: Each attack, and what a fresh payment like it gets: (status, code) for a record that is
+#: SETTLING, and for one that is paid (PAID, DELIVERED).
+ATTACKS = {
+    "forged signature": (forged, (402, "PAYMENT_FAILED"), (402, "PAYMENT_FAILED")),
+    "malleated signature": (malleated, (402, "PAYMENT_FAILED"), (402, "PAYMENT_FAILED")),
+    "another authorization": (
+        another_authorization,
+        (409, "SETTLEMENT_IN_PROGRESS"),
+        (409, "TX_ALREADY_REDEEMED"),
+    ),
+    "challengeId alone": (
+        challenge_id_alone,
+        (409, "SETTLEMENT_IN_PROGRESS"),
+        (409, "TX_ALREADY_REDEEMED"),
+    ),
+}
+
+
+async def test_the_request_id_is_proof(purchase: Purchase) -> None:
+    """The buyer's retry with its requestId (no header) gets the grant."""
+    rig = purchase.rig
+    answer = await outcome(rig.pay(None, request_id=purchase.challenge["requestId"]))
+
+    grant = granted(answer)
+    assert grant["requestId"] == purchase.challenge["requestId"]
+    record = await rig.record(purchase.challenge["challengeId"])
+    assert record.state is State.DELIVERED and record.grant == grant
+
+
+async def test_the_exact_stored_authorization_is_proof(purchase: Purchase) -> None:
+    """The very header that paid (no requestId in the body) gets the grant."""
+    rig = purchase.rig
+    grant = granted(await outcome(rig.pay(purchase.payment)))
+
+    assert grant["challengeId"] == purchase.challenge["challengeId"]
+    assert (await rig.record(grant["challengeId"])).grant == grant
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_unproven_callers_get_no_grant_and_cause_no_chain_call(
+    purchase: Purchase, devchain: Devchain, attack: str
+) -> None:
+    """Forged or malleated signatures, another valid authorization, or a challengeId alone:
+    the answer a fresh invalid payment gets, never the grant; no RPC request, no change."""
+    rig = purchase.rig
+    make, if_settling, if_paid = ATTACKS[attack]
+    payment = make(purchase, devchain)
+    before = await rig.record(purchase.challenge["challengeId"])
+    rpc_calls, settler_calls = len(rig.rpc.methods), len(rig.settler.requests)
+
+    answer = await outcome(rig.pay(payment))
+
+    status, code = if_settling if before.state is State.SETTLING else if_paid
+    error = problem(answer, status, code)
+    if status == 402:
+        assert error.extra["reason"] == "invalid_exact_evm_payload_signature"
+    assert "accessToken" not in str(error.to_problem())
+    assert len(rig.rpc.methods) == rpc_calls, rig.rpc.methods[rpc_calls:]
+    assert len(rig.settler.requests) == settler_calls
+    assert await rig.record(before.challenge_id) == before
+    assert await rig.store.inner.get_by_payment(rig.key(payment)) in (None, before)
+
+
+async def test_the_exact_stored_authorization_is_proof_after_its_valid_before(
+    purchase: Purchase,
+) -> None:
+    """Proof is the signature and the authorization, not its validity window: the buyer whose
+    settlement was pending retries with the same header after validBefore and gets the grant
+    (SPEC 4.2: "502 ... retry later returns the grant")."""
+    rig = purchase.rig
+    valid_before = int(purchase.payment.authorization["validBefore"])
+    rig.clock.advance(valid_before - rig.clock() + 1)
+
+    grant = granted(await outcome(rig.pay(purchase.payment)))
+
+    assert grant["challengeId"] == purchase.challenge["challengeId"]

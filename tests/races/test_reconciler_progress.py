@@ -1,0 +1,94 @@
+"""A reconciler pass never stalls behind undecidable records, and finishes paid ones at once.
+
+Records are made by the pipeline itself (a scripted settler that times out),
+their transfers really happen (or not) on anvil, the clock is frozen, and the
+store wrapper logs every record each ``list_challenges`` page hands out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from eth_account.signers.local import LocalAccount
+
+from tests.support.rig import MakeRig, granted, outcome, problem
+from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.interfaces import Unknown
+from x402srv.reconciler import Reconciler
+from x402srv.records import State
+
+TIMED_OUT = Unknown("facilitator timed out")
+
+
+async def test_undecidable_records_never_stall_a_pass(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """Three SETTLING records the chain cannot decide yet (handed over, lease and grace over,
+    authorization unused and still valid) fill the first pages (batch_size 2) ahead of one
+    whose transfer is on-chain: one pass delivers that one, reports each undecidable record
+    exactly once, and reads no record twice."""
+    rig = await make_rig(settler=ScriptedSettler(*[TIMED_OUT] * 4), reconciler={"batch_size": 2})
+    undecidable = []
+    for _ in range(3):
+        challenge = await rig.challenge()
+        payment = rig.sign(buyer, challenge["accepts"][0])
+        problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
+        undecidable.append(challenge["challengeId"])
+        rig.clock.advance(1)  # each is older than the next
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
+    rig.settle_on_chain(payment)  # the facilitator's transfer lands after its timeout
+    rig.clock.advance(rig.config.reconciler.grace_seconds + 1)
+    reconciler = Reconciler(rig.pipeline, rig.config.reconciler)
+    assert rig.config.reconciler.batch_size == 2
+
+    async with asyncio.timeout(60):  # a pass that re-reads its first page never ends: fail
+        report = await reconciler.run_once()
+
+    assert report.unresolved == undecidable
+    assert [(c.challenge_id, c.before, c.after) for c in report.changes] == [
+        (challenge["challengeId"], State.SETTLING, State.PAID),
+        (challenge["challengeId"], State.PAID, State.DELIVERED),
+    ]
+    assert (await rig.record(challenge["challengeId"])).state is State.DELIVERED
+    assert rig.store.listed[:4] == [*undecidable, challenge["challengeId"]]
+    assert max(Counter(rig.store.listed).values()) == 1, rig.store.listed
+    for challenge_id in undecidable:
+        record = await rig.record(challenge_id)
+        assert record.state is State.SETTLING and record.payment is not None
+        assert not rig.devchain.authorization_state(buyer.address, record.payment.nonce)
+
+
+async def test_a_used_authorization_is_finished_by_the_next_pass_while_its_lease_runs(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """Default settings (lease 120 s, grace 60 s): the settler has broadcast and is still
+    waiting for its receipt when a pass runs 1 s later. The transfer is on-chain, so the
+    pass finishes the record at once, lease or not; the request then answers with that
+    same grant, and the credential was issued once."""
+    receipt = asyncio.Event()
+    rig = await make_rig(settler=ScriptedSettler(), issuer=CountingIssuer)
+    step = OnChain(rig.devchain, rig.relayer, gate=receipt)
+    rig.settler.then(step)
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    request = asyncio.create_task(outcome(rig.pay(payment)))
+    await step.broadcast.wait()
+    rig.clock.advance(1)
+    settling = await rig.record(challenge["challengeId"])
+    assert settling.state is State.SETTLING
+    assert settling.payment is not None
+    assert settling.payment.lease_until > rig.clock() + rig.config.reconciler.grace_seconds
+
+    report = await Reconciler(rig.pipeline, rig.config.reconciler).run_once()
+
+    delivered = await rig.record(challenge["challengeId"])
+    assert delivered.state is State.DELIVERED
+    assert [c.after for c in report.changes] == [State.PAID, State.DELIVERED]
+    assert report.unresolved == []
+    receipt.set()
+    grant = granted(await request)
+    assert grant == delivered.grant
+    assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
