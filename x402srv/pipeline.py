@@ -741,6 +741,9 @@ class AccessPipeline:
                 tx_hash,
                 result.owner,
             )
+            # The settler's word is worth nothing now: end its lease, so the next retry or
+            # reconciler pass asks the chain about this authorization at once.
+            await self._end_lease(record, Unknown("the settler named another challenge's tx"))
             raise TxAlreadyRedeemed("this transaction is already redeemed for another challenge")
         if isinstance(result, TransitionApplied):
             log.info("challenge %s: paid in %s", record.challenge_id, tx_hash)
