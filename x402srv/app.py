@@ -138,7 +138,7 @@ def _request_ids(app: Sanic[Any, Any]) -> None:
 def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     @app.before_server_start
     async def open_plugins(app: Sanic[Any, Any]) -> None:
-        await built.store.open()
+        await built.store.start()
         if built.chain is not None:
             await built.chain.open()
         await built.settler.start()

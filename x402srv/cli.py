@@ -151,7 +151,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 async def _preflight(built: Built) -> None:
     """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains."""
-    await built.store.open()
+    await built.store.start()
     try:
         await built.store.ping()
         await built.settler.start()

@@ -11,12 +11,12 @@ The TOML then chooses by name (``[store] backend``, ``[settlement] strategy``,
 ...) to validate with its own pydantic model, the clock, and for settlers and
 issuers the store and chain reader already built.
 
-A minimal plugin::
+A minimal plugin (everything it needs comes from ``x402srv.plugin``)::
 
-    from x402srv import hookimpl
+    from x402srv.plugin import Register, Store, hookimpl
 
     @hookimpl
-    def register_stores(register):
+    def register_stores(register: Register[Store]) -> None:
         register("mystore", lambda ctx: MyStore(ctx.parse_options(MyOptions)))
 """
 
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pluggy
 
 if TYPE_CHECKING:
+    from .interfaces import CredentialIssuer, Settler, Store
     from .plugin_context import PluginContext
 
 __all__ = ["Factory", "Register", "hookimpl", "hookspec"]
@@ -46,15 +47,15 @@ Register = Callable[[str, Factory[T]], None]
 
 
 @hookspec
-def register_stores(register: Register[object]) -> None:
+def register_stores(register: Register[Store]) -> None:
     """Register store factories (``Store`` protocol), selected by ``[store] backend``."""
 
 
 @hookspec
-def register_settlers(register: Register[object]) -> None:
+def register_settlers(register: Register[Settler]) -> None:
     """Register settlement strategies (``Settler``), selected by ``[settlement] strategy``."""
 
 
 @hookspec
-def register_credential_issuers(register: Register[object]) -> None:
+def register_credential_issuers(register: Register[CredentialIssuer]) -> None:
     """Register credential issuers (``CredentialIssuer``), selected by ``[credentials] issuer``."""

@@ -1,7 +1,7 @@
 """What plugins implement: stores, settlers and credential issuers.
 
 The pipeline only talks to these protocols. Every method is async; plugins
-open their clients in ``open``/``start`` (called from Sanic's
+open their clients in ``start`` (called from Sanic's
 ``before_server_start``) and close them in ``close``.
 
 Stores change records only through compare-and-set transitions whose side
@@ -127,7 +127,7 @@ class Store(Protocol):
 
     name: str
 
-    async def open(self) -> None: ...
+    async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -32,7 +32,7 @@ __all__ = ["cancel", "list_records", "opened", "reconcile", "redacted", "show"]
 async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterator[AccessPipeline]:
     """The pipeline of ``config`` with its plugins opened (``clock``: tests sweep "later")."""
     built = Registry().build(config, clock=clock)
-    await built.store.open()
+    await built.store.start()
     try:
         if built.chain is not None:
             await built.chain.open()

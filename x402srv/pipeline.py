@@ -733,6 +733,11 @@ class AccessPipeline:
     async def _record_paid(
         self, record: ChallengeRecord, tx_hash: str, payer: str
     ) -> AccessResult | ChallengeRecord:
+        if self.chain is not None and not await self.resolver.settles_in(record, tx_hash):
+            # A settler's word alone never grants access: what the chain does not show
+            # (yet) is an unknown outcome, which the chain decides.
+            log.warning("challenge %s: %s does not show this payment", record.challenge_id, tx_hash)
+            return await self._end_lease(record, Unknown("the chain does not confirm the settler"))
         result = await self._mark_paid(record, tx_hash, payer, "settled on-chain")
         if isinstance(result, TxClaimed):
             log.error(

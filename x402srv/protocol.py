@@ -22,6 +22,7 @@ from .eip712 import Eip3009Domain, TransferAuthorization, recover_signer
 from .errors import InvalidRequest, PaymentFailed, UnsupportedMediaType
 from .interfaces import Authorization
 from .networks import NetworkInfo
+from .reasons import Reason
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -44,15 +45,6 @@ __all__ = [
 MAX_BODY_BYTES = 64 * 1024
 MAX_HEADER_CHARS = 8 * 1024
 
-# x402 reason strings (as the official SDK reports them)
-REASON_REQUIREMENTS = "invalid_payment_requirements"
-REASON_SCHEME = "unsupported_scheme"
-REASON_NETWORK = "invalid_network"
-REASON_RECIPIENT = "invalid_exact_evm_payload_recipient_mismatch"
-REASON_VALUE = "invalid_exact_evm_payload_authorization_value_mismatch"
-REASON_VALID_AFTER = "invalid_exact_evm_payload_authorization_valid_after"
-REASON_VALID_BEFORE = "invalid_exact_evm_payload_authorization_valid_before"
-REASON_SIGNATURE = "invalid_exact_evm_payload_signature"
 
 _RESOURCE_ID = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
 _ANY = re.compile(r".*", re.DOTALL)
@@ -299,11 +291,11 @@ def requirement(
 
 def _check_window(valid_after: int, valid_before: int, now: float, max_timeout: int) -> None:
     if valid_after > now:
-        raise PaymentFailed(REASON_VALID_AFTER, "authorization is not valid yet")
+        raise PaymentFailed(Reason.VALID_AFTER, "authorization is not valid yet")
     if valid_before < now + 6:
-        raise PaymentFailed(REASON_VALID_BEFORE, "authorization expires too soon")
+        raise PaymentFailed(Reason.VALID_BEFORE, "authorization expires too soon")
     if valid_before > now + max_timeout + 60:
-        raise PaymentFailed(REASON_VALID_BEFORE, "authorization is valid for too long")
+        raise PaymentFailed(Reason.VALID_BEFORE, "authorization is valid for too long")
 
 
 def check_payment(
@@ -324,23 +316,29 @@ def check_payment(
     accepted = payment.accepted
     auth = payment.payload.authorization
     if accepted.scheme != "exact":
-        raise PaymentFailed(REASON_SCHEME, "only the exact scheme is accepted")
+        raise PaymentFailed(Reason.UNSUPPORTED_SCHEME, "only the exact scheme is accepted")
     if accepted.network != network.caip2:
-        raise PaymentFailed(REASON_NETWORK, f"this server settles on {network.caip2} only")
+        raise PaymentFailed(Reason.INVALID_NETWORK, f"this server settles on {network.caip2} only")
     if accepted.asset.lower() != network.asset.lower():
-        raise PaymentFailed(REASON_REQUIREMENTS, "accepted.asset is not the configured token")
+        raise PaymentFailed(
+            Reason.INVALID_PAYMENT_REQUIREMENTS, "accepted.asset is not the configured token"
+        )
     if (
         accepted.amount != offered["amount"]
         or accepted.payTo.lower() != str(offered["payTo"]).lower()
         or accepted.maxTimeoutSeconds != offered["maxTimeoutSeconds"]
         or accepted.asset.lower() != str(offered["asset"]).lower()
     ):
-        raise PaymentFailed(REASON_REQUIREMENTS, "accepted does not match the offered requirement")
+        raise PaymentFailed(
+            Reason.INVALID_PAYMENT_REQUIREMENTS, "accepted does not match the offered requirement"
+        )
     if auth.to.lower() != str(offered["payTo"]).lower():
-        raise PaymentFailed(REASON_RECIPIENT, "authorization.to is not the seller's wallet")
+        raise PaymentFailed(
+            Reason.RECIPIENT_MISMATCH, "authorization.to is not the seller's wallet"
+        )
     value = int(auth.value)
     if value != int(offered["amount"]):
-        raise PaymentFailed(REASON_VALUE, "authorization.value is not the plan's amount")
+        raise PaymentFailed(Reason.VALUE_MISMATCH, "authorization.value is not the plan's amount")
     valid_after, valid_before = int(auth.validAfter), int(auth.validBefore)
     if window:
         _check_window(valid_after, valid_before, now, int(offered["maxTimeoutSeconds"]))
@@ -356,10 +354,12 @@ def check_payment(
     try:
         digest = transfer.digest(domain)
     except ValueError:
-        raise PaymentFailed(REASON_VALUE, "authorization numbers exceed uint256") from None
+        raise PaymentFailed(Reason.VALUE_MISMATCH, "authorization numbers exceed uint256") from None
     signer = recover_signer(digest, signature)
     if signer is None or signer.lower() != auth.from_.lower():
-        raise PaymentFailed(REASON_SIGNATURE, "the signature does not recover authorization.from")
+        raise PaymentFailed(
+            Reason.INVALID_SIGNATURE, "the signature does not recover authorization.from"
+        )
     return Authorization(
         payer=signer,
         to=auth.to,

@@ -4,12 +4,25 @@ Built-ins (``default_plugins.DEFAULT_PLUGINS``) are registered exactly like
 third-party plugins found through the ``x402srv`` entry-point group. Names are
 collected into ``name -> factory`` per kind; a name registered twice is an
 error, and selecting an unknown name lists what is installed.
+
+- ``X402SRV_LOAD_PLUGINS`` (comma-separated entry-point names; empty: none)
+  limits which third-party plugins are loaded at all, as llm's
+  ``LLM_LOAD_PLUGINS`` does. Built-ins are always there.
+- A plugin that fails to load is a warning, not an error, as long as the
+  config does not select a name it would have registered: one broken
+  distribution must not take every command down. Selecting such a name is a
+  ``ConfigError`` that names the broken plugin.
+- What a factory returns is checked against its kind's Protocol (every
+  method present, async where the Protocol's is) before anything starts.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
+import logging
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,7 +36,12 @@ from .errors import ConfigError, PluginNotFound
 from .interfaces import Clock, CredentialIssuer, Settler, Store, system_clock
 from .plugin_context import PluginContext
 
-__all__ = ["Built", "Registry"]
+__all__ = ["LOAD_PLUGINS_ENV", "Built", "Registry"]
+
+log = logging.getLogger("x402srv.registry")
+
+#: The allow-list of third-party plugins to load (entry-point names, comma-separated).
+LOAD_PLUGINS_ENV = "X402SRV_LOAD_PLUGINS"
 
 Kind = Literal["store", "settler", "credential issuer"]
 _HOOKS: dict[Kind, str] = {
@@ -31,6 +49,27 @@ _HOOKS: dict[Kind, str] = {
     "settler": "register_settlers",
     "credential issuer": "register_credential_issuers",
 }
+_PROTOCOLS: dict[Kind, type] = {
+    "store": Store,
+    "settler": Settler,
+    "credential issuer": CredentialIssuer,
+}
+
+
+def _protocol_problems(protocol: type, built: object) -> list[str]:
+    """What ``built`` lacks to be a ``protocol``: missing members, sync where async is due."""
+    members: set[str] = set(getattr(protocol, "__annotations__", {}))
+    members.update(name for name in vars(protocol) if not name.startswith("_"))
+    problems = []
+    for member in sorted(members):
+        expected = getattr(protocol, member, None)
+        if not hasattr(built, member):
+            problems.append(f"no {member!r}")
+        elif inspect.iscoroutinefunction(expected) and not inspect.iscoroutinefunction(
+            getattr(built, member)
+        ):
+            problems.append(f"{member!r} is not async")
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +93,7 @@ class Registry:
         from .default_plugins import DEFAULT_PLUGINS
 
         self._dists: dict[str, str] = {}
+        self.broken: dict[str, str] = {}  # entry-point name -> why it did not load
         self._pm = pluggy.PluginManager("x402srv")
         self._pm.add_hookspecs(hookspecs)
         for module_name in DEFAULT_PLUGINS:
@@ -65,19 +105,23 @@ class Registry:
         self._entries: dict[Kind, dict[str, _Entry]] = {k: self._collect(k) for k in _HOOKS}
 
     def _load_entry_points(self) -> None:
-        """Like pluggy's loader, but a plugin that fails to import is named in the error."""
+        """Like pluggy's loader, with the allow-list, and broken plugins set aside."""
+        allowed = os.environ.get(LOAD_PLUGINS_ENV)
+        wanted = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
         for entry_point in importlib.metadata.entry_points(group="x402srv"):
+            if wanted is not None and entry_point.name not in wanted:
+                continue
             if self._pm.get_plugin(entry_point.name) or self._pm.is_blocked(entry_point.name):
                 continue
+            owner = entry_point.dist.name if entry_point.dist else "?"
             try:
                 plugin = entry_point.load()
+                self._pm.register(plugin, name=entry_point.name)
             except Exception as exc:
-                owner = entry_point.dist.name if entry_point.dist else "?"
-                raise ConfigError(
-                    f"plugin {entry_point.name!r} (distribution {owner}) failed to load: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            self._pm.register(plugin, name=entry_point.name)
+                why = f"distribution {owner}: {type(exc).__name__}: {exc}"
+                self.broken[entry_point.name] = why
+                log.warning("plugin %r failed to load (%s); it is ignored", entry_point.name, why)
+                continue
             if (dist := entry_point.dist) is not None:
                 self._dists[entry_point.name] = f"{dist.name} {dist.version}"
 
@@ -95,7 +139,14 @@ class Registry:
                     )
                 entries[name] = _Entry(factory, _plugin)
 
-            impl.function(register=register)
+            try:
+                impl.function(register=register)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                why = f"its {_HOOKS[kind]} hook raised {type(exc).__name__}: {exc}"
+                self.broken[plugin_name] = why
+                log.warning("plugin %r is ignored: %s", plugin_name, why)
         return entries
 
     def names(self, kind: Kind) -> list[str]:
@@ -121,8 +172,9 @@ class Registry:
 
         def missing(plugin: str, path: str) -> PluginNotFound:
             installed = ", ".join(sorted(entries)) or "none"
+            broken = "".join(f"; {n!r} did not load ({why})" for n, why in self.broken.items())
             return PluginNotFound(
-                f"no {kind} plugin named {plugin!r} is installed (installed: {installed})",
+                f"no {kind} plugin named {plugin!r} is installed (installed: {installed}){broken}",
                 path=path,
             )
 
@@ -139,7 +191,17 @@ class Registry:
             options=tables.plugin_options(name),
             **kw,
         )
-        return entries[name].factory(ctx)
+        entry = entries[name]
+        built = entry.factory(ctx)
+        problems = _protocol_problems(_PROTOCOLS[kind], built)
+        if problems:
+            owner = self._dists.get(entry.plugin, "built-in")
+            raise ConfigError(
+                f"the {kind} {name!r} of plugin {entry.plugin} ({owner}) is not a "
+                f"{_PROTOCOLS[kind].__name__}: " + "; ".join(problems),
+                path=section,
+            )
+        return built
 
     def build(self, config: Config, *, clock: Clock = system_clock) -> Built:
         """Build the store, settler and issuer the config names (nothing is opened yet)."""

@@ -31,17 +31,11 @@ from .interfaces import (
     SettlementRequest,
     Unknown,
 )
+from .reasons import Reason
 from .resolution import NotTransferred, Transferred, resolve_authorization
 
 __all__ = [
     "DETAILS",
-    "REASON_INSUFFICIENT_BALANCE",
-    "REASON_INVALID_SIGNATURE",
-    "REASON_NONCE_USED",
-    "REASON_TRANSACTION_FAILED",
-    "REASON_UNAVAILABLE",
-    "REASON_VALID_AFTER",
-    "REASON_VALID_BEFORE",
     "MalformedSignature",
     "Revert",
     "RevertKind",
@@ -54,24 +48,15 @@ __all__ = [
 
 log = logging.getLogger("x402srv.transfer")
 
-REASON_INVALID_SIGNATURE = "invalid_exact_evm_payload_signature"
-REASON_INSUFFICIENT_BALANCE = "invalid_exact_evm_insufficient_balance"
-REASON_VALID_BEFORE = "invalid_exact_evm_payload_authorization_valid_before"
-REASON_VALID_AFTER = "invalid_exact_evm_payload_authorization_valid_after"
-REASON_NONCE_USED = "invalid_exact_evm_nonce_already_used"
-REASON_TRANSACTION_FAILED = "transaction_failed"
-#: The x402 SDK's reason when settling itself could not be attempted (node down,
-#: gas wallet empty, fees above the cap): nothing was sent, the buyer may retry.
-REASON_UNAVAILABLE = "unexpected_settle_error"
 
 #: What the buyer reads (``Rejected.detail``) for each refusal the token gives.
-DETAILS = {
-    REASON_INVALID_SIGNATURE: "The authorization's signature does not match its payer.",
-    REASON_INSUFFICIENT_BALANCE: "The payer's token balance is too low for this payment.",
-    REASON_VALID_BEFORE: "The authorization has expired.",
-    REASON_VALID_AFTER: "The authorization is not valid yet.",
-    REASON_NONCE_USED: "This authorization was already used or cancelled.",
-    REASON_TRANSACTION_FAILED: "The token contract refused the transfer; nothing moved.",
+DETAILS: dict[str, str] = {
+    Reason.INVALID_SIGNATURE: "The authorization's signature does not match its payer.",
+    Reason.INSUFFICIENT_BALANCE: "The payer's token balance is too low for this payment.",
+    Reason.VALID_BEFORE: "The authorization has expired.",
+    Reason.VALID_AFTER: "The authorization is not valid yet.",
+    Reason.NONCE_USED: "This authorization was already used or cancelled.",
+    Reason.TRANSACTION_FAILED: "The token contract refused the transfer; nothing moved.",
 }
 
 #: transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, v, r, s):
@@ -139,16 +124,16 @@ def classify_revert(message: str) -> Revert:
     """Map a revert message (``execution reverted: FiatTokenV2: ...``) to an x402 reason."""
     text = message.lower()
     if "authorization is used" in text or "authorizationalreadyused" in text:
-        return Revert(RevertKind.USED, REASON_NONCE_USED)
+        return Revert(RevertKind.USED, Reason.NONCE_USED)
     if "authorization is expired" in text or "authorizationexpired" in text:
-        return Revert(RevertKind.UNSURE, REASON_VALID_BEFORE)
+        return Revert(RevertKind.UNSURE, Reason.VALID_BEFORE)
     if "authorization is not yet valid" in text or "authorizationnotyetvalid" in text:
-        return Revert(RevertKind.UNSURE, REASON_VALID_AFTER)
+        return Revert(RevertKind.UNSURE, Reason.VALID_AFTER)
     if "exceeds balance" in text or "erc20insufficientbalance" in text:
-        return Revert(RevertKind.DEFINITE, REASON_INSUFFICIENT_BALANCE)
+        return Revert(RevertKind.DEFINITE, Reason.INSUFFICIENT_BALANCE)
     if "invalid signature" in text or "signermismatch" in text:
-        return Revert(RevertKind.DEFINITE, REASON_INVALID_SIGNATURE)
-    return Revert(RevertKind.UNSURE, REASON_TRANSACTION_FAILED)
+        return Revert(RevertKind.DEFINITE, Reason.INVALID_SIGNATURE)
+    return Revert(RevertKind.UNSURE, Reason.TRANSACTION_FAILED)
 
 
 async def preflight(chain: ChainReader, request: SettlementRequest) -> SettlementOutcome | None:
@@ -161,7 +146,7 @@ async def preflight(chain: ChainReader, request: SettlementRequest) -> Settlemen
     try:
         data = transfer_calldata(request.authorization)
     except MalformedSignature:
-        return Rejected(REASON_INVALID_SIGNATURE, DETAILS[REASON_INVALID_SIGNATURE])
+        return Rejected(Reason.INVALID_SIGNATURE, DETAILS[Reason.INVALID_SIGNATURE])
     reverted = await chain.simulate(request.network.asset, "0x" + data.hex())
     if reverted is None:
         return None
@@ -209,5 +194,5 @@ async def from_chain(
         return Settled(verdict.tx_hash, auth.payer)
     if isinstance(verdict, NotTransferred):
         log.info("challenge %s: not transferred (%s)", request.challenge_id, verdict.why)
-        return Rejected(REASON_NONCE_USED, DETAILS[REASON_NONCE_USED])
+        return Rejected(Reason.NONCE_USED, DETAILS[Reason.NONCE_USED])
     return Unknown(verdict.why, tx_hint)

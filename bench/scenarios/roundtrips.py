@@ -101,7 +101,7 @@ async def _count(stack: Stack) -> list[tuple[str, collections.Counter[str]]]:
         issuer=built.issuer,
         chain=built.chain,
     )
-    await built.store.open()
+    await built.store.start()
     if built.chain is not None:
         await built.chain.open()
     await built.settler.start()

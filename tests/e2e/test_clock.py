@@ -66,7 +66,7 @@ class InProcessSeller:
     async def state(self, challenge_id: str) -> State:
         # The ASGI test client opens and closes the app's plugins around each request.
         store = self.app.ctx.pipeline.store
-        await store.open()
+        await store.start()
         try:
             record = await store.get_challenge(challenge_id)
         finally:

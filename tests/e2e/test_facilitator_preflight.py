@@ -22,10 +22,11 @@ from x402srv.config import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorOptions, FacilitatorSettler
 from x402srv.devchain import Devchain, sign_transfer_authorization
 from x402srv.interfaces import Rejected, Settled, SettlementRequest, Unknown
+from x402srv.reasons import Reason
 from x402srv.testing.buyers import settlement_request
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port, seller_config
-from x402srv.transfer_call import REASON_INSUFFICIENT_BALANCE, transfer_calldata
+from x402srv.transfer_call import transfer_calldata
 
 PRICE = 100_000
 
@@ -133,7 +134,7 @@ async def test_unfunded_payment_never_reaches_the_facilitator(
     async with _settler(config, chain) as (settler, recorder):
         outcome = await settler.settle(request, Hooks())
     assert isinstance(outcome, Rejected)
-    assert outcome.reason == REASON_INSUFFICIENT_BALANCE
+    assert outcome.reason == Reason.INSUFFICIENT_BALANCE
     assert recorder.paths == ["/supported"]  # neither /verify nor /settle
     assert devchain.rpc.block_number() == block  # no reverted transfer mined
 

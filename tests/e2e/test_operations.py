@@ -142,7 +142,7 @@ async def test_reconciler_pass_expires_and_prunes(devchain: Devchain, tmp_path: 
     _, offer = await app.asgi_client.post("/x402/access", json={"planId": "hourly"})
     challenge_id = offer.json["challengeId"]
     pipeline = app.ctx.pipeline
-    await pipeline.store.open()
+    await pipeline.store.start()
     try:
         reconciler = Reconciler(pipeline, config.reconciler)
         clock.advance(config.server.challenge_ttl_seconds + 1)
@@ -175,7 +175,7 @@ async def test_one_reconciler_at_a_time(devchain: Devchain, tmp_path: Path) -> N
     )
     app = create_app(config, name="one_reconciler")
     pipeline = app.ctx.pipeline
-    await pipeline.store.open()
+    await pipeline.store.start()
     try:
         first = Reconciler(pipeline, config.reconciler, holder="worker-1")
         second = Reconciler(pipeline, config.reconciler, holder="worker-2")

@@ -22,7 +22,7 @@ class TestMemoryStore(StoreContract):
     @pytest.fixture
     async def store(self) -> AsyncIterator[MemoryStore]:
         store = MemoryStore()
-        await store.open()
+        await store.start()
         yield store
         await store.close()
 

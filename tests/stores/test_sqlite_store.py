@@ -42,7 +42,7 @@ class TestSqliteStore(StoreContract):
     @pytest.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[SqliteStore]:
         store = SqliteStore(tmp_path / "store.db")
-        await store.open()
+        await store.start()
         yield store
         await store.close()
 
@@ -54,7 +54,7 @@ class TestSqliteStore(StoreContract):
 @pytest.fixture
 async def opened(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     store = SqliteStore(tmp_path / "store.db", SqliteOptions(busy_timeout_ms=100))
-    await store.open()
+    await store.start()
     yield store
     await store.close()
 
@@ -103,7 +103,7 @@ async def test_registry_builds_it_with_the_path_beside_the_config(tmp_path: Path
     store = Registry(entry_points=False)._context("store", "store.backend", "sqlite", config)
     assert isinstance(store, SqliteStore)
     assert store.path == tmp_path / "data" / "sub" / "x402srv.db"
-    await store.open()
+    await store.start()
     try:
         assert store.path.is_file()  # parent directories created on open
         record = make_record()
@@ -153,7 +153,7 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
 
 async def test_synchronous_full_and_default_busy_timeout(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "full.db", SqliteOptions(synchronous="FULL"))
-    await store.open()
+    await store.start()
     try:
         assert await _pragma(store, "synchronous") == 2  # FULL
         assert await _pragma(store, "busy_timeout") == 5000
@@ -166,7 +166,7 @@ async def test_workers_starting_together_on_a_new_file(tmp_path: Path) -> None:
     for trial in range(40):
         stores = [SqliteStore(tmp_path / f"new-{trial}.db") for _ in range(8)]
         try:
-            await asyncio.gather(*(store.open() for store in stores))
+            await asyncio.gather(*(store.start() for store in stores))
             assert [await _pragma(store, "journal_mode") for store in stores] == ["wal"] * 8
         finally:
             await asyncio.gather(*(store.close() for store in stores))
@@ -196,7 +196,7 @@ async def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
     raw.close()
 
     store = SqliteStore(path)
-    await store.open()
+    await store.start()
     try:
         assert await store.get_challenge(record.challenge_id) == record
         assert await store.get_by_payment(key) == record
@@ -229,7 +229,7 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
     raw.close()
 
     store = SqliteStore(path)
-    await store.open()
+    await store.start()
     try:
         assert await store.get_task("old-task") == ({"status": "working"}, 4)
         assert await store.get_challenge(record.challenge_id) == record
@@ -322,7 +322,7 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("PRAGMA user_version = 99")
     raw.close()
     with pytest.raises(ConfigError, match="schema version 99") as caught:
-        await SqliteStore(path).open()
+        await SqliteStore(path).start()
     assert caught.value.path == "store.path"
 
 
@@ -341,7 +341,7 @@ async def test_a_parent_that_is_a_file_is_a_config_error(tmp_path: Path) -> None
     (tmp_path / "plain-file").write_text("not a directory")
     store = SqliteStore(tmp_path / "plain-file" / "x402srv.db")
     with pytest.raises(ConfigError) as caught:
-        await store.open()
+        await store.start()
     assert caught.value.path == "store.path"
     with pytest.raises(StoreUnavailable):
         await store.ping()
@@ -361,7 +361,7 @@ async def test_unusable_files_are_store_unavailable(
         caplog.at_level(logging.ERROR, logger="x402srv.store.sqlite"),
         pytest.raises(StoreUnavailable) as caught,
     ):
-        await store.open()
+        await store.start()
     _assert_hidden(caught.value, path)
     assert str(path) in caplog.text  # the operator learns which file
     with pytest.raises(StoreUnavailable):
@@ -435,7 +435,7 @@ def barrier(phase):
 
 async def main():
     store = SqliteStore(Path(path))
-    await store.open()
+    await store.start()
     record = await store.get_challenge(challenge_id)
     out = {}
 
@@ -493,7 +493,7 @@ def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
 
 async def _seed(path: Path) -> tuple[str, str]:
     store = SqliteStore(path)
-    await store.open()
+    await store.start()
     record = make_record()
     await store.create_challenge(record)
     await store.close()
@@ -553,7 +553,7 @@ async def test_several_processes_on_one_file(
     won = [attempt for out in outputs for attempt in out["won"]]
     assert len(won) == 1
     store = SqliteStore(path)
-    await store.open()
+    await store.start()
     try:
         record = await store.get_challenge(challenge_id)
         assert record is not None

@@ -193,8 +193,8 @@ class RacingStore:
 
     # ------------------------------------------------------------ the Store protocol
 
-    async def open(self) -> None:
-        await self.inner.open()
+    async def start(self) -> None:
+        await self.inner.start()
 
     async def close(self) -> None:
         await self.inner.close()

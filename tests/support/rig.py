@@ -266,7 +266,7 @@ async def open_rig(
         chain=reader if chain else None,
         clock=clock,
     )
-    await racing.open()
+    await racing.start()
     try:
         yield Rig(
             devchain=devchain,

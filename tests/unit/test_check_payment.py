@@ -31,18 +31,11 @@ from x402srv.eip712 import Eip3009Domain
 from x402srv.errors import PaymentFailed
 from x402srv.interfaces import Authorization
 from x402srv.protocol import (
-    REASON_NETWORK,
-    REASON_RECIPIENT,
-    REASON_REQUIREMENTS,
-    REASON_SCHEME,
-    REASON_SIGNATURE,
-    REASON_VALID_AFTER,
-    REASON_VALID_BEFORE,
-    REASON_VALUE,
     check_payment,
     decode_payment_header,
     encode_header,
 )
+from x402srv.reasons import Reason
 
 CONFIG: Config = custom_config()
 NETWORK = CONFIG.network_info
@@ -52,14 +45,14 @@ MAX_TIMEOUT = CONFIG.server.max_timeout_seconds
 
 
 def test_reason_strings_are_the_x402_ones() -> None:
-    assert REASON_REQUIREMENTS == "invalid_payment_requirements"
-    assert REASON_SCHEME == "unsupported_scheme"
-    assert REASON_NETWORK == "invalid_network"
-    assert REASON_RECIPIENT == "invalid_exact_evm_payload_recipient_mismatch"
-    assert REASON_VALUE == "invalid_exact_evm_payload_authorization_value_mismatch"
-    assert REASON_VALID_AFTER == "invalid_exact_evm_payload_authorization_valid_after"
-    assert REASON_VALID_BEFORE == "invalid_exact_evm_payload_authorization_valid_before"
-    assert REASON_SIGNATURE == "invalid_exact_evm_payload_signature"
+    assert Reason.INVALID_PAYMENT_REQUIREMENTS == "invalid_payment_requirements"
+    assert Reason.UNSUPPORTED_SCHEME == "unsupported_scheme"
+    assert Reason.INVALID_NETWORK == "invalid_network"
+    assert Reason.RECIPIENT_MISMATCH == "invalid_exact_evm_payload_recipient_mismatch"
+    assert Reason.VALUE_MISMATCH == "invalid_exact_evm_payload_authorization_value_mismatch"
+    assert Reason.VALID_AFTER == "invalid_exact_evm_payload_authorization_valid_after"
+    assert Reason.VALID_BEFORE == "invalid_exact_evm_payload_authorization_valid_before"
+    assert Reason.INVALID_SIGNATURE == "invalid_exact_evm_payload_signature"
 
 
 def offered() -> dict[str, Any]:
@@ -109,7 +102,7 @@ def test_valid_payment_is_accepted() -> None:
 def test_other_plan_is_checked_against_its_own_amount() -> None:
     daily = offered_for(CONFIG, "daily")
     assert check(signed_payment(daily, TOKEN), daily).value == 1_500_000
-    refused(signed_payment(offered(), TOKEN), REASON_REQUIREMENTS, daily)
+    refused(signed_payment(offered(), TOKEN), Reason.INVALID_PAYMENT_REQUIREMENTS, daily)
 
 
 def test_extra_is_not_compared() -> None:
@@ -132,16 +125,16 @@ def test_challenge_offer_with_ids_in_extra_is_accepted() -> None:
 
 @pytest.mark.parametrize("scheme", ["upto", "EXACT", ""])
 def test_scheme_other_than_exact(scheme: str) -> None:
-    refused(accepted_with(scheme=scheme), REASON_SCHEME)
+    refused(accepted_with(scheme=scheme), Reason.UNSUPPORTED_SCHEME)
 
 
 @pytest.mark.parametrize("network", ["eip155:84532", "eip155:1", "base", "EIP155:31337"])
 def test_network_other_than_the_configured_one(network: str) -> None:
-    refused(accepted_with(network=network), REASON_NETWORK)
+    refused(accepted_with(network=network), Reason.INVALID_NETWORK)
 
 
 def test_asset_other_than_the_configured_token() -> None:
-    refused(accepted_with(asset="0x" + "99" * 20), REASON_REQUIREMENTS)
+    refused(accepted_with(asset="0x" + "99" * 20), Reason.INVALID_PAYMENT_REQUIREMENTS)
 
 
 @pytest.mark.parametrize(
@@ -156,26 +149,26 @@ def test_asset_other_than_the_configured_token() -> None:
     ],
 )
 def test_accepted_must_equal_the_offer(changes: dict[str, Any]) -> None:
-    refused(accepted_with(**changes), REASON_REQUIREMENTS)
+    refused(accepted_with(**changes), Reason.INVALID_PAYMENT_REQUIREMENTS)
 
 
 def test_offer_is_the_servers_not_the_clients() -> None:
     """A client that lowers the price in ``accepted`` and signs that is refused."""
     cheap = offered()
     cheap["amount"] = "1"
-    refused(signed_payment(cheap, TOKEN), REASON_REQUIREMENTS)
+    refused(signed_payment(cheap, TOKEN), Reason.INVALID_PAYMENT_REQUIREMENTS)
 
 
 # ----------------------------------------------------------- the authorization
 
 
 def test_recipient_mismatch() -> None:
-    refused(signed_payment(offered(), TOKEN, to=STRANGER.address), REASON_RECIPIENT)
+    refused(signed_payment(offered(), TOKEN, to=STRANGER.address), Reason.RECIPIENT_MISMATCH)
 
 
 @pytest.mark.parametrize("value", [99_999, 100_001, 0, 10**30])
 def test_value_mismatch(value: int) -> None:
-    refused(signed_payment(offered(), TOKEN, value=value), REASON_VALUE)
+    refused(signed_payment(offered(), TOKEN, value=value), Reason.VALUE_MISMATCH)
 
 
 # ---------------------------------------------------------- validity window
@@ -188,7 +181,7 @@ def test_valid_after_up_to_now_is_accepted(valid_after: int) -> None:
 
 @pytest.mark.parametrize("valid_after", [NOW + 1, NOW + 3600, 2**255])
 def test_valid_after_in_the_future_is_refused(valid_after: int) -> None:
-    refused(signed_payment(offered(), TOKEN, valid_after=valid_after), REASON_VALID_AFTER)
+    refused(signed_payment(offered(), TOKEN, valid_after=valid_after), Reason.VALID_AFTER)
 
 
 @pytest.mark.parametrize(
@@ -203,14 +196,14 @@ def test_valid_before_inside_the_window_is_accepted(valid_before: int) -> None:
     [0, NOW - 1, NOW, NOW + 5, NOW + MAX_TIMEOUT + 61, NOW + 10**9, 2**256 - 1],
 )
 def test_valid_before_outside_the_window_is_refused(valid_before: int) -> None:
-    refused(signed_payment(offered(), TOKEN, valid_before=valid_before), REASON_VALID_BEFORE)
+    refused(signed_payment(offered(), TOKEN, valid_before=valid_before), Reason.VALID_BEFORE)
 
 
 def test_window_follows_the_offered_max_timeout() -> None:
     offer = offered()
     offer["maxTimeoutSeconds"] = 30
     check(signed_payment(offer, TOKEN, valid_before=NOW + 90), offer)
-    refused(signed_payment(offer, TOKEN, valid_before=NOW + 91), REASON_VALID_BEFORE, offer)
+    refused(signed_payment(offer, TOKEN, valid_before=NOW + 91), Reason.VALID_BEFORE, offer)
 
 
 def test_fractional_now_boundaries() -> None:
@@ -219,10 +212,10 @@ def test_fractional_now_boundaries() -> None:
     )
     with pytest.raises(PaymentFailed) as caught:
         check_payment(payment, offered(), NETWORK, DOMAIN, NOW + 0.5)
-    assert caught.value.reason == REASON_VALID_BEFORE
+    assert caught.value.reason == Reason.VALID_BEFORE
     with pytest.raises(PaymentFailed) as caught:
         check_payment(payment, offered(), NETWORK, DOMAIN, NOW - 0.5)
-    assert caught.value.reason == REASON_VALID_AFTER
+    assert caught.value.reason == Reason.VALID_AFTER
 
 
 # ------------------------------------------------------------------ signature
@@ -231,7 +224,7 @@ def test_fractional_now_boundaries() -> None:
 def test_signature_by_someone_else_is_refused() -> None:
     document = signed_payment(offered(), TOKEN, signer=STRANGER)
     document["payload"]["authorization"]["from"] = BUYER.address
-    refused(document, REASON_SIGNATURE)
+    refused(document, Reason.INVALID_SIGNATURE)
 
 
 @pytest.mark.parametrize(
@@ -245,7 +238,7 @@ def test_signature_by_someone_else_is_refused() -> None:
 )
 def test_signature_for_another_domain_is_refused(token: TokenInfo) -> None:
     """The domain comes from config; a payment signed for another token/chain fails."""
-    refused(signed_payment(offered(), token), REASON_SIGNATURE)
+    refused(signed_payment(offered(), token), Reason.INVALID_SIGNATURE)
 
 
 @pytest.mark.parametrize("field", ["validAfter", "validBefore", "nonce", "value", "to"])
@@ -270,7 +263,7 @@ def test_tampered_authorization_is_refused(field: str) -> None:
             offer["payTo"] = STRANGER.address
             auth["to"] = STRANGER.address
         document["accepted"] = copy.deepcopy(offer)
-    refused(document, REASON_SIGNATURE, offer)
+    refused(document, Reason.INVALID_SIGNATURE, offer)
 
 
 def test_security_high_s_signature_is_refused() -> None:
@@ -282,7 +275,7 @@ def test_security_high_s_signature_is_refused() -> None:
     s = int.from_bytes(raw[32:64], "big")
     twin = raw[:32] + (n - s).to_bytes(32, "big") + bytes([55 - raw[64]])
     document["payload"]["signature"] = "0x" + twin.hex()
-    refused(document, REASON_SIGNATURE)
+    refused(document, Reason.INVALID_SIGNATURE)
 
 
 @pytest.mark.parametrize("v", [0, 1])
@@ -290,7 +283,7 @@ def test_signature_with_v_0_or_1_is_refused(v: int) -> None:
     document = signed_payment(offered(), TOKEN)
     signature = document["payload"]["signature"]
     document["payload"]["signature"] = signature[:-2] + f"{v:02x}"
-    refused(document, REASON_SIGNATURE)
+    refused(document, Reason.INVALID_SIGNATURE)
 
 
 @pytest.mark.parametrize("length", [64, 66, 1])
@@ -298,13 +291,13 @@ def test_signature_of_a_wrong_length_is_refused(length: int) -> None:
     document = signed_payment(offered(), TOKEN)
     raw = bytes.fromhex(document["payload"]["signature"][2:])
     document["payload"]["signature"] = "0x" + (raw * 2)[:length].hex()
-    refused(document, REASON_SIGNATURE)
+    refused(document, Reason.INVALID_SIGNATURE)
 
 
 def test_eip1271_style_long_signature_is_refused() -> None:
     document = signed_payment(offered(), TOKEN)
     document["payload"]["signature"] = "0x" + "ab" * 400
-    refused(document, REASON_SIGNATURE)
+    refused(document, Reason.INVALID_SIGNATURE)
 
 
 # ---------------------------------------------------------- case-insensitivity

@@ -59,7 +59,7 @@ async def test_workers_share_the_count_through_the_store(tmp_path: Path) -> None
     clock = Clock()
     stores = [SqliteStore(tmp_path / "x.db"), SqliteStore(tmp_path / "x.db")]
     for store in stores:
-        await store.open()
+        await store.start()
     try:
         limiters = [UnpaidLimiter(store, LimitOptions(100, WINDOW), clock) for store in stores]
         counts = await asyncio.gather(*(allowed(limiter, "c", 200) for limiter in limiters))

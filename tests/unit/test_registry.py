@@ -19,8 +19,8 @@ from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.default_plugins.sqlite_store import SqliteStore
 from x402srv.errors import ConfigError, PluginNotFound
-from x402srv.plugin_context import PluginContext
-from x402srv.registry import Registry
+from x402srv.plugin import DelegatingStore, PluginContext
+from x402srv.registry import LOAD_PLUGINS_ENV, Registry
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +29,20 @@ def registry() -> Registry:
     return Registry(entry_points=False)
 
 
-def store_plugin(module_name: str, store_name: str, built: list[PluginContext]) -> Any:
+class AcmeStore(DelegatingStore):
+    """A third-party store: a wrapper around the memory store, as a real plugin might be."""
+
+
+def store_plugin(
+    module_name: str, store_name: str, built: list[PluginContext], *, returns: Any = None
+) -> Any:
     """A third-party plugin, shaped like a real one: a module with a hookimpl."""
     module = types.ModuleType(module_name)
+    module.store = AcmeStore(MemoryStore(), name=store_name)  # type: ignore[attr-defined]
 
     def factory(ctx: PluginContext) -> object:
         built.append(ctx)
-        return module
+        return module.store if returns is None else returns  # type: ignore[attr-defined]
 
     @hookimpl
     def register_stores(register: Any) -> None:
@@ -159,7 +166,7 @@ def test_third_party_store_is_selectable_by_name() -> None:
     assert registry.names("store") == ["acme", "memory", "sqlite"]
     config: Config = make_config(store={"backend": "acme", "acme": {"region": "eu"}})
     result = registry.build(config)
-    assert result.store is plugin
+    assert result.store is plugin.store
     [ctx] = built
     assert (ctx.name, ctx.key_path) == ("acme", "store.acme")
     assert dict(ctx.options) == {"region": "eu"}
@@ -193,3 +200,95 @@ def test_a_plugin_cannot_take_over_a_builtin_name() -> None:
     assert "'sqlite' is registered by both" in message
     assert "x402srv.default_plugins.sqlite_store" in message
     assert "evil" in message
+
+
+# -------------------------------------------------------- what a factory returns
+
+
+def test_a_factory_that_returns_no_store_is_a_config_error_naming_the_plugin() -> None:
+    """A module registered as a store (or anything without the Protocol's methods) is refused."""
+    module = types.ModuleType("not_a_store")
+    plugin = store_plugin("acme_store", "acme", [], returns=module)
+    registry = Registry(entry_points=False, extra_plugins=[plugin])
+    with pytest.raises(ConfigError) as caught:
+        registry.build(make_config(store={"backend": "acme"}))
+    message = str(caught.value)
+    assert message.startswith("store.backend: the store 'acme' of plugin acme_store")
+    assert "is not a Store" in message
+    assert "no 'transition'" in message
+
+
+def test_a_store_whose_methods_are_not_async_is_refused() -> None:
+    class Blocking(AcmeStore):
+        def transition(self, request: Any) -> Any:  # type: ignore[override]
+            return None
+
+    plugin = store_plugin("acme_store", "acme", [], returns=Blocking(MemoryStore()))
+    registry = Registry(entry_points=False, extra_plugins=[plugin])
+    with pytest.raises(ConfigError, match="'transition' is not async"):
+        registry.build(make_config(store={"backend": "acme"}))
+
+
+# -------------------------------------------------------- broken and unwanted plugins
+
+
+class BrokenEntryPoint:
+    """An entry point whose module raises on import (a broken third-party distribution)."""
+
+    name = "broken"
+    group = "x402srv"
+
+    class dist:
+        name = "x402srv-broken"
+        version = "0.0.1"
+
+    def load(self) -> Any:
+        raise ImportError("No module named 'something_it_needs'")
+
+
+class GoodEntryPoint:
+    name = "acme"
+    group = "x402srv"
+
+    class dist:
+        name = "x402srv-acme"
+        version = "1.0"
+
+    def load(self) -> Any:
+        return store_plugin("acme_module", "acme", [])
+
+
+def installed(monkeypatch: pytest.MonkeyPatch, *entry_points: Any) -> None:
+    # (the real entry points are those of this checkout; a broken distribution cannot be
+    # installed into the shared test environment, so its entry point is given here)
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group=None: list(entry_points))
+
+
+def test_a_broken_plugin_the_config_does_not_use_is_only_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    installed(monkeypatch, BrokenEntryPoint(), GoodEntryPoint())
+    registry = Registry()
+    assert "acme" in registry.names("store")
+    assert registry.build(make_config(store={"backend": "acme"})).store.name == "acme"
+    assert "broken" in registry.broken
+    assert "plugin 'broken' failed to load" in caplog.text
+
+
+def test_selecting_a_name_while_a_plugin_is_broken_names_the_broken_plugin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed(monkeypatch, BrokenEntryPoint())
+    with pytest.raises(PluginNotFound) as caught:
+        Registry().build(make_config(store={"backend": "acme"}))
+    assert "'broken' did not load (distribution x402srv-broken: ImportError" in str(caught.value)
+
+
+def test_the_allow_list_loads_only_the_plugins_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed(monkeypatch, BrokenEntryPoint(), GoodEntryPoint())
+    monkeypatch.setenv(LOAD_PLUGINS_ENV, "acme")
+    registry = Registry()
+    assert registry.broken == {}
+    assert "acme" in registry.names("store")
+    monkeypatch.setenv(LOAD_PLUGINS_ENV, "")
+    assert Registry().names("store") == ["memory", "sqlite"]

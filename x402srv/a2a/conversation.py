@@ -33,6 +33,7 @@ from ..ids import uuid4_str
 from ..interfaces import Clock
 from ..pipeline import AccessPipeline
 from ..protocol import AccessBody, PaymentPayload
+from ..reasons import Reason
 from ..records import PaymentKey
 from .documents import TERMINAL_STATES, Purchase, TaskRecord, TaskState, loggable, new_id
 from .intent import (
@@ -209,7 +210,7 @@ class Conversation:
             )
         else:
             error = PaymentFailed(
-                "invalid_payment_requirements",
+                Reason.INVALID_PAYMENT_REQUIREMENTS,
                 "this payment was made for another payment request (accepted.extra); "
                 "sign this task's x402.payment.required",
             )

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Final
 
 from ..card import X402_EXTENSION_URI
+from ..reasons import Reason
 
 __all__ = [
     "ERROR_KEY",
@@ -66,29 +67,29 @@ _E = ExtensionError
 #: not pay what was offered (value, recipient, asset, scheme or the accepted terms);
 #: "expired" every way its validity window is wrong (too late, too early, too long).
 REASON_CODES: Final[dict[str, ExtensionError]] = {
-    "invalid_exact_evm_insufficient_balance": _E.INSUFFICIENT_FUNDS,
+    Reason.INSUFFICIENT_BALANCE: _E.INSUFFICIENT_FUNDS,
     "insufficient_funds": _E.INSUFFICIENT_FUNDS,
-    "invalid_exact_evm_payload_signature": _E.INVALID_SIGNATURE,
+    Reason.INVALID_SIGNATURE: _E.INVALID_SIGNATURE,
     "invalid_exact_evm_failed_to_verify_signature": _E.INVALID_SIGNATURE,
     "invalid_exact_evm_payload_undeployed_smart_wallet": _E.INVALID_SIGNATURE,
-    "invalid_exact_evm_payload_authorization_valid_before": _E.EXPIRED_PAYMENT,
-    "invalid_exact_evm_payload_authorization_valid_after": _E.EXPIRED_PAYMENT,
-    "invalid_exact_evm_nonce_already_used": _E.DUPLICATE_NONCE,
-    "invalid_network": _E.NETWORK_MISMATCH,
+    Reason.VALID_BEFORE: _E.EXPIRED_PAYMENT,
+    Reason.VALID_AFTER: _E.EXPIRED_PAYMENT,
+    Reason.NONCE_USED: _E.DUPLICATE_NONCE,
+    Reason.INVALID_NETWORK: _E.NETWORK_MISMATCH,
     "network_mismatch": _E.NETWORK_MISMATCH,
     "unsupported_network": _E.NETWORK_MISMATCH,
-    "invalid_exact_evm_payload_authorization_value_mismatch": _E.INVALID_AMOUNT,
-    "invalid_exact_evm_payload_recipient_mismatch": _E.INVALID_AMOUNT,
-    "invalid_payment_requirements": _E.INVALID_AMOUNT,
-    "unsupported_scheme": _E.INVALID_AMOUNT,
-    "transaction_failed": _E.SETTLEMENT_FAILED,
-    "unexpected_settle_error": _E.SETTLEMENT_FAILED,
-    "unexpected_verify_error": _E.SETTLEMENT_FAILED,
+    Reason.VALUE_MISMATCH: _E.INVALID_AMOUNT,
+    Reason.RECIPIENT_MISMATCH: _E.INVALID_AMOUNT,
+    Reason.INVALID_PAYMENT_REQUIREMENTS: _E.INVALID_AMOUNT,
+    Reason.UNSUPPORTED_SCHEME: _E.INVALID_AMOUNT,
+    Reason.TRANSACTION_FAILED: _E.SETTLEMENT_FAILED,
+    Reason.UNEXPECTED_SETTLE_ERROR: _E.SETTLEMENT_FAILED,
+    Reason.UNEXPECTED_VERIFY_ERROR: _E.SETTLEMENT_FAILED,
 }
 
 #: The x402 reason a failed receipt names when the pipeline refused the payment as
 #: already redeemed (409 TX_ALREADY_REDEEMED): the authorization's nonce is spent.
-REDEEMED_REASON: Final = "invalid_exact_evm_nonce_already_used"
+REDEEMED_REASON: Final = Reason.NONCE_USED
 
 
 def error_code(reason: str) -> ExtensionError:

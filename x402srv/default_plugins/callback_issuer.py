@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from ..errors import ConfigError, X402SrvError
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Clock, GrantRequest, IssuedCredential
+from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
 from ..plugin_context import PluginContext
 
 __all__ = [
@@ -205,5 +205,5 @@ def build_callback_issuer(ctx: PluginContext) -> CallbackIssuer:
 
 
 @hookimpl
-def register_credential_issuers(register: Register[object]) -> None:
+def register_credential_issuers(register: Register[CredentialIssuer]) -> None:
     register("callback", build_callback_issuer)

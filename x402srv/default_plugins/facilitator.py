@@ -39,20 +39,22 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import hookimpl
 from ..chain import ChainReader, ChainUnavailable
 from ..config import Config, redact_url
 from ..errors import ConfigError
+from ..hookspecs import Register, hookimpl
 from ..interfaces import (
     Rejected,
     Settled,
     SettlementHooks,
     SettlementOutcome,
     SettlementRequest,
+    Settler,
     Unknown,
 )
 from ..plugin_context import PluginContext
 from ..protocol import bounded_json
+from ..reasons import Reason
 from ..resolution import NotTransferred, Transferred, resolve_authorization
 from ..transfer_call import preflight
 
@@ -195,7 +197,7 @@ class FacilitatorSettler:
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("facilitator /verify failed: %s", type(exc).__name__)
             return Rejected(
-                "unexpected_verify_error", "the facilitator could not verify the payment"
+                Reason.UNEXPECTED_VERIFY_ERROR, "the facilitator could not verify the payment"
             )
         if answer.get("isValid") is True:
             return None
@@ -209,7 +211,7 @@ class FacilitatorSettler:
             answer = await self._post("/settle", body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             log.warning("facilitator /settle not reached: %s", type(exc).__name__)
-            return Rejected("unexpected_settle_error", "the facilitator could not be reached")
+            return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, "the facilitator could not be reached")
         except httpx.HTTPStatusError as exc:
             status = exc.response.status_code
             named = _named_transaction(exc.response.content)
@@ -218,13 +220,13 @@ class FacilitatorSettler:
                 await hooks.note_broadcast(named)
                 return Unknown(f"facilitator answered {status} naming a transaction", named)
             if status < 500:
-                return Rejected("unexpected_settle_error", "the facilitator refused to settle")
+                return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, "the facilitator refused to settle")
             return Unknown(f"facilitator answered {status}")
         except (httpx.HTTPError, ValueError) as exc:
             return Unknown(f"facilitator /settle: {type(exc).__name__}")
         tx_hash = _tx_hash(answer.get("transaction"))
         if answer.get("success") is not True:
-            reason = str(answer.get("errorReason") or "unexpected_settle_error")
+            reason = str(answer.get("errorReason") or Reason.UNEXPECTED_SETTLE_ERROR)
             if tx_hash:
                 await hooks.note_broadcast(tx_hash)
             if reason == "settlement_pending" or tx_hash:
@@ -293,7 +295,9 @@ class FacilitatorSettler:
         if isinstance(verdict, Transferred):
             return Settled(verdict.tx_hash, auth.payer)
         if isinstance(verdict, NotTransferred):
-            return Rejected("transaction_failed", "the chain shows no transfer for this payment")
+            return Rejected(
+                Reason.TRANSACTION_FAILED, "the chain shows no transfer for this payment"
+            )
         return Unknown(verdict.why)
 
 
@@ -333,5 +337,5 @@ def _factory(ctx: PluginContext) -> FacilitatorSettler:
 
 
 @hookimpl
-def register_settlers(register: Any) -> None:
+def register_settlers(register: Register[Settler]) -> None:
     register("facilitator", _factory)

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Clock, GrantRequest, IssuedCredential
+from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
 from ..plugin_context import PluginContext
 from ..tokens import (
     ACCESS_JWT_TYPE,
@@ -137,5 +137,5 @@ def build_jwt_issuer(ctx: PluginContext) -> JwtIssuer:
 
 
 @hookimpl
-def register_credential_issuers(register: Register[object]) -> None:
+def register_credential_issuers(register: Register[CredentialIssuer]) -> None:
     register("jwt", build_jwt_issuer)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigError
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Lease, PaymentClaimed, TransitionApplied, TransitionRequest
+from ..interfaces import Lease, PaymentClaimed, Store, TransitionApplied, TransitionRequest
 from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
@@ -89,7 +89,7 @@ class MemoryStore:
         # (window_end, key) of every counter, oldest first: what to forget next.
         self._counter_ends: list[tuple[float, str]] = []
 
-    async def open(self) -> None:
+    async def start(self) -> None:
         """Nothing to connect to."""
 
     async def close(self) -> None:
@@ -326,5 +326,5 @@ def build_memory_store(ctx: PluginContext) -> MemoryStore:
 
 
 @hookimpl
-def register_stores(register: Register[object]) -> None:
+def register_stores(register: Register[Store]) -> None:
     register("memory", build_memory_store)

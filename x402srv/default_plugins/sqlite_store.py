@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError, StoreUnavailable
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Lease, PaymentClaimed, TransitionRequest
+from ..interfaces import Lease, PaymentClaimed, Store, TransitionRequest
 from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
@@ -90,7 +90,7 @@ class SqliteStore:
         self._inserts = GroupCommit()
         self._checkpointer = Checkpointer(path)
 
-    async def open(self) -> None:
+    async def start(self) -> None:
         if self._executor is not None:
             return
         # Set before the first await: operations called meanwhile queue behind
@@ -304,5 +304,5 @@ def build_sqlite_store(ctx: PluginContext) -> SqliteStore:
 
 
 @hookimpl
-def register_stores(register: Register[object]) -> None:
+def register_stores(register: Register[Store]) -> None:
     register("sqlite", build_sqlite_store)

@@ -15,7 +15,7 @@ yields an opened, empty store and closes it afterwards::
         @pytest.fixture
         async def store(self, tmp_path):
             store = MyStore(tmp_path / "db")
-            await store.open()
+            await store.start()
             yield store
             await store.close()
 
@@ -68,7 +68,7 @@ class StoreContract(ListingContract, CounterContract, StoreContractBase):
         record = make_record()
         await created(store, record)
         await store.ping()
-        await store.open()
+        await store.start()
         assert await store.get_challenge(record.challenge_id) == record
 
     # ------------------------------------------------------------ create and read

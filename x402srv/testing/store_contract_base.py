@@ -67,7 +67,7 @@ class StoreContractBase:
         async def _reopen() -> Store:
             await (opened[-1] if opened else store).close()
             fresh = self.another_store(store)
-            await fresh.open()
+            await fresh.start()
             opened.append(fresh)
             return fresh
 
@@ -81,7 +81,7 @@ class StoreContractBase:
         if not self.durable:
             pytest.skip("the store has no shared backend")
         other = self.another_store(store)
-        await other.open()
+        await other.start()
         yield other
         await other.close()
 
@@ -96,7 +96,7 @@ class StoreContractBase:
             yield store, store
             return
         other = self.another_store(store)
-        await other.open()
+        await other.start()
         yield store, other
         await other.close()
 

@@ -32,7 +32,7 @@ async def test_a_store_that_is_down_refuses_before_sending(
     tmp_path: Path,
 ) -> None:
     store = SqliteStore(tmp_path / "x402srv.db")
-    await store.open()
+    await store.start()
     settler = await start_settler(config, store=store)
     await store.close()  # the store is gone: the nonce lease cannot be taken
     hooks = RecordingHooks(chain_reader)

@@ -32,7 +32,7 @@ async def sqlite_stores(tmp_path: Path) -> AsyncIterator[list[SqliteStore]]:
     """Two stores on one file, as two worker processes of one server would have."""
     stores = [SqliteStore(tmp_path / "x402srv.db") for _ in range(2)]
     for store in stores:
-        await store.open()
+        await store.start()
     yield stores
     for store in stores:
         await store.close()

@@ -24,9 +24,7 @@ from typing import Any
 from eth_account.signers.local import LocalAccount
 from web3.exceptions import Web3RPCError
 
-from x402srv.failpoints import failpoint
-from x402srv.interfaces import Rejected, SettlementHooks
-from x402srv.transfer_call import REASON_UNAVAILABLE
+from x402srv.plugin import Reason, Rejected, SettlementHooks, failpoint
 
 from .nonces import NonceGate, NonceTicket, NonceUnavailable
 from .rpc import GasWalletWeb3, never_left, node_message
@@ -166,4 +164,4 @@ def _kind(exc: BaseException) -> str:
 
 
 def _unavailable(detail: str) -> Rejected:
-    return Rejected(REASON_UNAVAILABLE, detail)
+    return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, detail)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from x402srv.interfaces import Clock, Lease, Store
+from x402srv.plugin import Clock, Lease, Store
 
 __all__ = ["LEFT_NONCE_TRUST_SECONDS", "NonceGate", "NonceTicket", "NonceUnavailable"]
 

@@ -13,9 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from x402srv.chain import ChainReader, ChainUnavailable, Receipt
-from x402srv.interfaces import Rejected, Settled, SettlementOutcome, SettlementRequest, Unknown
-from x402srv.transfer_call import DETAILS, REASON_TRANSACTION_FAILED, from_chain
+from x402srv.plugin import (
+    DETAILS,
+    ChainReader,
+    ChainUnavailable,
+    Reason,
+    Receipt,
+    Rejected,
+    Settled,
+    SettlementOutcome,
+    SettlementRequest,
+    Unknown,
+    from_chain,
+)
 
 __all__ = ["await_receipt", "judge_receipt"]
 
@@ -68,7 +78,7 @@ async def judge_receipt(
         return Unknown("transaction moved nothing; chain unreadable", receipt.tx_hash)
     if receipt.status == 0 and not spent:
         log.warning("challenge %s: %s reverted", request.challenge_id, receipt.tx_hash)
-        return Rejected(REASON_TRANSACTION_FAILED, DETAILS[REASON_TRANSACTION_FAILED])
+        return Rejected(Reason.TRANSACTION_FAILED, DETAILS[Reason.TRANSACTION_FAILED])
     # Reverted because the nonce was spent first (by an earlier attempt, another
     # settler, the payer), or a success without our Transfer log: only the
     # authorization's own history can tell.

@@ -10,10 +10,7 @@ from __future__ import annotations
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from x402srv.config import Secret
-from x402srv.errors import ConfigError
-from x402srv.hookspecs import Register, hookimpl
-from x402srv.plugin_context import PluginContext
+from x402srv.plugin import ConfigError, PluginContext, Register, Secret, Settler, hookimpl
 
 from .options import LEASE_MARGIN_SECONDS, GasWalletOptions
 from .settler import GasWalletSettler
@@ -72,5 +69,5 @@ def _account(secret: Secret) -> LocalAccount:
 
 
 @hookimpl
-def register_settlers(register: Register[object]) -> None:
+def register_settlers(register: Register[Settler]) -> None:
     register("gas-wallet", build_gas_wallet)

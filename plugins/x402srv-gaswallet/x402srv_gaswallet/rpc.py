@@ -20,7 +20,7 @@ from web3 import AsyncHTTPProvider, AsyncWeb3
 from web3.exceptions import Web3RPCError
 from web3.providers.rpc.utils import REQUEST_RETRY_ALLOWLIST, ExceptionRetryConfiguration
 
-from x402srv.config import redact_url
+from x402srv.plugin import redact_url
 
 __all__ = ["GasWalletWeb3", "connect", "disconnect", "never_left", "node_message"]
 

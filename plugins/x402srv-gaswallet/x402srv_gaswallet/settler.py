@@ -29,26 +29,24 @@ from eth_typing import HexStr
 from web3.exceptions import ContractLogicError
 from web3.types import TxParams
 
-from x402srv.chain import ChainReader
-from x402srv.config import Secret, redact_url
-from x402srv.errors import ConfigError
-from x402srv.interfaces import (
+from x402srv.plugin import (
+    DETAILS,
+    ChainReader,
     Clock,
+    ConfigError,
+    MalformedSignature,
+    NetworkInfo,
+    Reason,
     Rejected,
+    Secret,
     SettlementHooks,
     SettlementOutcome,
     SettlementRequest,
     Store,
     Unknown,
-)
-from x402srv.networks import NetworkInfo
-from x402srv.transfer_call import (
-    DETAILS,
-    REASON_INVALID_SIGNATURE,
-    REASON_UNAVAILABLE,
-    MalformedSignature,
     classify_revert,
     judge_revert,
+    redact_url,
     transfer_calldata,
 )
 
@@ -170,11 +168,13 @@ class GasWalletSettler:
         self, request: SettlementRequest, hooks: SettlementHooks, attempt: Attempt
     ) -> SettlementOutcome:
         if self._w3 is None:
-            return Rejected(REASON_UNAVAILABLE, "The gas-wallet settler is not started.")
+            return Rejected(
+                Reason.UNEXPECTED_SETTLE_ERROR, "The gas-wallet settler is not started."
+            )
         try:
             data = transfer_calldata(request.authorization)
         except MalformedSignature:
-            return Rejected(REASON_INVALID_SIGNATURE, DETAILS[REASON_INVALID_SIGNATURE])
+            return Rejected(Reason.INVALID_SIGNATURE, DETAILS[Reason.INVALID_SIGNATURE])
         prepared = await self._prepare(request, data)
         if not isinstance(prepared, dict):
             return prepared
@@ -221,7 +221,8 @@ class GasWalletSettler:
                 type(exc).__name__,
             )
             return Rejected(
-                REASON_UNAVAILABLE, "The settlement node could not be reached; nothing was sent."
+                Reason.UNEXPECTED_SETTLE_ERROR,
+                "The settlement node could not be reached; nothing was sent.",
             )
         if fees is None:
             log.warning(
@@ -229,7 +230,8 @@ class GasWalletSettler:
                 request.challenge_id,
             )
             return Rejected(
-                REASON_UNAVAILABLE, "Gas is above the seller's price cap; nothing was sent."
+                Reason.UNEXPECTED_SETTLE_ERROR,
+                "Gas is above the seller's price cap; nothing was sent.",
             )
         return {
             "type": 2,

@@ -19,10 +19,9 @@ import httpx
 from aiohttp import web
 from eth_account.signers.local import LocalAccount
 
-from x402srv.chain import ChainReader
 from x402srv.config import Config, parse_config
 from x402srv.devchain import Devchain, sign_transfer_authorization
-from x402srv.interfaces import SettlementRequest
+from x402srv.plugin import ChainReader, SettlementRequest
 from x402srv.testing.buyers import settlement_request as request_from
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ url, prefix, name, ttl = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4
 
 async def main():
     store = RedisStore(Secret(url), RedisOptions(key_prefix=prefix))
-    await store.open()
+    await store.start()
     lease = await store.acquire_lease(name, "doomed-host:1", ttl, time.time())
     print("held" if lease else "busy", lease.fence if lease else 0, flush=True)
     await asyncio.sleep(3600)  # killed here, never releases
@@ -70,7 +70,7 @@ async def stores(redis_server: RedisServer, key_prefix: str) -> AsyncIterator[li
         RedisStore(Secret(redis_server.url), RedisOptions(key_prefix=key_prefix)) for _ in range(2)
     ]
     for store in opened:
-        await store.open()
+        await store.start()
     yield opened
     for store in opened:
         await store.close()

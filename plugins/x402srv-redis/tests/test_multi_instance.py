@@ -130,7 +130,7 @@ def cluster(devchain: Devchain, tmp_path_factory: pytest.TempPathFactory) -> Ite
 async def store(cluster: Cluster) -> AsyncIterator[RedisStore]:
     """The test's own view of what the servers stored."""
     opened = RedisStore(Secret(cluster.redis.url), RedisOptions(key_prefix=cluster.prefix))
-    await opened.open()
+    await opened.start()
     yield opened
     await opened.close()
 

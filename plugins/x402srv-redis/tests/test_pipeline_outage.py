@@ -103,7 +103,7 @@ async def test_store_lost_after_settling(
         issuer=issuer,
         chain=None,
     )
-    await store.open()
+    await store.start()
     try:
         offer = await pipeline.access(HOURLY, None)
         assert isinstance(offer, PaymentOffer)

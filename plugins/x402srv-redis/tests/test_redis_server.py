@@ -30,7 +30,7 @@ DAY = 86_400
 
 async def _open(url: str, **options: object) -> RedisStore:
     store = RedisStore(Secret(url), RedisOptions.model_validate(options))
-    await store.open()
+    await store.start()
     return store
 
 

@@ -19,7 +19,7 @@ class TestRedisStore(StoreContract):
     @pytest.fixture
     async def store(self, redis_server: RedisServer, key_prefix: str) -> AsyncIterator[RedisStore]:
         store = RedisStore(Secret(redis_server.url), RedisOptions(key_prefix=key_prefix))
-        await store.open()
+        await store.start()
         yield store
         await store.close()
 

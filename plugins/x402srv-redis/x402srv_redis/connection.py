@@ -30,8 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
-from x402srv.config import Secret, redact_url
-from x402srv.errors import ConfigError, StoreUnavailable
+from x402srv.plugin import ConfigError, Secret, StoreUnavailable, redact_url
 
 from .options import RedisOptions
 

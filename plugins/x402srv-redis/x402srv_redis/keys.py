@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from x402srv.records import State
+from x402srv.plugin import State
 
 __all__ = ["KeySpace"]
 

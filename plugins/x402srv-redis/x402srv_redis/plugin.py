@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from x402srv.errors import ConfigError
-from x402srv.hookspecs import Register, hookimpl
-from x402srv.plugin_context import PluginContext
+from x402srv.plugin import ConfigError, PluginContext, Register, Store, hookimpl
 
 from .options import RedisOptions
 from .store import RedisStore
@@ -57,5 +55,5 @@ def build_redis_store(ctx: PluginContext) -> RedisStore:
 
 
 @hookimpl
-def register_stores(register: Register[object]) -> None:
+def register_stores(register: Register[Store]) -> None:
     register("redis", build_redis_store)

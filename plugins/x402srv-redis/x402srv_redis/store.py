@@ -27,8 +27,20 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from x402srv.config import Secret, redact_url
-from x402srv.default_plugins.store_rules import (
+from x402srv.plugin import (
+    ChallengeRecord,
+    ConfigError,
+    Lease,
+    PaymentClaimed,
+    PaymentKey,
+    Secret,
+    State,
+    StateMismatch,
+    StoreUnavailable,
+    TransitionApplied,
+    TransitionRequest,
+    TransitionResult,
+    TxClaimed,
     check_state,
     claim_keys,
     decode_record,
@@ -37,20 +49,10 @@ from x402srv.default_plugins.store_rules import (
     encode_task,
     key_to_release,
     nameable,
+    redact_url,
     state_values,
     tx_claim_key,
 )
-from x402srv.errors import ConfigError, StoreUnavailable
-from x402srv.interfaces import (
-    Lease,
-    PaymentClaimed,
-    StateMismatch,
-    TransitionApplied,
-    TransitionRequest,
-    TransitionResult,
-    TxClaimed,
-)
-from x402srv.records import ChallengeRecord, PaymentKey, State
 
 from . import scripts
 from .connection import RETRY_AFTER, UNAVAILABLE, client_for, converted, describe, is_auth_failure
@@ -83,7 +85,7 @@ class RedisStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def open(self) -> None:
+    async def start(self) -> None:
         """Build the pool and say hello; a server that is down only warns.
 
         Wrong credentials stop the start (the seller must fix the config). A

@@ -1,0 +1,306 @@
+"""The one module a plugin author imports: ``from x402srv.plugin import ...``.
+
+A plugin is a distribution with an entry point in the ``x402srv`` group whose
+module implements one or more registration hooks::
+
+    from x402srv.plugin import BaseSettler, PluginContext, Register, Settled, Settler, hookimpl
+
+    class Relayer(BaseSettler):
+        name = "relayer"
+
+        async def settle(self, request, hooks):
+            ...
+            return Settled(tx_hash, request.authorization.payer)
+
+    @hookimpl
+    def register_settlers(register: Register[Settler]) -> None:
+        register("relayer", lambda ctx: Relayer())
+
+Three kinds, one life cycle each: a factory ``(PluginContext) -> plugin`` is
+called only when the TOML selects its name; the server then calls ``start()``
+(open connections) and, at shutdown, ``close()``. What a factory returns is
+checked against the kind's Protocol at start-up.
+
+- **Stores** (``Store``): records, claims, leases, tasks and counters, each
+  change atomic. Start from a real store and wrap it with ``DelegatingStore``,
+  or implement the Protocol and run ``x402srv.testing.StoreContract``.
+- **Settlers** (``Settler``, ``BaseSettler``): move a checked authorization
+  on-chain and say ``Settled``, ``Rejected`` (nothing moved) or ``Unknown``.
+  The core confirms every ``Settled`` on-chain when an RPC is configured.
+- **Credential issuers** (``CredentialIssuer``, ``BaseIssuer``): turn a paid
+  challenge into a credential.
+
+Helpers come with it: the chain reader and ``resolve_authorization`` (what the
+chain says about an authorization), the EIP-3009 call and its revert judges
+(``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
+store rules every built-in store decides by (``check_state``, ``claim_keys``,
+``encode_record`` ...), secrets (``Secret``, ``redact_url``) and ``failpoint``
+for crash tests. Everything in ``x402srv`` that this module (and
+``x402srv.testing``, the test kit) does not export is internal and may change
+between releases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .chain import ChainReader, ChainUnavailable, Receipt
+from .config import Config, Secret, redact_url
+from .default_plugins.store_rules import (
+    check_state,
+    claim_conflict,
+    claim_keys,
+    decode_record,
+    decode_task,
+    encode_record,
+    encode_task,
+    key_to_release,
+    nameable,
+    state_values,
+    tx_claim_key,
+)
+from .errors import ConfigError, StoreUnavailable, X402SrvError
+from .failpoints import failpoint
+from .hookspecs import Factory, Register, hookimpl
+from .interfaces import (
+    Authorization,
+    Clock,
+    CredentialIssuer,
+    GrantRequest,
+    IssuedCredential,
+    Lease,
+    PaymentClaimed,
+    Rejected,
+    Settled,
+    SettlementHooks,
+    SettlementOutcome,
+    SettlementRequest,
+    Settler,
+    StateMismatch,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+    TransitionResult,
+    TxClaimed,
+    Unknown,
+)
+from .networks import NetworkInfo
+from .plugin_context import PluginContext
+from .reasons import Reason
+from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
+from .resolution import NotTransferred, Transferred, Undecided, Verdict, resolve_authorization
+from .transfer_call import (
+    DETAILS,
+    MalformedSignature,
+    Revert,
+    RevertKind,
+    classify_revert,
+    from_chain,
+    judge_revert,
+    preflight,
+    transfer_calldata,
+)
+
+__all__ = [
+    "DETAILS",
+    "Authorization",
+    "BaseIssuer",
+    "BaseSettler",
+    "ChainReader",
+    "ChainUnavailable",
+    "ChallengeRecord",
+    "Clock",
+    "Config",
+    "ConfigError",
+    "CredentialIssuer",
+    "DelegatingStore",
+    "Factory",
+    "GrantRequest",
+    "IssuedCredential",
+    "Lease",
+    "MalformedSignature",
+    "NetworkInfo",
+    "NotTransferred",
+    "PaymentClaimed",
+    "PaymentDetails",
+    "PaymentKey",
+    "PluginContext",
+    "Reason",
+    "Receipt",
+    "RecordChanges",
+    "Register",
+    "Rejected",
+    "Revert",
+    "RevertKind",
+    "Secret",
+    "Settled",
+    "SettlementHooks",
+    "SettlementOutcome",
+    "SettlementRequest",
+    "Settler",
+    "State",
+    "StateMismatch",
+    "Store",
+    "StoreUnavailable",
+    "Transferred",
+    "Transition",
+    "TransitionApplied",
+    "TransitionRequest",
+    "TransitionResult",
+    "TxClaimed",
+    "Undecided",
+    "Unknown",
+    "Verdict",
+    "X402SrvError",
+    "check_state",
+    "claim_conflict",
+    "claim_keys",
+    "classify_revert",
+    "decode_record",
+    "decode_task",
+    "encode_record",
+    "encode_task",
+    "failpoint",
+    "from_chain",
+    "hookimpl",
+    "judge_revert",
+    "key_to_release",
+    "nameable",
+    "preflight",
+    "redact_url",
+    "resolve_authorization",
+    "state_values",
+    "transfer_calldata",
+    "tx_claim_key",
+]
+
+
+class BaseSettler:
+    """A settler with nothing to open or close: subclass it, set ``name``, write ``settle``.
+
+    ``settle`` must not raise (an exception counts as ``Unknown``: it may have
+    broadcast); it answers ``Rejected`` only when nothing can have moved.
+    """
+
+    name: str = ""
+
+    async def start(self) -> None:
+        """Open clients here (called once per worker, before the first request)."""
+
+    async def close(self) -> None:
+        """Close what ``start`` opened."""
+
+    async def settle(self, request: SettlementRequest, hooks: SettlementHooks) -> SettlementOutcome:
+        raise NotImplementedError(f"{type(self).__name__}.settle")
+
+
+class BaseIssuer:
+    """An issuer with nothing to open or close: subclass it, set ``name``, write ``issue``.
+
+    ``exclusive = True`` (the default) makes the core call ``issue`` at most
+    once at a time per challenge; set it to False when issuing twice is harmless
+    (a pure signature). ``jwks`` returns the public keys to publish, if any.
+    """
+
+    name: str = ""
+    exclusive: bool = True
+
+    async def start(self) -> None:
+        """Open clients here (called once per worker, before the first request)."""
+
+    async def close(self) -> None:
+        """Close what ``start`` opened."""
+
+    async def issue(self, request: GrantRequest) -> IssuedCredential:
+        raise NotImplementedError(f"{type(self).__name__}.issue")
+
+    def jwks(self) -> dict[str, Any] | None:
+        return None
+
+
+class DelegatingStore:
+    """A ``Store`` that hands every call to ``inner``: override only what a wrapper changes.
+
+    For stores that add something around a real one (an audit log, metrics,
+    encryption at rest) without re-implementing its atomic operations.
+    """
+
+    def __init__(self, inner: Store, *, name: str | None = None) -> None:
+        self.inner = inner
+        self.name = name or inner.name
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        return await self.inner.create_challenge(record, claim_payment=claim_payment)
+
+    async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        return await self.inner.get_challenge(challenge_id)
+
+    async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        return await self.inner.get_by_request_id(request_id)
+
+    async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
+        return await self.inner.get_by_payment(key)
+
+    async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        return await self.inner.get_by_tx_hash(tx_hash)
+
+    async def transition(self, request: TransitionRequest) -> TransitionResult:
+        return await self.inner.transition(request)
+
+    async def list_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        return await self.inner.list_challenges(
+            states=states, updated_before=updated_before, after=after, limit=limit
+        )
+
+    async def prune(
+        self, *, states: Sequence[State], updated_before: float, limit: int = 1000
+    ) -> int:
+        return await self.inner.prune(states=states, updated_before=updated_before, limit=limit)
+
+    async def save_task(
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
+    ) -> int | None:
+        return await self.inner.save_task(
+            task_id, document, expect_version=expect_version, prune_after=prune_after
+        )
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        return await self.inner.get_task(task_id)
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        return await self.inner.prune_tasks(before=before, limit=limit)
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        return await self.inner.count_hits(hits, window_end=window_end, now=now)
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        return await self.inner.acquire_lease(name, holder, ttl, now)
+
+    async def release_lease(self, lease: Lease, value: str | None) -> bool:
+        return await self.inner.release_lease(lease, value)
