@@ -35,6 +35,7 @@ from .metrics import MULTIPROCESS_ENV
 from .offers import rfc3339
 from .records import State
 from .registry import Built, Registry
+from .validation_errors import problems
 
 __all__ = ["main"]
 
@@ -94,8 +95,8 @@ def _with_overrides(config: Config, overrides: dict[str, Any]) -> Config:
     try:
         server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        raise ConfigError(f"--{first['loc'][0]}: {first['msg']}") from None
+        path, message = problems(exc)[0]
+        raise ConfigError(f"--{path}: {message}") from None
     return config.model_copy(update={"server": server})
 
 

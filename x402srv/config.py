@@ -20,13 +20,10 @@ from urllib.parse import urlsplit
 
 from eth_utils.address import is_checksum_address, to_checksum_address
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
-    PlainValidator,
     PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -39,6 +36,15 @@ from pydantic import (
 from .errors import ConfigError
 from .gateway.route_config import RouteConfig, check_routes
 from .networks import KNOWN_NETWORKS, NetworkInfo, canonical_network_name
+from .secret_values import (
+    HttpUrlSecret,
+    Secret,
+    SecretValue,
+    redact_url,
+    url_secret,
+    validation_context,
+)
+from .validation_errors import problems
 
 __all__ = [
     "Config",
@@ -59,109 +65,6 @@ __all__ = [
     "parse_config",
     "redact_url",
 ]
-
-
-class Secret:
-    """A secret value that never shows itself in repr, logs or ``check`` output."""
-
-    __slots__ = ("_value", "source")
-
-    def __init__(self, value: str, source: str = "inline") -> None:
-        self._value = value
-        self.source = source
-
-    def reveal(self) -> str:
-        return self._value
-
-    def describe(self) -> str:
-        return f"<secret: {self.source}>"
-
-    def __repr__(self) -> str:
-        return f"Secret({self.source})"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
-def _context(info: ValidationInfo) -> tuple[Path, Mapping[str, str]]:
-    ctx = info.context or {}
-    return Path(ctx.get("base_dir", ".")), ctx.get("env", os.environ)
-
-
-def _parse_secret(value: Any, info: ValidationInfo) -> Secret:
-    if isinstance(value, Secret):
-        return value
-    if isinstance(value, str):
-        if not value:
-            raise ValueError("must not be empty")
-        return Secret(value, "inline")
-    if isinstance(value, dict) and len(value) == 1:
-        base_dir, env = _context(info)
-        if "env" in value and isinstance(value["env"], str):
-            name = value["env"]
-            found = env.get(name)
-            if not found:
-                raise ValueError(f"environment variable {name} is not set")
-            return Secret(found, f"env {name}")
-        if "file" in value and isinstance(value["file"], str):
-            path = Path(value["file"])
-            path = path if path.is_absolute() else base_dir / path
-            try:
-                text = path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
-            if not text:
-                raise ValueError(f"secret file {path} is empty")
-            return Secret(text, f"file {value['file']}")
-    raise ValueError('must be a string, { env = "NAME" } or { file = "path" }')
-
-
-SecretValue = Annotated[
-    Secret,
-    PlainValidator(_parse_secret),
-    PlainSerializer(lambda s: s.describe(), return_type=str),
-]
-
-
-def redact_url(url: str) -> str:
-    """Scheme, host and port only: RPC and facilitator URLs often carry API keys."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a non-numeric "port" may be a key itself: hide it with the rest
-        return f"{parts.scheme}://{host}/<redacted>"
-    hidden = parts.username or parts.password or parts.path.strip("/") or parts.query
-    return f"{parts.scheme}://{host}{port}" + ("/<redacted>" if hidden else "")
-
-
-def _valid_url(secret: Secret, schemes: tuple[str, ...]) -> Secret:
-    """A URL-valued secret must parse; the error never repeats the value."""
-    try:
-        parts = urlsplit(secret.reveal())
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError:
-        raise ValueError("is not a valid URL (value not shown)") from None
-    if parts.scheme not in schemes or not parts.hostname:
-        raise ValueError(f"must be a {'/'.join(schemes)} URL with a host (value not shown)")
-    return secret
-
-
-def _url_secret(*schemes: str) -> Any:
-    def check(secret: Secret) -> Secret:
-        return _valid_url(secret, schemes)
-
-    return AfterValidator(check)
-
-
-HttpUrlSecret = Annotated[SecretValue, _url_secret("http", "https")]
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
@@ -316,7 +219,7 @@ class ServerConfig(_Model):
 class StoreConfig(_PluginTables):
     backend: str = "sqlite"
     path: str = "x402srv.db"
-    url: Annotated[SecretValue, _url_secret("redis", "rediss", "unix")] | None = None
+    url: Annotated[SecretValue, url_secret("redis", "rediss", "unix")] | None = None
 
 
 class SettlementConfig(_PluginTables):
@@ -450,7 +353,7 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Config:
-        self._base_dir, _ = _context(info)
+        self._base_dir, _ = validation_context(info)
         self._network_info = self._resolve_network()
         self._plans = self._resolve_plans(self._network_info.decimals)
         check_routes(self)
@@ -610,19 +513,9 @@ def _atomic_amount(price: str, decimals: int, path: str) -> int:
     return amount
 
 
-def _format_error(error: Mapping[str, Any]) -> str:
-    path = ""
-    for part in error.get("loc", ()):
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    kind = error.get("type")
-    if kind == "extra_forbidden":
-        message = "unknown key"
-    elif kind == "missing":
-        message = "required key is missing"
-    else:
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        if message.startswith(".") and path:
-            return path + message
+def _line(path: str, message: str) -> str:
+    if message.startswith(".") and path:  # a model validator naming a key below the path
+        return path + message
     return f"{path}: {message}" if path else message
 
 
@@ -634,7 +527,7 @@ def parse_config(
     try:
         return Config.model_validate(data, context=context)
     except ValidationError as exc:
-        lines = [_format_error(e) for e in exc.errors(include_url=False, include_input=False)]
+        lines = [_line(path, message) for path, message in problems(exc)]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
 
 

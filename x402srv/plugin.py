@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .chain import ChainReader, ChainUnavailable, Receipt
-from .config import Config, Secret, redact_url
+from .config import Config
 from .default_plugins.store_rules import (
     check_state,
     claim_conflict,
@@ -90,6 +90,7 @@ from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
 from .resolution import NotTransferred, Transferred, Undecided, Verdict, resolve_authorization
+from .secret_values import Secret, redact_url
 from .transfer_call import (
     DETAILS,
     MalformedSignature,

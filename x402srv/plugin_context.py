@@ -12,6 +12,7 @@ from .chain import ChainReader
 from .config import Config
 from .errors import ConfigError
 from .interfaces import Clock, Store, system_clock
+from .validation_errors import problems
 
 __all__ = ["PluginContext"]
 
@@ -41,9 +42,5 @@ class PluginContext:
                 dict(self.options), context={"base_dir": self.config.base_dir}
             )
         except ValidationError as exc:
-            lines = []
-            for error in exc.errors(include_url=False, include_input=False):
-                where = ".".join(str(p) for p in error["loc"])
-                message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-                lines.append(f"{self.key_path}.{where}: {message}")
+            lines = [f"{self.key_path}.{path}: {message}" for path, message in problems(exc)]
             raise ConfigError("invalid plugin options:\n  " + "\n  ".join(lines)) from None

@@ -23,6 +23,7 @@ from .errors import InvalidRequest, PaymentFailed, UnsupportedMediaType
 from .interfaces import Authorization
 from .networks import NetworkInfo
 from .reasons import Reason
+from .validation_errors import problems
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -209,9 +210,8 @@ def parse_payment_payload(data: object, *, where: str = "payment payload") -> Pa
     try:
         payload = PaymentPayload.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        field = ".".join(str(p) for p in first["loc"]) or "payload"
-        raise InvalidRequest(f"{where} {field}: {first['msg']}") from None
+        path, message = problems(exc)[0]
+        raise InvalidRequest(f"{where} {path or 'payload'}: {message}") from None
     extra = payload.accepted.extra or {}
     for key, pattern, what in (
         ("planId", _PLAN_ID, "a plan id ([A-Za-z0-9._-]{1,64})"),

@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
 )
 
+from ..validation_errors import problems
 from .jsonrpc import INVALID_PARAMS, RpcError
 
 __all__ = [
@@ -145,6 +146,5 @@ def parse_params(model: type[Params], params: dict[str, Any]) -> Params:
     try:
         return model.model_validate(params)
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "params"
-        raise RpcError(INVALID_PARAMS, {"detail": f"params.{where}: {first['msg']}"}) from None
+        path, message = problems(exc)[0]
+        raise RpcError(INVALID_PARAMS, {"detail": f"params.{path}: {message}"}) from None

@@ -14,53 +14,32 @@ max_body_bytes = 10485760
 ```
 
 ``Config`` (``x402srv/config.py``) holds ``routes: list[RouteConfig]`` and calls
-``check_routes`` once the plans are known. This module cannot import
-``x402srv.config`` at import time (that module imports this one), so the secret
-field resolves its ``Secret`` through ``x402srv.config`` when it validates.
+``check_routes`` once the plans are known.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
-    PlainValidator,
-    TypeAdapter,
-    ValidationInfo,
     field_validator,
 )
 
+from ..secret_values import SecretValue
+
 if TYPE_CHECKING:
-    from ..config import Config, Secret
-else:
-    Secret = Any  # the validator below returns a real x402srv.config.Secret
+    from ..config import Config
 
 __all__ = ["DEFAULT_SECRET_HEADER", "RouteConfig", "check_routes"]
 
 DEFAULT_SECRET_HEADER: Final = "X-X402-Gateway-Secret"  # noqa: S105 - a header name
 _PREFIX: Final = re.compile(r"/|(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
-
-
-def _secret(value: Any, info: ValidationInfo) -> Any:
-    from ..config import SecretValue  # imported when validating: config.py imports this module
-
-    return TypeAdapter(SecretValue).validate_python(value, context=info.context)
-
-
-def _describe(secret: Any) -> str:
-    return str(secret.describe())
-
-
-_SecretField = Annotated[
-    Secret, PlainValidator(_secret), PlainSerializer(_describe, return_type=str)
-]
 
 
 class RouteConfig(BaseModel):
@@ -72,7 +51,7 @@ class RouteConfig(BaseModel):
     upstream: str
     plans: list[str] | None = None
     strip_prefix: bool = False
-    secret: _SecretField | None = None
+    secret: SecretValue | None = None
     secret_header: str = DEFAULT_SECRET_HEADER
     connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
