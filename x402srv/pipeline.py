@@ -4,78 +4,67 @@ Every request goes through these steps in this order; a failing step answers at
 once and nothing after it runs. Bad input fails before step 6, so it never
 reaches the store's write path or the chain.
 
- 0. Parse the body: a JSON object of at most 64 KiB (``planId``, ``requestId``,
-    ``resourceId``).                                  -> 400/415 INVALID_REQUEST
+ 0. Parse the body: a JSON object of at most 64 KiB.  -> 400/415 INVALID_REQUEST
  1. Decode ``PAYMENT-SIGNATURE`` if present.          -> 400 INVALID_REQUEST
- 2. Resolve the plan: ``body.planId``, else ``accepted.extra.planId``. No plan and
-    no payment is *discovery* (402, every plan). Unknown plan -> 400 TIER_NOT_FOUND.
-    Without a payment this is a *challenge*: create (or find, by requestId) a
-    PENDING record and answer 402 for it. Unpaid requests (discovery and
-    challenges) count against the client's limit -> 429 RATE_LIMITED.
+ 2. Resolve the plan: ``body.planId``, else ``accepted.extra.planId``. None and
+    no payment: *discovery*, every plan. Unknown -> 400 TIER_NOT_FOUND. No
+    payment: a *challenge*, created (or found by requestId) PENDING. Unpaid
+    requests count against the client's limit.       -> 429 RATE_LIMITED
  3. Find the challenge: ``accepted.extra.challengeId``, else ``body.requestId``,
-    else the challenge that already claimed this very payment, else none yet
-    (a discovery-first purchase; its challenge is created in step 6).
- 4. Answer from the record's state (``_step``, in a bounded loop: a lost
-    compare-and-set re-reads the record and answers from its state now):
-    DELIVERED -> the stored grant, PAID -> step 10, SETTLING -> the chain
-    decides at once (SPEC 5.2), else 409 SETTLEMENT_IN_PROGRESS while a lease
-    runs or 502 SETTLEMENT_PENDING after. A grant only on proof (SPEC 4.2,
-    ``_proves``: the requestId, or the exact signed authorization stored); the
-    chain is asked only for a proven caller or one with a valid payment of its own.
-    EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> EXPIRED, 410.
- 5. Check the payment against the requirement this server offered
-    (``protocol.check_payment``).                     -> 402 PAYMENT_FAILED
+    else the one that claimed this very payment, else none yet (a
+    discovery-first purchase: its challenge is created, already SETTLING, once
+    the payment passes step 5).
+ 4. Answer from the record's state (``_step``), in a bounded loop: a lost
+    compare-and-set re-reads the record and answers from its state now.
+    DELIVERED -> the grant, PAID -> step 10, both only on proof (``proof``);
+    SETTLING -> the chain decides at once (``settling``), else 409 while a lease
+    runs, 502 after; EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> 410.
+ 5. Check the payment against the requirement this server offered.
+                                                      -> 402 PAYMENT_FAILED
  6. Claim the payment ``(chainId, asset, from, nonce)`` and
  7. move PENDING -> SETTLING, both in ONE compare-and-set, before anything goes
     on-chain.          -> 409 TX_ALREADY_REDEEMED / 409 SETTLEMENT_IN_PROGRESS
- 8. Mark the attempt submitted (a compare-and-set of its own), then settle with
-    the configured strategy; the ids never leave with the payment
-    (``protocol.for_third_parties``). Rejected: SETTLING -> PENDING and the
-    claim released, 402. Unknown: the lease is ended, the record stays SETTLING
-    and the chain decides (``settling.SettlingResolver``).
- 9. Record the txHash (claimed atomically) and SETTLING -> PAID.
-10. Take the delivery claim (PAID -> PAID), issue the credential once, and
-    PAID -> DELIVERED with the grant stored. If the issuer fails the record
-    stays PAID; a retry resumes here.
+ 8. Mark the attempt submitted (its own compare-and-set), then settle with the
+    configured settler, our ids removed (``protocol.for_third_parties``).
+    Rejected: SETTLING -> PENDING, the claim released, 402. Unknown: the lease
+    ends and the chain decides (step 4 again).
+ 9. Confirm the settler's transaction on-chain (when there is an RPC), claim
+    its txHash and move SETTLING -> PAID.
+10. Issue the credential and PAID -> DELIVERED (``delivery``). If the issuer
+    fails the record stays PAID; a retry resumes here.
 11. 200 with the AccessGrant and ``PAYMENT-RESPONSE``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from . import moves
 from .chain import ChainReader
 from .config import Config, Plan
+from .delivery import DELIVERY_LEASE_SECONDS, Delivery
 from .eip712 import Eip3009Domain
 from .errors import (
     ChallengeExpired,
-    CredentialPending,
     InternalError,
     InvalidRequest,
     PaymentFailed,
-    ProblemError,
     RequestIdConflict,
     SettlementInProgress,
     SettlementPending,
     StoreUnavailable,
     TierNotFound,
     TxAlreadyRedeemed,
-    X402SrvError,
 )
 from .failpoints import failpoint
 from .ids import uuid4_hex, uuid4_str
 from .interfaces import (
-    Authorization,
     Clock,
     CredentialIssuer,
-    GrantRequest,
-    IssuedCredential,
     PaymentClaimed,
     Rejected,
     Settled,
@@ -94,31 +83,25 @@ from .interfaces import (
 from .metrics import Metrics
 from .metrics import current as current_metrics
 from .offers import AccessGranted, OfferBuilder, PaymentOffer
-from .protocol import (
-    AccessBody,
-    PaymentPayload,
-    check_payment,
-    decode_payment_header,
-    for_third_parties,
-)
+from .proof import Caller, Verifier
+from .protocol import AccessBody, PaymentPayload, decode_payment_header, for_third_parties
 from .protocol import parse_access_body as parse_body
 from .ratelimit import UnpaidLimiter
-from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
-from .settling import Paid, Release, SettlingResolver
+from .records import ChallengeRecord, PaymentKey, State
+from .settling import SettlingResolver
 
-__all__ = ["AccessPipeline", "AccessRequest", "AccessResult"]
+__all__ = ["DELIVERY_LEASE_SECONDS", "AccessPipeline", "AccessRequest", "AccessResult"]
 
 log = logging.getLogger("x402srv.pipeline")
 
 AccessResult = PaymentOffer | AccessGranted
+#: What a step gives: the answer, or the record as it is now, to look at again.
+Next = AccessResult | ChallengeRecord
 
 #: Retry-After for an outcome that only the chain can tell.
 PENDING_RETRY_AFTER = 5
 #: How many states one request follows a record through (lost races) before giving up.
 MAX_STEPS = 6
-#: A delivery claim lives this long unless its holder renews it (every third of it)
-#: while the issuer runs: a holder that crashed blocks the next request this long at most.
-DELIVERY_LEASE_SECONDS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,89 +114,20 @@ class AccessRequest:
     client: str | None = None
 
 
-@dataclass(slots=True)
-class _Caller:
-    """Who asks, and what they can prove (SPEC 4.2, "A grant is a bearer credential")."""
-
-    body: AccessBody
-    payment: PaymentPayload | None = None
-    key: PaymentKey | None = None
-    #: The payment passed step 5 against this challenge's requirement: (challengeId, auth).
-    checked: tuple[str, Authorization] | None = None
-    #: Its signature verified against this challenge, window aside (a proof, not a payment).
-    verified: tuple[str, Authorization] | None = None
-
-
-def _same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
-    """Byte for byte the authorization stored on the challenge (SPEC 4.2 proof)."""
-    return (
-        auth.payer.lower() == stored.payer.lower()
-        and str(auth.value) == stored.value
-        and auth.valid_after == stored.valid_after
-        and auth.valid_before == stored.valid_before
-        and auth.nonce.lower() == stored.nonce.lower()
-        and auth.signature.lower() == stored.signature.lower()
-    )
-
-
-def _settling_move(
-    record: ChallengeRecord,
-    to: State,
-    at: float,
-    reason: str,
-    changes: RecordChanges,
-    *,
-    release_payment: bool = False,
-    claim_tx_hash: str | None = None,
-) -> TransitionRequest:
-    """A move that only the attempt (settlement or delivery) which wrote it may make."""
-    assert record.payment is not None
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=record.state,
-        to=to,
-        at=at,
-        reason=reason,
-        attempt_id=record.payment.attempt_id,
-        changes=changes,
-        release_payment=release_payment,
-        claim_tx_hash=claim_tx_hash,
-    )
-
-
-def _stored(result: TransitionResult | None) -> ChallengeRecord | None:
-    """The record as the store holds it after a compare-and-set, when the answer carries it."""
-    if isinstance(result, TransitionApplied | StateMismatch):
-        return result.record
-    return None
-
-
 class _AttemptHooks:
     """Lets a settler persist its txHash on the SETTLING record of its own attempt."""
 
-    def __init__(self, pipeline: AccessPipeline, record: ChallengeRecord) -> None:
-        self._pipeline = pipeline
-        self._record = record
-
-    @property
-    def record(self) -> ChallengeRecord:
-        """The SETTLING record as last written by this attempt."""
-        return self._record
+    def __init__(self, mover: moves.Mover, record: ChallengeRecord) -> None:
+        self._mover = mover
+        self.record = record
 
     async def note_broadcast(self, tx_hash: str) -> None:
-        payment = self._record.payment
-        assert payment is not None
-        result = await self._pipeline.transition(
-            _settling_move(
-                self._record,
-                State.SETTLING,
-                self._pipeline.clock(),
-                "transaction broadcast",
-                RecordChanges(payment=replace(payment, broadcast_tx_hash=tx_hash.lower())),
-            )
-        )
+        assert self.record.payment is not None
+        payment = replace(self.record.payment, broadcast_tx_hash=tx_hash.lower())
+        move = moves.note(self.record, self._mover.clock(), "transaction broadcast", payment)
+        result = await self._mover.apply(move)
         if isinstance(result, TransitionApplied):
-            self._record = result.record
+            self.record = result.record
 
 
 class AccessPipeline:
@@ -239,45 +153,23 @@ class AccessPipeline:
         self.limiter = limiter
         self.offers = OfferBuilder(config)
         self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
-        self.network = config.network_info
-        self.domain = Eip3009Domain(
-            name=self.network.asset_name,
-            version=self.network.asset_version,
-            chain_id=self.network.chain_id,
-            verifying_contract=self.network.asset,
+        self.network = network = config.network_info
+        domain = Eip3009Domain(
+            name=network.asset_name,
+            version=network.asset_version,
+            chain_id=network.chain_id,
+            verifying_contract=network.asset,
         )
         self.lease_seconds = config.settlement.lease_seconds
-        self.exclusive_issuer = bool(getattr(issuer, "exclusive", True))
-        self.resolver = SettlingResolver(chain, clock)
-        self.observers: list[Callable[[ChallengeRecord], None]] = []
+        self.mover = moves.Mover(store, clock)
+        self.verifier = Verifier(self.offers, network, domain, clock)
+        self.resolver = SettlingResolver(chain, self.mover, clock)
+        self.delivery = Delivery(self.mover, issuer, self.offers, self.plans, self.metrics, clock)
+        self.observers = self.mover.observers  # see every applied transition (A2A streams)
 
     async def transition(self, request: TransitionRequest) -> TransitionResult:
-        """Every state change goes through here: one log line per applied transition.
-
-        Each of ``observers`` is then called with the record as written (in this
-        process only; A2A streams settlement progress from it). An observer must
-        be quick and must not raise.
-        """
-        result = await self.store.transition(request)
-        if isinstance(result, TransitionApplied):
-            record = result.record
-            for observer in self.observers:
-                observer(record)
-            log.info(
-                "challenge %s request %s: %s -> %s (%s)",
-                record.challenge_id,
-                record.request_id,
-                request.expect.value,
-                request.to.value,
-                request.reason,
-                extra={
-                    "challenge_id": record.challenge_id,
-                    "request_id": record.request_id,
-                    "from_state": request.expect.value,
-                    "to_state": request.to.value,
-                },
-            )
-        return result
+        """Every state change goes through here (operators' moves too)."""
+        return await self.mover.apply(request)
 
     # ------------------------------------------------------------ steps 0-2
 
@@ -314,23 +206,21 @@ class AccessPipeline:
     async def _challenge(self, body: AccessBody, plan: Plan) -> AccessResult:
         body = replace(body, request_id=body.request_id or uuid4_str())
         assert body.request_id is not None
-        created = await self.store.create_challenge(
-            self._new_record(plan, body.request_id, body.resource_id, self.clock())
-        )
+        new = self._new_record(plan, body.request_id, body.resource_id)
+        created = await self.store.create_challenge(new)
         assert not isinstance(created, PaymentClaimed)
         record, was_created = created
         if was_created:
             # DEBUG, not INFO: anyone can send unpaid requests, and a line for each
-            # would let them fill the disk (it was also a third of the cost of a
-            # 402). Everything that follows a payment is logged at INFO.
+            # would let them fill the disk. Everything after a payment is at INFO.
             self._log_created(record, logging.DEBUG)
         self._same_request(record, body, plan)
-        return await self._answer(record, _Caller(body))
+        return await self._answer(record, Caller(body))
 
     def _new_record(
-        self, plan: Plan, request_id: str, resource_id: str, now: float, *, implicit: bool = False
+        self, plan: Plan, request_id: str, resource_id: str, *, implicit: bool = False
     ) -> ChallengeRecord:
-        return ChallengeRecord(
+        return ChallengeRecord.new(
             challenge_id=uuid4_str(),
             request_id=request_id,
             plan_id=plan.plan_id,
@@ -340,31 +230,23 @@ class AccessPipeline:
             asset=self.network.asset,
             pay_to=self.config.seller.wallet_address,
             max_timeout_seconds=self.config.server.max_timeout_seconds,
-            state=State.PENDING,
-            created_at=now,
-            expires_at=now + self.config.server.challenge_ttl_seconds,
-            updated_at=now,
+            now=self.clock(),
+            ttl_seconds=self.config.server.challenge_ttl_seconds,
             implicit=implicit,
-            history=(Transition(State.PENDING, now, "challenge created"),),
         )
 
     def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:
         self.metrics.challenge_created()
-        if not log.isEnabledFor(level):
-            return
-        log.log(
-            level,
-            "challenge %s request %s: created as %s for plan %s",
-            record.challenge_id,
-            record.request_id,
-            record.state.value,
-            record.plan_id,
-            extra={
-                "challenge_id": record.challenge_id,
-                "request_id": record.request_id,
-                "to_state": record.state.value,
-            },
-        )
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "challenge %s request %s: created as %s for plan %s",
+                record.challenge_id,
+                record.request_id,
+                record.state.value,
+                record.plan_id,
+                extra={"challenge_id": record.challenge_id, "request_id": record.request_id},
+            )
 
     @staticmethod
     def _same_request(record: ChallengeRecord, body: AccessBody, plan: Plan) -> None:
@@ -381,7 +263,7 @@ class AccessPipeline:
     ) -> AccessResult:
         auth = payment.payload.authorization
         key = PaymentKey(self.network.chain_id, self.network.asset, auth.from_, auth.nonce)
-        caller = _Caller(body, payment, key)
+        caller = Caller(body, payment, key)
         record = await self._find_challenge(body, payment, key)
         if record is None:
             return await self._implicit_purchase(caller, plan)
@@ -406,9 +288,8 @@ class AccessPipeline:
         record = await self.store.get_by_payment(key)
         if record is None:
             return None
-        # (from, nonce, signature) become public on-chain once settled: a replayed
-        # payment alone may only reach a discovery-first purchase, and only while the
-        # authorization is still valid. Everyone else uses their requestId.
+        # The whole authorization is public on-chain once settled: a payment alone
+        # finds only a discovery-first purchase, and only while it is still valid.
         replay_window = record.payment.valid_before if record.payment else 0
         if not record.implicit or self.clock() > replay_window:
             raise TxAlreadyRedeemed(
@@ -416,7 +297,7 @@ class AccessPipeline:
             )
         return record
 
-    async def _implicit_purchase(self, caller: _Caller, plan: Plan) -> AccessResult:
+    async def _implicit_purchase(self, caller: Caller, plan: Plan) -> AccessResult:
         """A discovery-first purchase: check, then create the challenge already SETTLING.
 
         Nothing is stored before the payment passes step 5, and concurrent replays
@@ -424,19 +305,20 @@ class AccessPipeline:
         """
         assert caller.payment is not None
         assert caller.key is not None
-        now = self.clock()
         body = caller.body
         pending = self._new_record(
-            plan, body.request_id or uuid4_str(), body.resource_id, now, implicit=True
+            plan, body.request_id or uuid4_str(), body.resource_id, implicit=True
         )
-        offered = self.offers.offered_requirement(pending)
-        auth = check_payment(caller.payment, offered, self.network, self.domain, now)
-        settling = pending.apply(
-            RecordChanges(payment=self._details(auth, caller.key, now)),
-            State.SETTLING,
-            now,
-            "settlement started",
+        auth = self.verifier.checked(pending, caller)
+        claim = moves.settle(
+            pending,
+            auth,
+            caller.key,
+            pending.created_at,
+            attempt_id=uuid4_hex(),
+            lease_seconds=self.lease_seconds,
         )
+        settling = pending.apply(claim.changes, State.SETTLING, claim.at, claim.reason)
         created = await self.store.create_challenge(settling, claim_payment=caller.key)
         if isinstance(created, PaymentClaimed):
             owner = await self.store.get_challenge(created.owner)
@@ -447,14 +329,13 @@ class AccessPipeline:
         if not was_created:
             self._same_request(record, body, plan)
             return await self._answer(record, caller)
-        caller.checked = caller.verified = (record.challenge_id, auth)
         self._log_created(record)
         failpoint("after-claim")
-        return await self._answer(await self._settle(record, auth, caller.payment, offered), caller)
+        return await self._answer(await self._settle(record, caller), caller)
 
     # ------------------------------------------------------------ step 4
 
-    async def _answer(self, start: ChallengeRecord | AccessResult, caller: _Caller) -> AccessResult:
+    async def _answer(self, start: ChallengeRecord | AccessResult, caller: Caller) -> AccessResult:
         """Follow the record through its states until one of them answers."""
         current = start
         for _ in range(MAX_STEPS):
@@ -466,73 +347,34 @@ class AccessPipeline:
             raise SettlementInProgress("the challenge is changing; retry", retry_after=1)
         return current
 
-    async def _step(
-        self, record: ChallengeRecord, caller: _Caller
-    ) -> AccessResult | ChallengeRecord:
+    async def _step(self, record: ChallengeRecord, caller: Caller) -> Next:
         """One state's answer: a final result, or the record as it is now to look at again."""
         state = record.state
         if state is State.DELIVERED:
-            self._prove(record, caller)
+            self.verifier.prove(record, caller)
             return self.offers.granted(record)
         if state in (State.EXPIRED, State.CANCELLED):
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
         if state is State.PAID:
-            self._prove(record, caller)
+            self.verifier.prove(record, caller)
             return await self._deliver(record)
         if state is State.SETTLING:
-            if not self._proves(record, caller):
-                # Not its buyer, but a payment for this very challenge: it may ask the
-                # chain (a stale attempt may be released and this one settled); any
-                # grant that comes of it still needs the proof. Anything else: 402.
-                self._checked(record, caller)
+            if not self.verifier.proves(record, caller):
+                # Not its buyer, but a valid payment for this very challenge: it may have
+                # the chain decide a stale attempt; a grant still needs the proof.
+                self.verifier.checked(record, caller)
             return await self._settling(record)
         if self.clock() >= record.expires_at:
             current = await self.expire(record)
-            if current.state is State.PENDING:  # the record is gone: nothing left to follow
+            if current.state is State.PENDING:
                 raise ChallengeExpired(f"challenge {record.challenge_id} expired")
-            # EXPIRED answers 410 next; a payment claimed just before expiry is followed.
-            return current
+            return current  # EXPIRED answers 410 next; a payment claimed just before is followed
         if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
         return await self._attempt(record, caller)
 
-    def _proves(self, record: ChallengeRecord, caller: _Caller) -> bool:
-        """Whether the caller proves it bought this challenge (SPEC 4.2).
-
-        The proof is the requestId, or a payment whose signature verifies and
-        whose authorization is byte for byte the stored one. A payment that
-        does not even verify raises its 402 (what a fresh, invalid payment
-        gets). Nothing here calls the chain.
-        """
-        if caller.body.request_id is not None and caller.body.request_id == record.request_id:
-            return True
-        stored = record.payment
-        if caller.payment is None or stored is None:
-            return False
-        if caller.verified is None or caller.verified[0] != record.challenge_id:
-            offered = self.offers.offered_requirement(record)
-            auth = check_payment(
-                caller.payment, offered, self.network, self.domain, self.clock(), window=False
-            )
-            caller.verified = (record.challenge_id, auth)
-        return _same_authorization(caller.verified[1], stored)
-
-    def _prove(self, record: ChallengeRecord, caller: _Caller) -> None:
-        """Raise unless the caller proves the purchase: it never gets someone else's grant."""
-        if not self._proves(record, caller):
-            raise TxAlreadyRedeemed("this challenge is already paid, with another payment")
-
-    def _checked(self, record: ChallengeRecord, caller: _Caller) -> Authorization:
-        """Step 5 for the caller's payment against this challenge (cached per challenge)."""
-        assert caller.payment is not None
-        if caller.checked is None or caller.checked[0] != record.challenge_id:
-            offered = self.offers.offered_requirement(record)
-            auth = check_payment(caller.payment, offered, self.network, self.domain, self.clock())
-            caller.checked = caller.verified = (record.challenge_id, auth)
-        return caller.checked[1]
-
     async def _settling(self, record: ChallengeRecord) -> ChallengeRecord:
-        """A proven caller's SETTLING record: the chain decides now, or the caller waits."""
+        """The chain decides a SETTLING record now, or the caller waits."""
         current = await self.resolve(record)
         if current.state is not State.SETTLING:
             return current
@@ -547,53 +389,31 @@ class AccessPipeline:
             retry_after=PENDING_RETRY_AFTER,
         )
 
+    async def resolve(self, record: ChallengeRecord, *, grace: float = 0.0) -> ChallengeRecord:
+        """A SETTLING record decided from the chain (``settling``); the reconciler's too."""
+        return await self.resolver.resolve(record, grace=grace)
+
     async def expire(self, record: ChallengeRecord) -> ChallengeRecord:
         """PENDING past expiresAt -> EXPIRED; returns the record as it is now."""
-        result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.PENDING,
-                to=State.EXPIRED,
-                at=self.clock(),
-                reason="expired before payment",
-            )
-        )
-        return _stored(result) or record
+        result = await self.mover.apply(moves.expire(record, self.clock()))
+        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
+            return result.record
+        return record
 
     # ------------------------------------------------------------ steps 5-7
 
-    def _details(self, auth: Authorization, key: PaymentKey, now: float) -> PaymentDetails:
-        return PaymentDetails(
-            payer=auth.payer,
-            nonce=auth.nonce,
-            value=str(auth.value),
-            valid_after=auth.valid_after,
-            valid_before=auth.valid_before,
-            signature=auth.signature,
-            key=str(key),
-            attempt_id=uuid4_hex(),
-            lease_until=now + self.lease_seconds,
-        )
-
-    async def _attempt(
-        self, record: ChallengeRecord, caller: _Caller
-    ) -> AccessResult | ChallengeRecord:
-        assert caller.payment is not None
+    async def _attempt(self, record: ChallengeRecord, caller: Caller) -> Next:
         assert caller.key is not None
-        now = self.clock()
-        offered = self.offers.offered_requirement(record)
-        auth = self._checked(record, caller)
-        result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.PENDING,
-                to=State.SETTLING,
-                at=now,
-                reason="settlement started",
-                changes=RecordChanges(payment=self._details(auth, caller.key, now)),
-                claim_payment=caller.key,
-            )
+        auth = self.verifier.checked(record, caller)
+        claim = moves.settle(
+            record,
+            auth,
+            caller.key,
+            self.clock(),
+            attempt_id=uuid4_hex(),
+            lease_seconds=self.lease_seconds,
         )
+        result = await self.mover.apply(claim)
         if isinstance(result, PaymentClaimed):
             raise TxAlreadyRedeemed("this payment is already used for another challenge")
         if isinstance(result, StateMismatch):
@@ -605,37 +425,30 @@ class AccessPipeline:
             return result.record
         assert isinstance(result, TransitionApplied)
         failpoint("after-claim")
-        return await self._settle(result.record, auth, caller.payment, offered)
+        return await self._settle(result.record, caller)
 
     # ------------------------------------------------------------ steps 8-9
 
-    async def _settle(
-        self,
-        record: ChallengeRecord,
-        auth: Authorization,
-        payment: PaymentPayload,
-        offered: dict[str, object],
-    ) -> AccessResult | ChallengeRecord:
-        submitted = await self._submit(record)
-        if not isinstance(submitted, TransitionApplied):
-            return await self._current(record, submitted)
-        record = submitted.record
+    async def _settle(self, record: ChallengeRecord, caller: Caller) -> Next:
         assert record.payment is not None
+        assert caller.payment is not None
+        assert caller.checked is not None
+        handed = replace(record.payment, submitted=True, attempt_id=uuid4_hex())
+        reason = f"handed to settler {self.settler.name}"
+        submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
+        if not isinstance(submitted, TransitionApplied):
+            return await self.mover.current(record, submitted)
+        record = submitted.record
         request = SettlementRequest(
             challenge_id=record.challenge_id,
-            attempt_id=record.payment.attempt_id,
-            authorization=auth,
-            payload=for_third_parties(payment.model_dump(mode="json", by_alias=True)),
-            requirements=for_third_parties(offered),
+            attempt_id=handed.attempt_id,
+            authorization=caller.checked[1],
+            payload=for_third_parties(caller.payment.model_dump(mode="json", by_alias=True)),
+            requirements=for_third_parties(self.offers.offered_requirement(record)),
             network=self.network,
         )
-        log.info(
-            "challenge %s request %s: settling with %s",
-            record.challenge_id,
-            record.request_id,
-            self.settler.name,
-        )
-        hooks = _AttemptHooks(self, record)
+        log.info("challenge %s: settling with %s", record.challenge_id, self.settler.name)
+        hooks = _AttemptHooks(self.mover, record)
         started = time.perf_counter()
         outcome = await self._run_settler(request, hooks)
         self.metrics.settlement(
@@ -652,26 +465,12 @@ class AccessPipeline:
                 retry_after=PENDING_RETRY_AFTER,
             ) from None
 
-    async def _submit(self, record: ChallengeRecord) -> TransitionResult:
-        """Hand-over point: after this CAS the outcome is only ever read from the chain."""
-        payment = record.payment
-        assert payment is not None
-        return await self.transition(
-            _settling_move(
-                record,
-                State.SETTLING,
-                self.clock(),
-                f"handed to settler {self.settler.name}",
-                RecordChanges(payment=replace(payment, submitted=True, attempt_id=uuid4_hex())),
-            )
-        )
-
     async def _run_settler(
         self, request: SettlementRequest, hooks: _AttemptHooks
     ) -> SettlementOutcome:
-        budget = max(1.0, self.lease_seconds - 2.0)
         try:
-            return await asyncio.wait_for(self.settler.settle(request, hooks), budget)
+            settling = self.settler.settle(request, hooks)
+            return await asyncio.wait_for(settling, max(1.0, self.lease_seconds - 2.0))
         except TimeoutError:
             return Unknown("settlement did not finish within the lease")
         except Exception:
@@ -681,320 +480,52 @@ class AccessPipeline:
             )
             return Unknown("settler raised")
 
-    async def _after_settlement(
-        self, record: ChallengeRecord, outcome: SettlementOutcome
-    ) -> AccessResult | ChallengeRecord:
+    async def _after_settlement(self, record: ChallengeRecord, outcome: SettlementOutcome) -> Next:
         if isinstance(outcome, Settled):
             return await self._record_paid(record, outcome.tx_hash, outcome.payer)
         if isinstance(outcome, Rejected):
-            result = await self.transition(
-                self._release(record, f"settlement failed: {outcome.reason}")
-            )
+            reason = f"settlement failed: {outcome.reason}"
+            result = await self.mover.apply(moves.release(record, self.clock(), reason))
             if isinstance(result, TransitionApplied):
-                log.info(
-                    "challenge %s: settlement rejected: %s", record.challenge_id, outcome.reason
-                )
                 raise PaymentFailed(outcome.reason, outcome.detail)
-            return await self._current(record, result)
-        log.warning(
-            "challenge %s: settlement outcome unknown: %s", record.challenge_id, outcome.reason
-        )
+            return await self.mover.current(record, result)
+        log.warning("challenge %s: outcome unknown: %s", record.challenge_id, outcome.reason)
         return await self._end_lease(record, outcome)
 
     async def _end_lease(self, record: ChallengeRecord, outcome: Unknown) -> ChallengeRecord:
         """Unknown outcome: end this attempt's lease so the chain decides from now on."""
-        payment = record.payment
-        assert payment is not None
-        ended = replace(
-            payment,
-            lease_until=self.clock(),
-            broadcast_tx_hash=payment.broadcast_tx_hash or outcome.tx_hash,
-        )
-        result = await self.transition(
-            _settling_move(
-                record,
-                State.SETTLING,
-                self.clock(),
-                f"outcome unknown: {outcome.reason}",
-                RecordChanges(payment=ended),
-            )
-        )
-        return _stored(result) or record
+        assert record.payment is not None
+        tx_hint = record.payment.broadcast_tx_hash or outcome.tx_hash
+        ended = replace(record.payment, lease_until=self.clock(), broadcast_tx_hash=tx_hint)
+        reason = f"outcome unknown: {outcome.reason}"
+        result = await self.mover.apply(moves.note(record, self.clock(), reason, ended))
+        return await self.mover.current(record, result)
 
-    async def _current(
-        self, record: ChallengeRecord, result: TransitionResult | None
-    ) -> ChallengeRecord:
-        """The record as it is now, after a compare-and-set this request lost."""
-        current = _stored(result) or await self.store.get_challenge(record.challenge_id)
-        if current is None:
-            raise InternalError()
-        return current
-
-    async def _record_paid(
-        self, record: ChallengeRecord, tx_hash: str, payer: str
-    ) -> AccessResult | ChallengeRecord:
+    async def _record_paid(self, record: ChallengeRecord, tx_hash: str, payer: str) -> Next:
         if self.chain is not None and not await self.resolver.settles_in(record, tx_hash):
             # A settler's word alone never grants access: what the chain does not show
             # (yet) is an unknown outcome, which the chain decides.
             log.warning("challenge %s: %s does not show this payment", record.challenge_id, tx_hash)
             return await self._end_lease(record, Unknown("the chain does not confirm the settler"))
-        result = await self._mark_paid(record, tx_hash, payer, "settled on-chain")
+        result = await self.resolver.mark_paid(record, tx_hash, payer, "settled on-chain")
         if isinstance(result, TxClaimed):
-            log.error(
-                "challenge %s: tx %s already belongs to challenge %s",
-                record.challenge_id,
-                tx_hash,
-                result.owner,
-            )
-            # The settler's word is worth nothing now: end its lease, so the next retry or
-            # reconciler pass asks the chain about this authorization at once.
+            log.error("challenge %s: %s belongs to %s", record.challenge_id, tx_hash, result.owner)
+            # The settler's word is worth nothing now: the chain decides at the next retry.
             await self._end_lease(record, Unknown("the settler named another challenge's tx"))
             raise TxAlreadyRedeemed("this transaction is already redeemed for another challenge")
-        if isinstance(result, TransitionApplied):
-            log.info("challenge %s: paid in %s", record.challenge_id, tx_hash)
-            failpoint("after-paid")
-            return await self._deliver(result.record)
-        return await self._current(record, result)
-
-    async def _mark_paid(
-        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str
-    ) -> TransitionResult:
-        """SETTLING -> PAID, claiming the txHash; shared with other challenges only on proof.
-
-        One transaction may settle several authorizations (a batching
-        facilitator): when the txHash already belongs to another challenge, the
-        chain must show THIS authorization used in it, and then the record is
-        PAID without a claim of its own on the txHash (SPEC 5.2).
-        """
-        result = await self.transition(self._paid(record, tx_hash, payer, reason))
-        if not isinstance(result, TxClaimed) or record.payment is None:
-            return result
-        if not await self.resolver.settles_in(record, tx_hash):
-            return result
-        shared = f"{reason}; transaction shared with challenge {result.owner}"
-        return await self.transition(self._paid(record, tx_hash, payer, shared, claim=False))
-
-    async def resolve(self, record: ChallengeRecord, *, grace: float = 0.0) -> ChallengeRecord:
-        """A SETTLING record: let the chain decide it, and return it as it is now.
-
-        Transferred -> PAID at once, whatever lease is running; nothing is ever
-        settled a second time. Not transferred -> released only after the lease
-        (plus ``grace``). Safe to call concurrently and while an attempt is still
-        in flight: every move is a compare-and-set on the attempt it saw.
-        """
-        decision = await self.resolver.decide(record, grace=grace)
-        if decision is None:
-            return record
-        if isinstance(decision, Paid):
-            assert record.payment is not None
-            result = await self._mark_paid(
-                record, decision.tx_hash, record.payment.payer, decision.reason
-            )
-        else:
-            assert isinstance(decision, Release)
-            result = await self.transition(self._release(record, decision.reason))
-        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
-            return result.record
-        log.error("challenge %s: could not apply %s: %s", record.challenge_id, decision, result)
-        return record
-
-    def _release(self, record: ChallengeRecord, reason: str) -> TransitionRequest:
-        """SETTLING -> PENDING with the payment claim released: nothing moved on-chain."""
-        return _settling_move(
-            record,
-            State.PENDING,
-            self.clock(),
-            reason,
-            RecordChanges(clear_payment=True),
-            release_payment=True,
-        )
-
-    def _paid(
-        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str, *, claim: bool = True
-    ) -> TransitionRequest:
-        """SETTLING -> PAID; the settlement lease ends, so the delivery claim is free."""
-        assert record.payment is not None
-        tx_hash = tx_hash.lower()
-        return _settling_move(
-            record,
-            State.PAID,
-            self.clock(),
-            reason,
-            RecordChanges(
-                tx_hash=tx_hash,
-                payer=payer,
-                payment=replace(record.payment, lease_until=self.clock()),
-            ),
-            claim_tx_hash=tx_hash if claim else None,
-        )
+        if not isinstance(result, TransitionApplied):
+            return await self.mover.current(record, result)
+        failpoint("after-paid")
+        return await self._deliver(result.record)
 
     # ------------------------------------------------------------ steps 10-11
 
-    async def _deliver(self, record: ChallengeRecord) -> AccessResult | ChallengeRecord:
+    async def _deliver(self, record: ChallengeRecord) -> Next:
         delivered = await self.deliver(record)
         if delivered.state is State.DELIVERED:
             return self.offers.granted(delivered)
         return delivered
 
     async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
-        """Step 10 for a PAID record: issue, store the grant, PAID -> DELIVERED.
-
-        Returns the record as it is now (DELIVERED, or whatever a concurrent
-        request made of it). With an exclusive issuer only the holder of the
-        delivery claim calls it; another request waits for that (``wait``) or
-        leaves the record to it. If the issuer fails the record stays PAID, the
-        claim is given back and ``CredentialPending`` is raised; calling again
-        retries the issuer.
-        """
-        if self.exclusive_issuer:
-            claimed = await self._claim_delivery(record)
-            if claimed is None:
-                return await self._await_delivery(record) if wait else record
-            if claimed.state is not State.PAID:
-                return claimed
-            record = claimed
-        credential = await self._issue(record)
-        failpoint("after-grant")
-        assert record.payment is not None
-        result = await self.transition(
-            TransitionRequest(
-                challenge_id=record.challenge_id,
-                expect=State.PAID,
-                to=State.DELIVERED,
-                at=self.clock(),
-                reason="credential issued",
-                changes=RecordChanges(grant=self.offers.grant(record, credential)),
-                attempt_id=record.payment.attempt_id if self.exclusive_issuer else None,
-            )
-        )
-        if isinstance(result, TransitionApplied):
-            self.metrics.grant_issued()
-            return result.record
-        return await self._current(record, result)
-
-    async def _issue(self, record: ChallengeRecord) -> IssuedCredential:
-        """The issuer's credential; a claim held meanwhile is renewed until it answers."""
-        renewing = (
-            asyncio.get_running_loop().create_task(self._renew_delivery(record))
-            if self.exclusive_issuer
-            else None
-        )
-        try:
-            return await self.issuer.issue(self._grant_request(record))
-        except ProblemError:
-            await self._give_back_delivery(record)
-            raise
-        except Exception as exc:
-            await self._give_back_delivery(record)
-            # Our own errors carry secret-free messages; anything else only by type.
-            why = str(exc) if isinstance(exc, X402SrvError) else type(exc).__name__
-            log.error(
-                "challenge %s: credential issuer %s failed: %s",
-                record.challenge_id,
-                self.issuer.name,
-                why,
-            )
-            raise CredentialPending(
-                "the payment was settled but the access credential could not be issued yet; "
-                "retry the same request to receive it",
-                retry_after=PENDING_RETRY_AFTER,
-                extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
-            ) from None
-        finally:
-            if renewing is not None:
-                renewing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewing
-
-    def _grant_request(self, record: ChallengeRecord) -> GrantRequest:
-        assert record.tx_hash is not None
-        assert record.payer is not None
-        plan = self.plans.get(record.plan_id)
-        return GrantRequest(
-            request_id=record.request_id,
-            challenge_id=record.challenge_id,
-            plan_id=record.plan_id,
-            resource_id=record.resource_id,
-            tx_hash=record.tx_hash,
-            payer=record.payer,
-            token_ttl_seconds=plan.token_ttl_seconds if plan else 3600,
-        )
-
-    async def _claim_delivery(self, record: ChallengeRecord) -> ChallengeRecord | None:
-        """PAID -> PAID with a fresh attempt: the record (claimed, or as it is now), or
-        None while another request holds an unexpired claim."""
-        payment = record.payment
-        assert payment is not None
-        now = self.clock()
-        if payment.lease_until > now:
-            return None
-        claim = replace(payment, attempt_id=uuid4_hex(), lease_until=now + DELIVERY_LEASE_SECONDS)
-        result = await self.transition(
-            _settling_move(
-                record, State.PAID, now, "issuing the credential", RecordChanges(payment=claim)
-            )
-        )
-        if isinstance(result, TransitionApplied):
-            return result.record
-        current = await self._current(record, result)
-        if current.state is State.PAID:
-            return None  # another request claimed it first
-        return current
-
-    async def _renew_delivery(self, record: ChallengeRecord) -> None:
-        """Keep our claim alive while the issuer runs (a crash lets it lapse within seconds).
-
-        Renewals are compare-and-sets on our attempt (each one a history entry,
-        a few per slow callback); one that fails means the claim is gone, and
-        renewing stops.
-        """
-        assert record.payment is not None
-        while True:
-            await asyncio.sleep(DELIVERY_LEASE_SECONDS / 3)
-            renewed = replace(record.payment, lease_until=self.clock() + DELIVERY_LEASE_SECONDS)
-            try:
-                result = await self.store.transition(
-                    _settling_move(
-                        record,
-                        State.PAID,
-                        self.clock(),
-                        "issuing the credential",
-                        RecordChanges(payment=renewed),
-                    )
-                )
-            except StoreUnavailable:
-                continue
-            if not isinstance(result, TransitionApplied):
-                return
-
-    async def _give_back_delivery(self, record: ChallengeRecord) -> None:
-        """The issuer failed: end our claim so the next retry need not wait for it."""
-        if not self.exclusive_issuer:
-            return
-        assert record.payment is not None
-        ended = replace(record.payment, lease_until=self.clock())
-        with contextlib.suppress(StoreUnavailable):  # else the claim simply runs out
-            await self.transition(
-                _settling_move(
-                    record,
-                    State.PAID,
-                    self.clock(),
-                    "credential issuer failed",
-                    RecordChanges(payment=ended),
-                )
-            )
-
-    async def _await_delivery(self, record: ChallengeRecord) -> ChallengeRecord:
-        """Another request is issuing this credential: wait for it, or for its claim to lapse."""
-        delay = 0.01
-        while True:
-            current = await self.store.get_challenge(record.challenge_id)
-            if current is None:
-                raise InternalError()
-            if current.state is not State.PAID:
-                return current
-            assert current.payment is not None
-            if current.payment.lease_until <= self.clock():
-                return current  # the claim ran out (or was given back): take it over
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
+        """Step 10 for a PAID record (``delivery``); the reconciler's too."""
+        return await self.delivery.deliver(record, wait=wait)

@@ -145,6 +145,42 @@ class ChallengeRecord:
     grant: dict[str, Any] | None = None
     history: tuple[Transition, ...] = field(default_factory=tuple)
 
+    @classmethod
+    def new(
+        cls,
+        *,
+        challenge_id: str,
+        request_id: str,
+        plan_id: str,
+        resource_id: str,
+        amount: str,
+        network: str,
+        asset: str,
+        pay_to: str,
+        max_timeout_seconds: int,
+        now: float,
+        ttl_seconds: float,
+        implicit: bool = False,
+    ) -> ChallengeRecord:
+        """A fresh PENDING challenge offering ``amount`` of ``asset`` to ``pay_to``."""
+        return cls(
+            challenge_id=challenge_id,
+            request_id=request_id,
+            plan_id=plan_id,
+            resource_id=resource_id,
+            amount=amount,
+            network=network,
+            asset=asset,
+            pay_to=pay_to,
+            max_timeout_seconds=max_timeout_seconds,
+            state=State.PENDING,
+            created_at=now,
+            expires_at=now + ttl_seconds,
+            updated_at=now,
+            implicit=implicit,
+            history=(Transition(State.PENDING, now, "challenge created"),),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         # Written out (not ``dataclasses.asdict``): records are encoded on every
         # store write, and the generic recursive copy costs several times more.

@@ -18,9 +18,12 @@ before anything leaves, and a released record makes that fail, so at worst a
 live attempt starts over. That is how a buyer whose server died right after the
 claim pays again at once instead of waiting for a dead process's lease.
 
-The decision is only advice: the caller applies it as a compare-and-set on the
-attempt it read, so a decision made on a record that moved meanwhile is lost,
-never applied twice.
+``resolve`` applies the decision as a compare-and-set on the attempt it read,
+so a decision made on a record that moved meanwhile is lost, never applied
+twice. ``mark_paid`` is SETTLING -> PAID for whoever learnt the transaction (a
+settler, or the chain): one transaction may pay several challenges (a batching
+facilitator), so a txHash another challenge owns is shared only when the chain
+shows THIS authorization used in it.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from . import moves
 from .chain import ChainReader, ChainUnavailable
-from .interfaces import Clock
+from .interfaces import Clock, StateMismatch, TransitionApplied, TransitionResult, TxClaimed
 from .records import ChallengeRecord
 from .resolution import NotTransferred, Transferred, Verdict, resolve_authorization
 
@@ -50,9 +54,42 @@ class Release:
 
 
 class SettlingResolver:
-    def __init__(self, chain: ChainReader | None, clock: Clock) -> None:
+    def __init__(self, chain: ChainReader | None, mover: moves.Mover, clock: Clock) -> None:
         self.chain = chain
+        self.mover = mover
         self.clock = clock
+
+    async def resolve(self, record: ChallengeRecord, *, grace: float = 0.0) -> ChallengeRecord:
+        """A SETTLING record: let the chain decide it, and return it as it is now.
+
+        Safe to call concurrently and while an attempt is still in flight.
+        """
+        decision = await self.decide(record, grace=grace)
+        if decision is None:
+            return record
+        if isinstance(decision, Paid):
+            assert record.payment is not None
+            result = await self.mark_paid(
+                record, decision.tx_hash, record.payment.payer, decision.reason
+            )
+        else:
+            result = await self.mover.apply(moves.release(record, self.clock(), decision.reason))
+        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
+            return result.record
+        log.error("challenge %s: could not apply %s: %s", record.challenge_id, decision, result)
+        return record
+
+    async def mark_paid(
+        self, record: ChallengeRecord, tx_hash: str, payer: str, reason: str
+    ) -> TransitionResult:
+        """SETTLING -> PAID, claiming the txHash; shared with another challenge only on proof."""
+        result = await self.mover.apply(moves.paid(record, self.clock(), tx_hash, payer, reason))
+        if not isinstance(result, TxClaimed) or not await self.settles_in(record, tx_hash):
+            return result
+        shared = f"{reason}; transaction shared with challenge {result.owner}"
+        return await self.mover.apply(
+            moves.paid(record, self.clock(), tx_hash, payer, shared, claim=False)
+        )
 
     async def decide(self, record: ChallengeRecord, *, grace: float = 0.0) -> Paid | Release | None:
         """What the chain justifies for this SETTLING record now; None while undecided."""

@@ -126,12 +126,12 @@ async def test_broadcast_note_lost_still_lands_on_the_record_as_it_is_now(
     assert record.payment is not None and record.payment.broadcast_tx_hash is None
 
 
-async def test_paid_with_a_transaction_another_challenge_owns_is_409_redeemed(
+async def test_a_settler_naming_another_challenges_transaction_is_not_believed(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:
     """A settler that names a transaction which paid another challenge (and did not use this
-    authorization): the txHash claim is lost, the receipt does not show this authorization,
-    so 409 TX_ALREADY_REDEEMED; the record is not PAID and the other keeps the txHash."""
+    authorization): the core checks every Settled on-chain, so nothing is claimed; the
+    outcome is unknown, its lease ends at once and the chain decides (502 for now)."""
     rig = await make_rig(settler=ScriptedSettler())
     rig.settler.then(OnChain(rig.devchain, rig.relayer))
     first = await rig.challenge()
@@ -144,19 +144,42 @@ async def test_paid_with_a_transaction_another_challenge_owns_is_409_redeemed(
     rig.settler.then(Settled(paid.tx_hash, paid.payer))
     answer = await outcome(rig.pay(payment))
 
-    problem(answer, 409, "TX_ALREADY_REDEEMED")
-    claim = [r for q, r in rig.store.transitions if q.challenge_id == challenge["challengeId"]]
-    assert claim[-2] == TxClaimed(first["challengeId"])
+    problem(answer, 502, "SETTLEMENT_PENDING")
+    moves = [q for q, _ in rig.store.transitions if q.challenge_id == challenge["challengeId"]]
+    assert not any(q.claim_tx_hash for q in moves), "the txHash is never claimed"
     record = await rig.record(challenge["challengeId"])
-    # the settler's lease is ended: the next retry or pass asks the chain at once
-    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING]
+    assert record.state is SETTLING
     assert record.payment is not None
     assert record.payment.lease_until <= rig.clock()
     assert record.tx_hash is None
     owner = await rig.store.inner.get_by_tx_hash(paid.tx_hash)
     assert owner is not None and owner.challenge_id == first["challengeId"]
     assert not rig.devchain.authorization_state(buyer.address, payment.nonce)
-    assert "eth_getTransactionReceipt" in rig.rpc.methods
+
+
+async def test_without_an_rpc_a_transaction_another_challenge_owns_is_409_redeemed(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """No RPC to confirm with: the txHash claim is what stops a settler from paying two
+    challenges with one transfer (409); the settler's lease ends, the record stays SETTLING."""
+    rig = await make_rig(settler=ScriptedSettler(), chain=False)
+    tx_hash = "0x" + "ab" * 32
+    first = await rig.challenge()
+    rig.settler.then(Settled(tx_hash, buyer.address))
+    granted(await outcome(rig.pay(rig.sign(buyer, first["accepts"][0]))))
+
+    challenge = await rig.challenge()
+    rig.settler.then(Settled(tx_hash, buyer.address))
+    answer = await outcome(rig.pay(rig.sign(buyer, challenge["accepts"][0])))
+
+    problem(answer, 409, "TX_ALREADY_REDEEMED")
+    claim = [r for q, r in rig.store.transitions if q.challenge_id == challenge["challengeId"]]
+    assert claim[-2] == TxClaimed(first["challengeId"])
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, SETTLING]
+    assert record.payment is not None
+    assert record.payment.lease_until <= rig.clock()
+    assert record.tx_hash is None
 
 
 async def test_end_lease_lost_answers_from_the_record_as_it_is_now(

@@ -1,0 +1,189 @@
+"""Step 10: a PAID record becomes DELIVERED with its grant; the issuer is called once at a time.
+
+An issuer with side effects (``exclusive``, the default: the ``callback``
+issuer may create an account per purchase) is called only by the holder of the
+record's delivery claim, a PAID -> PAID compare-and-set on a fresh attempt with
+a short lease. The holder renews the lease while the issuer runs, so a holder
+that crashed blocks the next request for ``DELIVERY_LEASE_SECONDS`` at most; a
+request that finds the claim held waits for the holder's grant instead of
+calling the issuer too. An issuer without side effects (``jwt``) needs no
+claim: concurrent deliveries each sign, and the first compare-and-set wins.
+
+A failing issuer leaves the record PAID, gives the claim back (the next retry
+need not wait) and raises ``CredentialPending`` (500 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+
+from . import moves
+from .config import Plan
+from .errors import CredentialPending, ProblemError, StoreUnavailable, X402SrvError
+from .failpoints import failpoint
+from .ids import uuid4_hex
+from .interfaces import (
+    Clock,
+    CredentialIssuer,
+    GrantRequest,
+    IssuedCredential,
+    TransitionApplied,
+)
+from .metrics import Metrics
+from .offers import OfferBuilder
+from .records import ChallengeRecord, State
+
+__all__ = ["DELIVERY_LEASE_SECONDS", "Delivery"]
+
+log = logging.getLogger("x402srv.pipeline")
+
+#: A delivery claim lives this long unless its holder renews it (every third of it).
+DELIVERY_LEASE_SECONDS = 3.0
+#: Retry-After when the credential could not be issued yet.
+RETRY_AFTER = 5
+
+
+class Delivery:
+    def __init__(
+        self,
+        mover: moves.Mover,
+        issuer: CredentialIssuer,
+        offers: OfferBuilder,
+        plans: dict[str, Plan],
+        metrics: Metrics,
+        clock: Clock,
+    ) -> None:
+        self.mover = mover
+        self.issuer = issuer
+        self.offers = offers
+        self.plans = plans
+        self.metrics = metrics
+        self.clock = clock
+        self.exclusive = bool(getattr(issuer, "exclusive", True))
+
+    async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
+        """Issue, store the grant, PAID -> DELIVERED; the record as it is now.
+
+        With an exclusive issuer a request that finds the claim held waits for
+        the holder (``wait``) or leaves the record to it.
+        """
+        if self.exclusive:
+            claimed = await self._claim(record)
+            if claimed is None:
+                return await self._await(record) if wait else record
+            if claimed.state is not State.PAID:
+                return claimed
+            record = claimed
+        credential = await self._issue(record)
+        failpoint("after-grant")
+        grant = self.offers.grant(record, credential)
+        result = await self.mover.apply(
+            moves.deliver(record, self.clock(), grant, claimed=self.exclusive)
+        )
+        if isinstance(result, TransitionApplied):
+            self.metrics.grant_issued()
+            return result.record
+        return await self.mover.current(record, result)
+
+    async def _issue(self, record: ChallengeRecord) -> IssuedCredential:
+        """The issuer's credential; a claim held meanwhile is renewed until it answers."""
+        renewing = asyncio.ensure_future(self._renew(record)) if self.exclusive else None
+        try:
+            return await self.issuer.issue(self._grant_request(record))
+        except ProblemError:
+            await self._give_back(record)
+            raise
+        except Exception as exc:
+            await self._give_back(record)
+            # Our own errors carry secret-free messages; anything else only by type.
+            why = str(exc) if isinstance(exc, X402SrvError) else type(exc).__name__
+            log.error(
+                "challenge %s: credential issuer %s failed: %s",
+                record.challenge_id,
+                self.issuer.name,
+                why,
+            )
+            raise CredentialPending(
+                "the payment was settled but the access credential could not be issued yet; "
+                "retry the same request to receive it",
+                retry_after=RETRY_AFTER,
+                extra={"challengeId": record.challenge_id, "txHash": record.tx_hash},
+            ) from None
+        finally:
+            if renewing is not None:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
+
+    def _grant_request(self, record: ChallengeRecord) -> GrantRequest:
+        assert record.tx_hash is not None
+        assert record.payer is not None
+        plan = self.plans.get(record.plan_id)
+        return GrantRequest(
+            request_id=record.request_id,
+            challenge_id=record.challenge_id,
+            plan_id=record.plan_id,
+            resource_id=record.resource_id,
+            tx_hash=record.tx_hash,
+            payer=record.payer,
+            token_ttl_seconds=plan.token_ttl_seconds if plan else 3600,
+        )
+
+    async def _claim(self, record: ChallengeRecord) -> ChallengeRecord | None:
+        """The record claimed (or as it is now, if it moved on); None while another holds it."""
+        payment = record.payment
+        assert payment is not None
+        now = self.clock()
+        if payment.lease_until > now:
+            return None
+        claim = replace(payment, attempt_id=uuid4_hex(), lease_until=now + DELIVERY_LEASE_SECONDS)
+        result = await self.mover.apply(moves.note(record, now, "issuing the credential", claim))
+        if isinstance(result, TransitionApplied):
+            return result.record
+        current = await self.mover.current(record, result)
+        return None if current.state is State.PAID else current
+
+    async def _renew(self, record: ChallengeRecord) -> None:
+        """Keep our claim alive while the issuer runs; stop once it is gone.
+
+        Each renewal is a compare-and-set on our attempt (and a history entry, a
+        few per slow callback), written without a log line.
+        """
+        assert record.payment is not None
+        while True:
+            await asyncio.sleep(DELIVERY_LEASE_SECONDS / 3)
+            renewed = replace(record.payment, lease_until=self.clock() + DELIVERY_LEASE_SECONDS)
+            move = moves.note(record, self.clock(), "issuing the credential", renewed)
+            try:
+                result = await self.mover.store.transition(move)
+            except StoreUnavailable:
+                continue
+            if not isinstance(result, TransitionApplied):
+                return
+
+    async def _give_back(self, record: ChallengeRecord) -> None:
+        """The issuer failed: end our claim so the next retry need not wait for it."""
+        if not self.exclusive:
+            return
+        assert record.payment is not None
+        ended = replace(record.payment, lease_until=self.clock())
+        with contextlib.suppress(StoreUnavailable):  # else the claim simply runs out
+            await self.mover.apply(
+                moves.note(record, self.clock(), "credential issuer failed", ended)
+            )
+
+    async def _await(self, record: ChallengeRecord) -> ChallengeRecord:
+        """Another request is issuing this credential: wait for it, or for its claim to lapse."""
+        delay = 0.01
+        while True:
+            current = await self.mover.current(record)
+            if current.state is not State.PAID:
+                return current
+            assert current.payment is not None
+            if current.payment.lease_until <= self.clock():
+                return current  # the claim ran out (or was given back): take it over
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)

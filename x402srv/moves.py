@@ -1,0 +1,199 @@
+"""The compare-and-set moves of the state machine (SPEC 5.1), built and applied in one place.
+
+``Mover.apply`` is the only way a record changes state: the store applies the
+move atomically, then each applied move gets one log line and is shown to the
+observers (A2A streams settlement progress from them). The builders say which
+moves there are; each carries the attempt it expects, so a move made on a
+record that changed meanwhile is lost, never applied twice.
+
+    settling  PENDING -> SETTLING, claiming the payment       (``settle``)
+    note      SETTLING -> SETTLING by the attempt that holds it (hand-over,
+              broadcast, lease ended; PAID -> PAID likewise: the delivery claim)
+    release   SETTLING -> PENDING, the claim released          (nothing moved on-chain)
+    paid      SETTLING -> PAID, claiming the txHash
+    deliver   PAID -> DELIVERED with the grant
+    expire    PENDING -> EXPIRED
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from .errors import InternalError
+from .interfaces import (
+    Authorization,
+    Clock,
+    StateMismatch,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+    TransitionResult,
+)
+from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State
+
+__all__ = [
+    "Mover",
+    "deliver",
+    "expire",
+    "note",
+    "paid",
+    "release",
+    "settle",
+]
+
+log = logging.getLogger("x402srv.pipeline")
+
+Observer = Callable[[ChallengeRecord], None]
+
+
+class Mover:
+    """Applies moves to the store; logs and shows each one that applied."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self.observers: list[Observer] = []
+
+    async def apply(self, request: TransitionRequest) -> TransitionResult:
+        result = await self.store.transition(request)
+        if isinstance(result, TransitionApplied):
+            record = result.record
+            for observer in self.observers:
+                observer(record)
+            log.info(
+                "challenge %s request %s: %s -> %s (%s)",
+                record.challenge_id,
+                record.request_id,
+                request.expect.value,
+                request.to.value,
+                request.reason,
+                extra={
+                    "challenge_id": record.challenge_id,
+                    "request_id": record.request_id,
+                    "from_state": request.expect.value,
+                    "to_state": request.to.value,
+                },
+            )
+        return result
+
+    async def current(
+        self, record: ChallengeRecord, result: TransitionResult | None = None
+    ) -> ChallengeRecord:
+        """The record as it is now, after a compare-and-set that was lost (or not tried)."""
+        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
+            return result.record
+        found = await self.store.get_challenge(record.challenge_id)
+        if found is None:
+            raise InternalError()
+        return found
+
+
+def settle(
+    record: ChallengeRecord,
+    auth: Authorization,
+    key: PaymentKey,
+    at: float,
+    *,
+    attempt_id: str,
+    lease_seconds: float,
+) -> TransitionRequest:
+    """PENDING -> SETTLING with the payment persisted and claimed, before anything is sent."""
+    details = PaymentDetails(
+        payer=auth.payer,
+        nonce=auth.nonce,
+        value=str(auth.value),
+        valid_after=auth.valid_after,
+        valid_before=auth.valid_before,
+        signature=auth.signature,
+        key=str(key),
+        attempt_id=attempt_id,
+        lease_until=at + lease_seconds,
+    )
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.SETTLING,
+        at=at,
+        reason="settlement started",
+        changes=RecordChanges(payment=details),
+        claim_payment=key,
+    )
+
+
+def note(
+    record: ChallengeRecord, at: float, reason: str, payment: PaymentDetails
+) -> TransitionRequest:
+    """A move of the attempt that holds the record onto itself, writing its payment anew."""
+    return _held(record, record.state, at, reason, RecordChanges(payment=payment))
+
+
+def release(record: ChallengeRecord, at: float, reason: str) -> TransitionRequest:
+    """SETTLING -> PENDING with the payment claim released: nothing moved on-chain."""
+    return _held(
+        record, State.PENDING, at, reason, RecordChanges(clear_payment=True), release_payment=True
+    )
+
+
+def paid(
+    record: ChallengeRecord, at: float, tx_hash: str, payer: str, reason: str, *, claim: bool = True
+) -> TransitionRequest:
+    """SETTLING -> PAID; the settlement lease ends with it, so the delivery claim is free."""
+    assert record.payment is not None
+    tx_hash = tx_hash.lower()
+    changes = RecordChanges(
+        tx_hash=tx_hash, payer=payer, payment=replace(record.payment, lease_until=at)
+    )
+    return _held(record, State.PAID, at, reason, changes, claim_tx_hash=tx_hash if claim else None)
+
+
+def deliver(
+    record: ChallengeRecord, at: float, grant: dict[str, object], *, claimed: bool
+) -> TransitionRequest:
+    """PAID -> DELIVERED with the grant (by the delivery claim's holder when ``claimed``)."""
+    assert record.payment is not None
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PAID,
+        to=State.DELIVERED,
+        at=at,
+        reason="credential issued",
+        changes=RecordChanges(grant=grant),
+        attempt_id=record.payment.attempt_id if claimed else None,
+    )
+
+
+def expire(record: ChallengeRecord, at: float) -> TransitionRequest:
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.EXPIRED,
+        at=at,
+        reason="expired before payment",
+    )
+
+
+def _held(
+    record: ChallengeRecord,
+    to: State,
+    at: float,
+    reason: str,
+    changes: RecordChanges,
+    *,
+    release_payment: bool = False,
+    claim_tx_hash: str | None = None,
+) -> TransitionRequest:
+    """A move that only the attempt (settlement or delivery) which wrote it may make."""
+    assert record.payment is not None
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=record.state,
+        to=to,
+        at=at,
+        reason=reason,
+        attempt_id=record.payment.attempt_id,
+        changes=changes,
+        release_payment=release_payment,
+        claim_tx_hash=claim_tx_hash,
+    )
