@@ -34,6 +34,7 @@ from .interfaces import (
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State
 
 __all__ = [
+    "AttemptHooks",
     "Mover",
     "deliver",
     "expire",
@@ -88,6 +89,23 @@ class Mover:
         if found is None:
             raise InternalError()
         return found
+
+
+class AttemptHooks:
+    """Lets a settler persist its txHash on the SETTLING record of its own attempt."""
+
+    def __init__(self, mover: Mover, record: ChallengeRecord) -> None:
+        self._mover = mover
+        self.record = record
+
+    async def note_broadcast(self, tx_hash: str) -> None:
+        assert self.record.payment is not None
+        payment = replace(self.record.payment, broadcast_tx_hash=tx_hash.lower())
+        result = await self._mover.apply(
+            note(self.record, self._mover.clock(), "transaction broadcast", payment)
+        )
+        if isinstance(result, TransitionApplied):
+            self.record = result.record
 
 
 def settle(

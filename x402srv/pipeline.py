@@ -47,7 +47,6 @@ from . import moves
 from .chain import ChainReader
 from .config import Config, Plan
 from .delivery import DELIVERY_LEASE_SECONDS, Delivery
-from .eip712 import Eip3009Domain
 from .errors import (
     ChallengeExpired,
     InternalError,
@@ -114,22 +113,6 @@ class AccessRequest:
     client: str | None = None
 
 
-class _AttemptHooks:
-    """Lets a settler persist its txHash on the SETTLING record of its own attempt."""
-
-    def __init__(self, mover: moves.Mover, record: ChallengeRecord) -> None:
-        self._mover = mover
-        self.record = record
-
-    async def note_broadcast(self, tx_hash: str) -> None:
-        assert self.record.payment is not None
-        payment = replace(self.record.payment, broadcast_tx_hash=tx_hash.lower())
-        move = moves.note(self.record, self._mover.clock(), "transaction broadcast", payment)
-        result = await self._mover.apply(move)
-        if isinstance(result, TransitionApplied):
-            self.record = result.record
-
-
 class AccessPipeline:
     def __init__(
         self,
@@ -154,15 +137,9 @@ class AccessPipeline:
         self.offers = OfferBuilder(config)
         self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
         self.network = network = config.network_info
-        domain = Eip3009Domain(
-            name=network.asset_name,
-            version=network.asset_version,
-            chain_id=network.chain_id,
-            verifying_contract=network.asset,
-        )
         self.lease_seconds = config.settlement.lease_seconds
         self.mover = moves.Mover(store, clock)
-        self.verifier = Verifier(self.offers, network, domain, clock)
+        self.verifier = Verifier(self.offers, network, clock)
         self.resolver = SettlingResolver(chain, self.mover, clock)
         self.delivery = Delivery(self.mover, issuer, self.offers, self.plans, self.metrics, clock)
         self.observers = self.mover.observers  # see every applied transition (A2A streams)
@@ -309,15 +286,7 @@ class AccessPipeline:
         pending = self._new_record(
             plan, body.request_id or uuid4_str(), body.resource_id, implicit=True
         )
-        auth = self.verifier.checked(pending, caller)
-        claim = moves.settle(
-            pending,
-            auth,
-            caller.key,
-            pending.created_at,
-            attempt_id=uuid4_hex(),
-            lease_seconds=self.lease_seconds,
-        )
+        claim = self._claim(pending, caller, pending.created_at)
         settling = pending.apply(claim.changes, State.SETTLING, claim.at, claim.reason)
         created = await self.store.create_challenge(settling, claim_payment=caller.key)
         if isinstance(created, PaymentClaimed):
@@ -403,17 +372,7 @@ class AccessPipeline:
     # ------------------------------------------------------------ steps 5-7
 
     async def _attempt(self, record: ChallengeRecord, caller: Caller) -> Next:
-        assert caller.key is not None
-        auth = self.verifier.checked(record, caller)
-        claim = moves.settle(
-            record,
-            auth,
-            caller.key,
-            self.clock(),
-            attempt_id=uuid4_hex(),
-            lease_seconds=self.lease_seconds,
-        )
-        result = await self.mover.apply(claim)
+        result = await self.mover.apply(self._claim(record, caller, self.clock()))
         if isinstance(result, PaymentClaimed):
             raise TxAlreadyRedeemed("this payment is already used for another challenge")
         if isinstance(result, StateMismatch):
@@ -426,6 +385,14 @@ class AccessPipeline:
         assert isinstance(result, TransitionApplied)
         failpoint("after-claim")
         return await self._settle(result.record, caller)
+
+    def _claim(self, record: ChallengeRecord, caller: Caller, at: float) -> TransitionRequest:
+        """Steps 5-7 as one move: the payment checked, then claimed with PENDING -> SETTLING."""
+        assert caller.key is not None
+        auth = self.verifier.checked(record, caller)
+        return moves.settle(
+            record, auth, caller.key, at, attempt_id=uuid4_hex(), lease_seconds=self.lease_seconds
+        )
 
     # ------------------------------------------------------------ steps 8-9
 
@@ -448,7 +415,7 @@ class AccessPipeline:
             network=self.network,
         )
         log.info("challenge %s: settling with %s", record.challenge_id, self.settler.name)
-        hooks = _AttemptHooks(self.mover, record)
+        hooks = moves.AttemptHooks(self.mover, record)
         started = time.perf_counter()
         outcome = await self._run_settler(request, hooks)
         self.metrics.settlement(
@@ -466,7 +433,7 @@ class AccessPipeline:
             ) from None
 
     async def _run_settler(
-        self, request: SettlementRequest, hooks: _AttemptHooks
+        self, request: SettlementRequest, hooks: moves.AttemptHooks
     ) -> SettlementOutcome:
         try:
             settling = self.settler.settle(request, hooks)

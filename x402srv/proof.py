@@ -56,12 +56,16 @@ def same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
 class Verifier:
     """Step 5 and the proof of purchase, against the requirement a challenge was offered."""
 
-    def __init__(
-        self, offers: OfferBuilder, network: NetworkInfo, domain: Eip3009Domain, clock: Clock
-    ) -> None:
+    def __init__(self, offers: OfferBuilder, network: NetworkInfo, clock: Clock) -> None:
         self.offers = offers
         self.network = network
-        self.domain = domain
+        # The domain comes from config, never from a payload (SPEC 2.1).
+        self.domain = Eip3009Domain(
+            name=network.asset_name,
+            version=network.asset_version,
+            chain_id=network.chain_id,
+            verifying_contract=network.asset,
+        )
         self.clock = clock
 
     def checked(self, record: ChallengeRecord, caller: Caller) -> Authorization:
