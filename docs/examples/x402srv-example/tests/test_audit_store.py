@@ -20,6 +20,7 @@ from x402srv.testing.builders import BASE_TIME, make_record
 from x402srv.testing.servers import seller_config
 from x402srv.testing.store_contract import settling
 
+# --8<-- [start:contract]
 SQLITE = "x402srv.default_plugins.sqlite_store:build_sqlite_store"
 
 
@@ -53,6 +54,9 @@ class TestAuditStoreOverSqlite(StoreContract):
     def another_store(self, store: Store) -> Store:
         assert isinstance(store, AuditStore)
         return build(store.log_path.parent)
+
+
+# --8<-- [end:contract]
 
 
 async def test_each_applied_change_is_one_line_and_a_lost_one_none(tmp_path: Path) -> None:
