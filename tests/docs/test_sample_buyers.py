@@ -9,6 +9,7 @@ Every purchase is checked on the chain, not on the seller's word.
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 
@@ -89,8 +90,7 @@ def test_the_typescript_buyer_program(docs_seller: Seller, devchain: Devchain) -
 
 
 async def test_the_gateway_buyer_pays_once(docs_seller: Seller, devchain: Devchain) -> None:
-    from docs.samples.gateway_buyer import two_forecasts
-
+    two_forecasts = runpy.run_path(str(SAMPLES / "gateway_buyer.py"))["two_forecasts"]
     buyer = devchain.new_account(eth=0)
     first, later = await two_forecasts(official_client(buyer), docs_seller.server.url)
     assert first.status_code == later.status_code == 200
@@ -100,8 +100,7 @@ async def test_the_gateway_buyer_pays_once(docs_seller: Seller, devchain: Devcha
 
 
 async def test_the_a2a_buyer(docs_seller: Seller, devchain: Devchain) -> None:
-    from docs.samples.a2a_buyer import buy_over_a2a
-
+    buy_over_a2a = runpy.run_path(str(SAMPLES / "a2a_buyer.py"))["buy_over_a2a"]
     buyer = devchain.new_account(eth=0)
     grant = await buy_over_a2a(docs_seller.server.url, official_client(buyer))
     assert (grant["type"], grant["planId"], grant["tokenType"]) == (
