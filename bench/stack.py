@@ -2,7 +2,7 @@
 
 One anvil chain with our EIP-3009 token, one local facilitator built from the
 official SDK (shared by x402srv's facilitator strategy and the official
-middleware), one Redis with an append-only file (as the README asks of
+middleware), one Redis with an append-only file (as docs/scaling.md asks of
 production), and then, per scenario, x402srv servers (``python -m x402srv``),
 the official FastAPI app (``bench.official_app`` under uvicorn) and the seller's
 guarded API (``bench.seller_app``).

@@ -132,23 +132,31 @@ class ProblemError(X402SrvError):
 
 
 class InvalidRequest(ProblemError):
+    """A malformed body, header, JSON value or field; a body over 64 KiB, a header over 8 KiB."""
+
     status = 400
     code = "INVALID_REQUEST"
     title = "Invalid request"
 
 
 class UnsupportedMediaType(InvalidRequest):
+    """The body is not JSON (``Content-Type``)."""
+
     status = 415
     title = "Unsupported media type"
 
 
 class TierNotFound(ProblemError):
+    """The ``planId`` matches no plan (or a payment names none)."""
+
     status = 400
     code = "TIER_NOT_FOUND"
     title = "Plan not found"
 
 
 class InvalidToken(ProblemError):
+    """The guard refused the bearer token: missing, malformed, wrongly signed, not for us."""
+
     status = 401
     code = "INVALID_TOKEN"
     title = "Invalid access token"
@@ -160,6 +168,8 @@ class InvalidToken(ProblemError):
 
 
 class TokenExpired(InvalidToken):
+    """The bearer token is past its ``exp``."""
+
     code = "TOKEN_EXPIRED"
     title = "Access token expired"
 
@@ -179,36 +189,48 @@ class PaymentFailed(ProblemError):
 
 
 class NotFound(ProblemError):
+    """No such route."""
+
     status = 404
     code = "NOT_FOUND"
     title = "Not found"
 
 
 class MethodNotAllowed(ProblemError):
+    """The route exists, the method does not."""
+
     status = 405
     code = "METHOD_NOT_ALLOWED"
     title = "Method not allowed"
 
 
 class TxAlreadyRedeemed(ProblemError):
+    """The payment or txHash already belongs to another challenge."""
+
     status = 409
     code = "TX_ALREADY_REDEEMED"
     title = "Payment already redeemed"
 
 
 class RequestIdConflict(ProblemError):
+    """The ``requestId`` is already used for another plan or resource."""
+
     status = 409
     code = "REQUEST_ID_CONFLICT"
     title = "Request id conflict"
 
 
 class SettlementInProgress(ProblemError):
+    """Another request is settling this challenge now: send the same one after ``Retry-After``."""
+
     status = 409
     code = "SETTLEMENT_IN_PROGRESS"
     title = "Settlement in progress"
 
 
 class ChallengeExpired(ProblemError):
+    """The challenge expired or was cancelled."""
+
     status = 410
     code = "CHALLENGE_EXPIRED"
     title = "Challenge expired"
@@ -223,6 +245,8 @@ class RateLimited(ProblemError):
 
 
 class InternalError(ProblemError):
+    """Something unexpected; the client learns nothing more (the log has the request id)."""
+
     status = 500
     code = "INTERNAL_ERROR"
     title = "Internal error"
@@ -235,12 +259,16 @@ class CredentialPending(InternalError):
 
 
 class SettlementPending(ProblemError):
+    """The chain has not decided yet: the same request after ``Retry-After`` gets the grant."""
+
     status = 502
     code = "SETTLEMENT_PENDING"
     title = "Settlement pending"
 
 
 class StoreUnavailable(ProblemError):
+    """The store cannot be reached; nothing was settled (``Retry-After``)."""
+
     status = 503
     code = "STORE_UNAVAILABLE"
     title = "Store unavailable"

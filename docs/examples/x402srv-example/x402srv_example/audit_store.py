@@ -1,0 +1,134 @@
+"""Store ``audit``: another store, plus an append-only audit file.
+
+Every applied change of a challenge becomes one JSON line (time, challenge,
+from, to, reason, txHash) for bookkeeping outside x402srv. Everything else is
+the wrapped store's: ``DelegatingStore`` hands every call on, and this wrapper
+adds no atomicity of its own, so it keeps every guarantee of the store it wraps
+(the store contract suite runs over it).
+
+A line is appended after its change is committed, so after a crash the store,
+not the file, is the truth; and a line that cannot be written is logged, never
+raised, because the change it describes has already happened.
+
+``wraps`` names the wrapped store's factory by import path, the way
+``credentials.callback`` names a function: ``x402srv.plugin`` has no way yet to
+build another registered store by its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from x402srv.plugin import (
+    ChallengeRecord,
+    ConfigError,
+    DelegatingStore,
+    Factory,
+    PaymentClaimed,
+    PaymentKey,
+    PluginContext,
+    Register,
+    State,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+    TransitionResult,
+    hookimpl,
+)
+
+__all__ = ["AuditOptions", "AuditStore", "build_audit_store", "register_stores"]
+
+log = logging.getLogger("x402srv_example.audit")
+
+
+class AuditOptions(BaseModel):
+    """``[store.audit]``"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The audit file, relative to the config file.
+    log: str = "audit.jsonl"
+    #: ``"package.module:factory"``: the store to wrap, built from the same config.
+    wraps: str = Field(pattern=r"^[\w.]+:\w+$")
+    #: The wrapped store's own options (its ``[store.<name>]`` table when it stands alone).
+    wrapped: dict[str, Any] = Field(default_factory=dict)
+
+
+class AuditStore(DelegatingStore):
+    """Hands everything to ``inner``; notes each applied create and transition."""
+
+    def __init__(self, inner: Store, log_path: Path) -> None:
+        super().__init__(inner, name="audit")
+        self.log_path = log_path
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        result = await super().create_challenge(record, claim_payment=claim_payment)
+        if isinstance(result, tuple) and result[1]:  # created now, not an existing requestId
+            await self._append(result[0], None, "created")
+        return result
+
+    async def transition(self, request: TransitionRequest) -> TransitionResult:
+        result = await super().transition(request)
+        if isinstance(result, TransitionApplied):  # a lost compare-and-set changed nothing
+            await self._append(result.record, request.expect, request.reason)
+        return result
+
+    async def _append(self, record: ChallengeRecord, before: State | None, reason: str) -> None:
+        line = {
+            "at": record.updated_at,
+            "challengeId": record.challenge_id,
+            "from": before,
+            "to": record.state,
+            "reason": reason,
+            "txHash": record.tx_hash,
+        }
+        try:  # a thread, so a slow disk never stalls the event loop
+            await asyncio.to_thread(self._write, json.dumps(line) + "\n")
+        except OSError as exc:
+            log.error("audit line for %s not written (%s)", record.challenge_id, exc.strerror)
+
+    def _write(self, line: str) -> None:
+        # One write per line on a file opened for appending: concurrent lines never mix.
+        with self.log_path.open("a", encoding="utf-8") as out:
+            out.write(line)
+
+
+def _wrapped_factory(path: str) -> Factory[Store]:
+    module_name, _, name = path.partition(":")
+    try:
+        factory: Factory[Store] = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError):
+        raise ConfigError(f"cannot import {path!r}", path="store.audit.wraps") from None
+    if not callable(factory):
+        raise ConfigError(f"{path!r} is not a store factory", path="store.audit.wraps")
+    return factory
+
+
+def build_audit_store(ctx: PluginContext) -> AuditStore:
+    """The factory ``[store] backend = "audit"`` selects; opens nothing (``check`` runs it)."""
+    options = ctx.parse_options(AuditOptions)
+    wrapped_ctx = PluginContext(
+        config=ctx.config,
+        name=ctx.name,
+        key_path=f"{ctx.key_path}.wrapped",  # errors in its options name this table
+        options=options.wrapped,
+        clock=ctx.clock,
+    )
+    inner = _wrapped_factory(options.wraps)(wrapped_ctx)
+    if not isinstance(inner, Store):  # the registry checks the wrapper, this checks the inside
+        raise ConfigError(f"{options.wraps!r} did not build a Store", path="store.audit.wraps")
+    return AuditStore(inner, ctx.config.base_dir / options.log)
+
+
+@hookimpl
+def register_stores(register: Register[Store]) -> None:
+    register("audit", build_audit_store)

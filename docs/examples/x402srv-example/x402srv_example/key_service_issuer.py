@@ -1,0 +1,117 @@
+"""Credential issuer ``key-service``: the seller's own key service mints the credential.
+
+For sellers whose API already checks its own keys: a paid challenge becomes a
+key from ``POST {url}/keys``, which answers ``{"key", "expiresAt"}``. The
+request carries ``Idempotency-Key: <challengeId>`` because ``issue`` may run
+more than once for one challenge (a retry after a failure, the reconciler);
+the service must then hand back the same key, and only one answer is ever
+stored in the grant. Replays of the purchase get that stored grant without
+calling the service again.
+
+Raising is allowed here, unlike in a settler: the record stays PAID, the buyer
+gets ``500`` with ``Retry-After`` and its retry (or the reconciler) asks again.
+Only the exception's type reaches the log, never its message.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from x402srv.plugin import (
+    BaseIssuer,
+    ConfigError,
+    CredentialIssuer,
+    GrantRequest,
+    IssuedCredential,
+    PluginContext,
+    Register,
+    Secret,
+    hookimpl,
+)
+
+__all__ = [
+    "KeyServiceIssuer",
+    "KeyServiceOptions",
+    "build_key_service",
+    "register_credential_issuers",
+]
+
+#: The HTTP authentication scheme buyers send the key with (a name, not a secret).
+BEARER = "Bearer"
+#: Where the admin token comes from by default (the variable's name, not the token).
+ADMIN_TOKEN_ENV = "KEY_SERVICE_ADMIN_TOKEN"  # noqa: S105
+
+
+class KeyServiceOptions(BaseModel):
+    """``[credentials.key-service]``"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://")
+    #: The environment variable holding the service's admin token. (Plugin options
+    #: cannot take the core's ``{ env = ... }`` secret references yet.)
+    admin_token_env: str = ADMIN_TOKEN_ENV
+    timeout_seconds: float = Field(default=10, gt=0)
+
+
+class KeyServiceIssuer(BaseIssuer):
+    name = "key-service"
+    # exclusive = True (BaseIssuer's default): one issue() at a time per challenge,
+    # because every call may create a key in the service.
+
+    def __init__(self, options: KeyServiceOptions, admin_token: Secret) -> None:
+        self.options = options
+        self._admin_token = admin_token  # a Secret: no repr or log line shows it
+        self._http: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=self.options.url,
+            headers={"Authorization": f"Bearer {self._admin_token.reveal()}"},
+            timeout=self.options.timeout_seconds,
+        )
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def issue(self, request: GrantRequest) -> IssuedCredential:
+        assert self._http is not None, "start() was not called"
+        response = await self._http.post(
+            "/keys",
+            headers={"Idempotency-Key": request.challenge_id},
+            json={
+                "owner": request.payer,
+                "plan": request.plan_id,
+                "resource": request.resource_id,
+                "ttlSeconds": request.token_ttl_seconds,
+            },
+        )
+        response.raise_for_status()
+        body = response.json()
+        expires_at = datetime.fromisoformat(body["expiresAt"]).timestamp()
+        return IssuedCredential(token=body["key"], token_type=BEARER, expires_at=expires_at)
+
+    # jwks() stays BaseIssuer's None: opaque keys have nothing to publish.
+
+
+def build_key_service(ctx: PluginContext) -> KeyServiceIssuer:
+    """The factory ``[credentials] issuer = "key-service"`` selects; opens nothing."""
+    options = ctx.parse_options(KeyServiceOptions)
+    token = os.environ.get(options.admin_token_env)
+    if not token:
+        raise ConfigError(
+            f"environment variable {options.admin_token_env} is not set",
+            path=f"{ctx.key_path}.admin_token_env",
+        )
+    return KeyServiceIssuer(options, Secret(token, f"env {options.admin_token_env}"))
+
+
+@hookimpl
+def register_credential_issuers(register: Register[CredentialIssuer]) -> None:
+    register("key-service", build_key_service)

@@ -1,0 +1,24 @@
+"""A FastAPI app open only to x402srv's tokens (pip install "x402srv[asgi]")."""
+
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI
+
+from x402srv.asgi import AccessMiddleware, access_claims
+from x402srv.card import agent_card
+from x402srv.config import load_config
+from x402srv.tokens import AccessClaims, TokenVerifier
+
+config = load_config("seller.toml")  # the same file x402srv serves
+app = FastAPI()
+app.add_middleware(
+    AccessMiddleware,
+    verifier=TokenVerifier.from_config(config),  # or the JWKS verifier
+    paths=["/api"],  # prefixes (or a predicate on the ASGI scope)
+    agent_card=agent_card(config),  # optional: /.well-known/agent(-card).json here
+)
+
+
+@app.get("/api/weather")
+async def weather(claims: Annotated[AccessClaims, Depends(access_claims)]) -> dict[str, Any]:
+    return {"plan": claims.plan_id, "buyer": claims.payer}  # also request.state.x402

@@ -1,0 +1,10 @@
+"""Verify x402srv's EdDSA tokens with its published public keys: nothing secret here."""
+
+from x402srv.jwks import JWKSKeySource
+from x402srv.tokens import TokenVerifier
+
+verifier = TokenVerifier(
+    JWKSKeySource("https://pay.example.com/.well-known/jwks.json"),  # https (http: loopback only)
+    issuer="https://pay.example.com",  # x402srv's seller.agent_url
+    audience="https://pay.example.com",  # credentials.audience (default agent_url)
+)

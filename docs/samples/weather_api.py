@@ -1,0 +1,22 @@
+"""The seller's own API (Sanic), open only to x402srv's tokens."""
+
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse, json
+
+from x402srv.config import load_config
+from x402srv.guard import access_claims, access_guard, require_access
+from x402srv.tokens import TokenVerifier
+
+app = Sanic("weather_api")
+verifier = TokenVerifier.from_config(load_config("seller.toml"))  # fails at start if no usable key
+
+
+@app.get("/weather")
+@require_access(verifier)
+async def weather(request: Request) -> HTTPResponse:
+    claims = access_claims(request)  # typed: also on request.ctx.x402
+    return json({"plan": claims.plan_id, "buyer": claims.payer, "until": claims.expires_at})
+
+
+# or guard whole path prefixes:
+access_guard(app, verifier, paths=["/api"])
