@@ -34,7 +34,7 @@ Helpers come with it: the chain reader and ``resolve_authorization`` (what the
 chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
-``encode_record`` ...), secrets (``Secret``, the ``SecretValue`` option type,
+``encode_record``, ``payer_of`` ...), secrets (``Secret``, the ``SecretValue`` option type,
 ``redact_url``) and ``failpoint`` for crash tests. Everything in ``x402srv``
 that this module (and ``x402srv.testing``, the test kit) does not export is
 internal and may change between releases.
@@ -57,6 +57,7 @@ from .default_plugins.store_rules import (
     encode_task,
     key_to_release,
     nameable,
+    payer_of,
     state_values,
     tx_claim_key,
 )
@@ -169,6 +170,7 @@ __all__ = [
     "judge_revert",
     "key_to_release",
     "nameable",
+    "payer_of",
     "preflight",
     "redact_url",
     "resolve_authorization",
@@ -306,3 +308,23 @@ class DelegatingStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self.inner.release_lease(lease, value)
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        return await self.inner.find_challenges(
+            states=states, payer=payer, before=before, limit=limit
+        )
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        await self.inner.add_counts(counts, forget_before=forget_before)
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        return await self.inner.read_counts(start=start, end=end)

@@ -14,9 +14,13 @@ challenge (``prune`` deletes a record's claims with it) and adds the A2A
 ``tasks`` table; 3 puts ``challenge_id`` at the end of both listing indexes
 (a cursor page is then one range of an index, no sort), gives tasks a
 ``prune_after`` time with a partial index for ``prune_tasks``, and adds the
-shared hit counters ``rate_counters`` with an index on their window's end.
-Each step runs in the one transaction that sets the version, so a file is at
-one version or the next, never in between.
+shared hit counters ``rate_counters`` with an index on their window's end; 4
+files each record under its payer (``payer``, lowercase, with a partial index
+ending in ``(updated_at, challenge_id)`` for the console's newest-first
+search; existing rows get theirs from their JSON) and adds the analytics
+counters ``counts``, keyed by time bucket and name. Each step runs in the one
+transaction that sets the version, so a file is at one version or the next,
+never in between.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ..errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -87,11 +91,26 @@ _SCHEMA_V3 = (
     "CREATE INDEX rate_counters_by_window_end ON rate_counters (window_end)",
 )
 
+_SCHEMA_V4 = (
+    "ALTER TABLE challenges ADD COLUMN payer TEXT",
+    """UPDATE challenges SET payer = lower(coalesce(
+        json_extract(record, '$.payer'), json_extract(record, '$.payment.payer')))""",
+    """CREATE INDEX challenges_by_payer ON challenges (payer, updated_at, challenge_id)
+        WHERE payer IS NOT NULL""",
+    """CREATE TABLE counts (
+        bucket INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (bucket, name)
+    ) WITHOUT ROWID""",
+)
+
 #: The statements that bring a file from version ``n - 1`` to ``n``.
 _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1),
     (2, _SCHEMA_V2),
     (3, _SCHEMA_V3),
+    (4, _SCHEMA_V4),
 )
 
 

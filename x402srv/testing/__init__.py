@@ -24,7 +24,9 @@ if "pytest" in sys.modules:
         "x402srv.testing.store_contract",
         "x402srv.testing.store_contract_base",
         "x402srv.testing.store_contract_counters",
+        "x402srv.testing.store_contract_counts",
         "x402srv.testing.store_contract_listing",
+        "x402srv.testing.store_contract_search",
     )
 
 if TYPE_CHECKING:
