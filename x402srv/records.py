@@ -1,8 +1,9 @@
 """Challenge records and their state machine (SPEC 5).
 
-    PENDING ──► SETTLING ──► PAID ──► DELIVERED
-       │  ▲         │
-       │  └─────────┘  definite settlement failure (claim released)
+    PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
+       │  ▲         │                       ▲        │ revoked by the seller
+       │  └─────────┘                       └────────┘ (``revoked_at``; the grant stays)
+       │   definite settlement failure (claim released)
        ├──► EXPIRED     past expiresAt
        └──► CANCELLED   operator
 
@@ -39,7 +40,8 @@ class State(StrEnum):
 
 #: Moves the state machine allows; stores refuse every other move (SETTLING →
 #: SETTLING is a lease update by the attempt that holds it; PAID → PAID takes
-#: the delivery claim, so one request at a time calls the credential issuer).
+#: the delivery claim, so one request at a time calls the credential issuer;
+#: DELIVERED -> DELIVERED records a revocation in the history).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),
@@ -50,6 +52,7 @@ ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (State.SETTLING, State.PAID),
         (State.PAID, State.PAID),
         (State.PAID, State.DELIVERED),
+        (State.DELIVERED, State.DELIVERED),
     }
 )
 
@@ -144,6 +147,8 @@ class ChallengeRecord:
     tx_hash: str | None = None
     grant: dict[str, Any] | None = None
     history: tuple[Transition, ...] = field(default_factory=tuple)
+    #: When the seller revoked the grant (``x402srv.revocation``); None while it stands.
+    revoked_at: float | None = None
 
     @classmethod
     def new(
@@ -207,6 +212,7 @@ class ChallengeRecord:
             "history": [
                 {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
             ],
+            "revoked_at": self.revoked_at,
         }
 
     @classmethod
@@ -224,7 +230,7 @@ class ChallengeRecord:
     def apply(self, change: RecordChanges, to: State, at: float, reason: str) -> ChallengeRecord:
         """The record after a transition; stores call this inside their atomic section."""
         updates: dict[str, Any] = {"state": to, "updated_at": at}
-        for name in ("payer", "tx_hash", "grant"):
+        for name in ("payer", "tx_hash", "grant", "revoked_at"):
             value = getattr(change, name)
             if value is not None:
                 updates[name] = value
@@ -247,3 +253,4 @@ class RecordChanges:
     payer: str | None = None
     tx_hash: str | None = None
     grant: dict[str, Any] | None = None
+    revoked_at: float | None = None

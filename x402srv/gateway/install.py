@@ -31,7 +31,7 @@ from ..paths import gateway_segments
 from ..pipeline import AccessPipeline
 from ..protocol import encode_header
 from ..ratelimit import client_of
-from ..tokens import TokenVerifier
+from ..tokens import RevocationSource, TokenVerifier
 from .decide import Forward, Gateway
 from .forward import forward
 
@@ -55,12 +55,21 @@ def _grant_headers(decision: Forward) -> dict[str, str]:
     }
 
 
-def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
-    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none)."""
+def install_gateway(
+    app: Sanic[Any, Any],
+    pipeline: AccessPipeline,
+    revocations: RevocationSource | None = None,
+) -> None:
+    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none).
+
+    ``revocations``: the store's revocation list (``x402srv.revocation``), so a
+    revoked grant's token stops opening the routes.
+    """
     config = pipeline.config
     if not config.routes:
         return
-    gateway = Gateway(config, pipeline, TokenVerifier.from_config(config, clock=pipeline.clock))
+    verifier = TokenVerifier.from_config(config, clock=pipeline.clock, revocations=revocations)
+    gateway = Gateway(config, pipeline, verifier)
 
     @app.before_server_start
     async def open_gateway_client(app: Sanic[Any, Any]) -> None:

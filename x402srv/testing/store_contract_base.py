@@ -260,6 +260,7 @@ def full_record() -> tuple[ChallengeRecord, PaymentKey]:
             updated_at=BASE_TIME + 1.000001,
             payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
             grant=make_grant(record),
+            revoked_at=BASE_TIME + 2.5,
         ),
         key,
     )
