@@ -350,10 +350,11 @@ class Config(_Model):
     _network_info: NetworkInfo = PrivateAttr()
     _plans: dict[str, Plan] = PrivateAttr()
     _base_dir: Path = PrivateAttr(default=Path("."))
+    _env: Mapping[str, str] = PrivateAttr(default_factory=lambda: os.environ)
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Config:
-        self._base_dir, _ = validation_context(info)
+        self._base_dir, self._env = validation_context(info)
         self._network_info = self._resolve_network()
         self._plans = self._resolve_plans(self._network_info.decimals)
         check_routes(self)
@@ -449,6 +450,11 @@ class Config(_Model):
     def base_dir(self) -> Path:
         """Directory of the config file; relative paths in it are resolved from here."""
         return self._base_dir
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment ``{ env = "NAME" }`` secrets were read from (plugins' options too)."""
+        return self._env
 
     @property
     def access_url(self) -> str:

@@ -34,10 +34,11 @@ Helpers come with it: the chain reader and ``resolve_authorization`` (what the
 chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
-``encode_record`` ...), secrets (``Secret``, ``redact_url``) and ``failpoint``
-for crash tests. Everything in ``x402srv`` that this module (and
-``x402srv.testing``, the test kit) does not export is internal and may change
-between releases.
+``encode_record`` ...), secrets (``Secret``, ``SecretValue`` for option
+models, ``redact_url``) and ``failpoint`` for crash tests. A store that only
+``x402srv migrate`` may change the schema of implements ``MigratingStore``.
+Everything in ``x402srv`` that this module (and ``x402srv.testing``, the test
+kit) does not export is internal and may change between releases.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from .interfaces import (
     GrantRequest,
     IssuedCredential,
     Lease,
+    MigratingStore,
     PaymentClaimed,
     Rejected,
     Settled,
@@ -90,7 +92,7 @@ from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
 from .resolution import NotTransferred, Transferred, Undecided, Verdict, resolve_authorization
-from .secret_values import Secret, redact_url
+from .secret_values import Secret, SecretValue, redact_url
 from .transfer_call import (
     DETAILS,
     MalformedSignature,
@@ -121,6 +123,7 @@ __all__ = [
     "IssuedCredential",
     "Lease",
     "MalformedSignature",
+    "MigratingStore",
     "NetworkInfo",
     "NotTransferred",
     "PaymentClaimed",
@@ -135,6 +138,7 @@ __all__ = [
     "Revert",
     "RevertKind",
     "Secret",
+    "SecretValue",
     "Settled",
     "SettlementHooks",
     "SettlementOutcome",
@@ -305,3 +309,9 @@ class DelegatingStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self.inner.release_lease(lease, value)
+
+    async def migrate(self) -> list[str]:
+        """The inner store's migrations, if it has any (``MigratingStore``)."""
+        if isinstance(self.inner, MigratingStore):
+            return await self.inner.migrate()
+        return []

@@ -39,7 +39,8 @@ class PluginContext:
         """Validate the plugin's option table; errors name ``<key_path>.<key>``."""
         try:
             return model.model_validate(
-                dict(self.options), context={"base_dir": self.config.base_dir}
+                dict(self.options),
+                context={"base_dir": self.config.base_dir, "env": self.config.env},
             )
         except ValidationError as exc:
             lines = [f"{self.key_path}.{path}: {message}" for path, message in problems(exc)]
