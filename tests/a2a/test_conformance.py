@@ -15,7 +15,8 @@ import json
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.e2e.test_purchase import HOURLY, check_grant
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     RECEIPTS,
     REQUIRED,
@@ -32,8 +33,7 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_purchase import HOURLY, check_grant
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 
 

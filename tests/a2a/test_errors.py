@@ -22,7 +22,8 @@ import pytest
 from a2a.compat.v0_3 import types as v03
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.e2e.test_failures import locked
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     STATUS,
     X402_EXTENSION,
@@ -38,8 +39,7 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_failures import locked
-from tests.helpers import Seller
+from tests.support.seller import Seller
 
 
 @pytest.fixture(scope="module")

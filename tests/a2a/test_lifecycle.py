@@ -27,7 +27,11 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.e2e.test_clock import MovableClock
+from tests.e2e.test_facilitator_faults import _seller_with
+from tests.e2e.test_failures import REPO
+from tests.e2e.test_purchase import HOURLY
+from tests.support.a2a_jsonrpc import (
     ERROR,
     PAYLOAD,
     RECEIPTS,
@@ -46,11 +50,7 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_clock import MovableClock
-from tests.e2e.test_facilitator_faults import _seller_with
-from tests.e2e.test_failures import REPO
-from tests.e2e.test_purchase import HOURLY
-from tests.helpers import JWT_SECRET, Seller
+from tests.support.seller import JWT_SECRET, Seller
 from x402srv.app import create_app
 from x402srv.config import parse_config
 from x402srv.devchain import Devchain
@@ -146,7 +146,7 @@ async def test_paid_but_no_credential_yet_is_working_then_delivered(
         "gas-wallet",
         credentials={
             "issuer": "callback",
-            "callback": "tests.e2e.seller_callbacks:fail_first_time",
+            "callback": "tests.support.seller_callbacks:fail_first_time",
         },
         env={
             "PYTHONPATH": str(REPO),

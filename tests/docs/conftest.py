@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from eth_account import Account
 
-from tests.helpers import JWT_SECRET, Seller, settlement_table
+from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
 

@@ -23,7 +23,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import TokenInfo
 from x402srv.testing.buyers import encode_payment, signed_payment
 

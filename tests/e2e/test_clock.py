@@ -16,7 +16,7 @@ from eth_account.signers.local import LocalAccount
 from sanic import Sanic
 
 from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import JWT_SECRET
+from tests.support.seller import JWT_SECRET
 from x402srv.app import create_app
 from x402srv.config import parse_config
 from x402srv.devchain import Devchain

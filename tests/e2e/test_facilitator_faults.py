@@ -15,7 +15,7 @@ import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess

@@ -17,7 +17,7 @@ import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 
@@ -59,7 +59,7 @@ def callback_seller(
         "facilitator",
         credentials={
             "issuer": "callback",
-            "callback": "tests.e2e.seller_callbacks:fail_first_time",
+            "callback": "tests.support.seller_callbacks:fail_first_time",
         },
         env={"PYTHONPATH": str(REPO), "X402SRV_TEST_CALLBACK_DIR": str(callback_dir)},
     )
@@ -141,7 +141,7 @@ def test_gas_wallet_receipt_timeout_is_502_then_the_retry_delivers(
     start_seller: Callable[..., Seller], devchain: Devchain, buyer: LocalAccount
 ) -> None:
     """A transaction not mined in time: 502; once it is mined, the retry gets the grant."""
-    from tests.helpers import GAS_KEY_ENV
+    from tests.support.seller import GAS_KEY_ENV
 
     gas = devchain.new_account(eth=1000, usdc_atomic=0)
     seller = start_seller(

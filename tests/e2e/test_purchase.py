@@ -17,7 +17,7 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from tests.helpers import Seller, decode_header
+from tests.support.seller import Seller, decode_header
 from x402srv.config import parse_config
 from x402srv.guard import access_claims, require_access
 from x402srv.testing.buyers import paying_client

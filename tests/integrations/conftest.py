@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import JWT_SECRET, Seller
-from tests.integrations.support import AppProcess
+from tests.support.apps import AppProcess
+from tests.support.seller import JWT_SECRET, Seller
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.interfaces import GrantRequest
 from x402srv.testing.servers import free_port

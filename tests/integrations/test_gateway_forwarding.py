@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import Seller, decode_header
 from tests.integrations.conftest import UPSTREAM_SECRET, mint_token
-from tests.integrations.support import AppProcess
+from tests.support.apps import AppProcess
+from tests.support.seller import Seller, decode_header
 
 
 def bearer(token: str) -> dict[str, str]:

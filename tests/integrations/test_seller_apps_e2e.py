@@ -12,8 +12,8 @@ from __future__ import annotations
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
-from tests.integrations.support import AppProcess
+from tests.support.apps import AppProcess
+from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
 
 

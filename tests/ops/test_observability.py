@@ -13,7 +13,7 @@ from eth_account.signers.local import LocalAccount
 
 from tests.e2e.test_bad_input import assert_problem
 from tests.e2e.test_failures import locked
-from tests.helpers import GAS_KEY_ENV, JWT_SECRET, Seller
+from tests.support.seller import GAS_KEY_ENV, JWT_SECRET, Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess

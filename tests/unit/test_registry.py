@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import make_config
+from tests.support.configs import make_config
 from x402srv import hookimpl
 from x402srv.config import Config
 from x402srv.default_plugins.facilitator import FacilitatorSettler

@@ -1,4 +1,4 @@
-"""Helpers for the integration tests (importable as ``tests.integrations.support``).
+"""The integration tests' apps as real server processes, and raw HTTP requests to them.
 
 ``AppProcess`` runs one of ``tests/integrations/apps`` as a real server
 process (uvicorn, or a plain ``python -m``) on a free port and stops it by
