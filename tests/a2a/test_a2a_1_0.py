@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_purchase import HOURLY, check_grant
 from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     REQUIRED,
@@ -28,6 +27,7 @@ from tests.support.a2a_jsonrpc import (
     v10_status_metadata,
     v10_task,
 )
+from tests.support.purchase import HOURLY, check_grant
 from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 

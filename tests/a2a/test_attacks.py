@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import ATTACKS, Attack, attack_payment, snapshot
 from tests.support.a2a_jsonrpc import (
     ERROR,
     RECEIPTS,
@@ -39,6 +38,8 @@ from tests.support.a2a_jsonrpc import (
     status_metadata,
     task_of,
 )
+from tests.support.attacks import ATTACKS, Attack, attack_payment
+from tests.support.problems import snapshot
 from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment
 

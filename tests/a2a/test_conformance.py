@@ -15,7 +15,6 @@ import json
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_purchase import HOURLY, check_grant
 from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     RECEIPTS,
@@ -33,6 +32,7 @@ from tests.support.a2a_jsonrpc import (
     task_of,
     text,
 )
+from tests.support.purchase import HOURLY, check_grant
 from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 

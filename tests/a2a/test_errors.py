@@ -22,7 +22,6 @@ import pytest
 from a2a.compat.v0_3 import types as v03
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_failures import locked
 from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     STATUS,
@@ -39,6 +38,7 @@ from tests.support.a2a_jsonrpc import (
     task_of,
     text,
 )
+from tests.support.faults import lockable_store, locked
 from tests.support.seller import Seller
 
 
@@ -47,7 +47,7 @@ def lockable(start_seller: Callable[..., Seller]) -> Seller:
     """One seller for this module whose sqlite store gives up on a held lock quickly."""
     return start_seller(
         "gas-wallet",
-        store={"backend": "sqlite", "path": "x402srv.db", "sqlite": {"busy_timeout_ms": 200}},
+        store=lockable_store(),
     )
 
 

@@ -15,7 +15,6 @@ import pytest
 from eth_account.signers.local import LocalAccount
 from x402.schemas import PaymentRequired
 
-from tests.e2e.test_purchase import HOURLY, check_grant, seller_api
 from tests.support.a2a_jsonrpc import (
     ERROR,
     PAYLOAD,
@@ -37,6 +36,7 @@ from tests.support.a2a_jsonrpc import (
     task_of,
     text,
 )
+from tests.support.purchase import HOURLY, check_grant, seller_api
 from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment, official_client
 

@@ -19,7 +19,6 @@ from eth_account.signers.local import LocalAccount
 from google.protobuf.json_format import MessageToDict
 from x402.schemas import PaymentRequired
 
-from tests.e2e.test_purchase import HOURLY, check_grant, seller_api
 from tests.support.a2a_jsonrpc import ERROR, PAYLOAD, RECEIPTS, REQUIRED, STATUS, X402_EXTENSION
 from tests.support.a2a_sdk import (
     METHODS,
@@ -29,6 +28,7 @@ from tests.support.a2a_sdk import (
     status_metadata,
     user_message,
 )
+from tests.support.purchase import HOURLY, check_grant, seller_api
 from tests.support.seller import Seller
 from x402srv.testing.buyers import official_client
 

@@ -31,7 +31,6 @@ from eth_account.signers.local import LocalAccount
 from google.protobuf.json_format import MessageToDict, ParseDict
 from x402.schemas import PaymentRequired
 
-from tests.e2e.test_purchase import HOURLY, check_grant
 from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     REQUIRED,
@@ -51,6 +50,7 @@ from tests.support.a2a_jsonrpc import (
     text,
 )
 from tests.support.a2a_sdk import METHODS, events, sdk_client, user_message
+from tests.support.purchase import HOURLY, check_grant
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import official_client

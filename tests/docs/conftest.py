@@ -12,7 +12,6 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +20,6 @@ from eth_account import Account
 from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
-
-REPO = Path(__file__).resolve().parents[2]
-SAMPLES = REPO / "docs" / "samples"
 
 
 class _Upstream(BaseHTTPRequestHandler):

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from tests.docs.conftest import REPO, SAMPLES
+from tests.support.paths import REPO, SAMPLES
 from tests.support.seller import Seller
 
 

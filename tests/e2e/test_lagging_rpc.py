@@ -23,8 +23,8 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
 from tests.support.cli import x402srv
+from tests.support.problems import assert_problem
 from tests.support.seller import GAS_KEY_ENV, Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.integrations.conftest import gateway_routes
 from tests.support.apps import AppProcess
+from tests.support.gateway import gateway_routes
 from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 

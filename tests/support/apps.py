@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from tests.support.paths import REPO
 from x402srv.testing.servers import _kill_group, free_port, wait_for_http
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
