@@ -34,10 +34,10 @@ Helpers come with it: the chain reader and ``resolve_authorization`` (what the
 chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
-``encode_record`` ...), secrets (``Secret``, ``redact_url``) and ``failpoint``
-for crash tests. Everything in ``x402srv`` that this module (and
-``x402srv.testing``, the test kit) does not export is internal and may change
-between releases.
+``encode_record`` ...), secrets (``Secret``, the ``SecretValue`` option type,
+``redact_url``) and ``failpoint`` for crash tests. Everything in ``x402srv``
+that this module (and ``x402srv.testing``, the test kit) does not export is
+internal and may change between releases.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
 from .resolution import NotTransferred, Transferred, Undecided, Verdict, resolve_authorization
-from .secret_values import Secret, redact_url
+from .secret_values import Secret, SecretValue, redact_url
 from .transfer_call import (
     DETAILS,
     MalformedSignature,
@@ -135,6 +135,7 @@ __all__ = [
     "Revert",
     "RevertKind",
     "Secret",
+    "SecretValue",
     "Settled",
     "SettlementHooks",
     "SettlementOutcome",

@@ -110,6 +110,26 @@ def test_facilitator_500_after_broadcast(
     assert receipt.status == 1
 
 
+def test_facilitator_400_naming_its_transaction_is_decided_by_the_chain(
+    start_seller: Callable[..., Seller],
+    facilitator: Callable[..., FacilitatorProcess],
+    buyer: LocalAccount,
+) -> None:
+    """A 4xx that names a transaction is not a refusal: the transfer happened, the chain says
+    so, and the buyer gets its grant for that one transfer (issue 13, item 4)."""
+    process = facilitator("settle-400-after")
+    seller = facilitator_seller(start_seller, process.url)
+    challenge = seller.challenge("hourly")
+    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+
+    first = _pay(seller, header)
+    assert first.status_code in (200, 502), first.text  # never 402: nothing was refused
+    grant = first.json() if first.status_code == 200 else _pay(seller, header).json()
+    assert grant["challengeId"] == challenge["challengeId"]
+    assert _transfers(seller) == 1
+    assert seller.chain.rpc.wait_for_receipt(grant["txHash"]).status == 1
+
+
 def test_facilitator_that_never_settles_releases_after_valid_before(
     start_seller: Callable[..., Seller],
     facilitator: Callable[..., FacilitatorProcess],
