@@ -85,18 +85,22 @@ def _parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", help="challenges, oldest update first")
     listing.add_argument("--config", required=True, help="seller TOML file")
     listing.add_argument("--state", choices=[s.value for s in State], help="only this state")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument(
+        "--limit", type=int, default=100, help="at most this many challenges (default 100)"
+    )
     for name, text in (
         ("show", "one challenge with its history"),
         ("cancel", "PENDING -> CANCELLED"),
     ):
         action = actions.add_parser(name, help=text)
-        action.add_argument("challenge_id")
+        action.add_argument("challenge_id", help="the challengeId (a UUID)")
         action.add_argument("--config", required=True, help="seller TOML file")
     audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
     audit.add_argument("--config", required=True, help="seller TOML file")
-    audit.add_argument("--from-block", type=int, required=True)
-    audit.add_argument("--to-block", type=int)
+    audit.add_argument(
+        "--from-block", type=int, required=True, help="first block to scan for transfers"
+    )
+    audit.add_argument("--to-block", type=int, help="last block to scan (default: the latest)")
     demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")
     demo.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
     return parser

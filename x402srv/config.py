@@ -447,14 +447,14 @@ class Config(_Model):
         return self._plans
 
     @property
+    def env(self) -> Mapping[str, str]:
+        """The environment ``{ env = ... }`` secrets were read from (plugin options use it too)."""
+        return self._env
+
+    @property
     def base_dir(self) -> Path:
         """Directory of the config file; relative paths in it are resolved from here."""
         return self._base_dir
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        """The environment ``{ env = "NAME" }`` secrets were read from (plugins' options too)."""
-        return self._env
 
     @property
     def access_url(self) -> str:

@@ -34,8 +34,8 @@ Helpers come with it: the chain reader and ``resolve_authorization`` (what the
 chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
-``encode_record`` ...), secrets (``Secret``, ``SecretValue`` for option
-models, ``redact_url``) and ``failpoint`` for crash tests. A store that only
+``encode_record`` ...), secrets (``Secret``, the ``SecretValue`` option type,
+``redact_url``) and ``failpoint`` for crash tests. A store that only
 ``x402srv migrate`` may change the schema of implements ``MigratingStore``.
 Everything in ``x402srv`` that this module (and ``x402srv.testing``, the test
 kit) does not export is internal and may change between releases.
