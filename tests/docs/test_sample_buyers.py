@@ -15,8 +15,8 @@ import sys
 
 from eth_account.signers.local import LocalAccount
 
-from tests.docs.conftest import REPO, SAMPLES
-from tests.helpers import Seller
+from tests.support.paths import REPO, SAMPLES
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import official_client
 
