@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.paths import REPO
 from x402srv.testing.servers import free_port, wait_for_http
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config.example.toml"
 DEV_SECRET = "dev-secret-for-unit-tests-" + "d" * 32
 

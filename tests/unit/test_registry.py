@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tests.unit.support import config_dict, make_config
+from tests.support.configs import config_dict, make_config
 from x402srv import hookimpl
 from x402srv.config import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorSettler
