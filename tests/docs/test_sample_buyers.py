@@ -111,6 +111,24 @@ async def test_the_a2a_buyer(docs_seller: Seller, devchain: Devchain) -> None:
     assert paid_by(devchain, docs_seller, buyer) == [100_000]
 
 
+async def test_the_a2a_streaming_buyer_sees_each_step(
+    docs_seller: Seller, devchain: Devchain
+) -> None:
+    buy_streaming = runpy.run_path(str(SAMPLES / "a2a_stream_buyer.py"))["buy_streaming"]
+    buyer = devchain.new_account(eth=0)
+    shown: list[str] = []
+    grant = await buy_streaming(docs_seller.server.url, official_client(buyer), shown.append)
+    assert (grant["type"], grant["planId"]) == ("AccessGrant", "hourly")
+    assert shown == [
+        "TASK_STATE_WORKING payment-submitted",
+        "TASK_STATE_WORKING payment-verified",
+        f"TASK_STATE_WORKING payment-verified {grant['txHash']}",
+        "AccessGrant received",
+        "TASK_STATE_COMPLETED payment-completed",
+    ]
+    assert paid_by(devchain, docs_seller, buyer) == [100_000]
+
+
 def test_the_wire_transcript_commands(docs_seller: Seller) -> None:
     result = subprocess.run(
         ["bash", "-e", str(SAMPLES / "wire.sh")],

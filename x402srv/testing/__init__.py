@@ -24,6 +24,7 @@ if "pytest" in sys.modules:
         "x402srv.testing.store_contract",
         "x402srv.testing.store_contract_base",
         "x402srv.testing.store_contract_counters",
+        "x402srv.testing.store_contract_credits",
         "x402srv.testing.store_contract_listing",
     )
 

@@ -54,8 +54,9 @@ from x402srv.plugin import (
     tx_claim_key,
 )
 
-from . import scripts
+from . import credit_scripts, scripts
 from .connection import RETRY_AFTER, UNAVAILABLE, client_for, converted, describe, is_auth_failure
+from .credits import CreditMethods
 from .keys import KeySpace
 from .options import RedisOptions
 
@@ -68,8 +69,8 @@ log = logging.getLogger("x402srv_redis")
 MAX_ROUNDS = 64
 
 
-class RedisStore:
-    """A ``Store`` on one Redis primary, reached at one URL."""
+class RedisStore(CreditMethods):
+    """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
 
@@ -95,7 +96,9 @@ class RedisStore:
             return
         client = client_for(self.url, self.options)
         self._scripts = {
-            name: client.register_script(getattr(scripts, name)) for name in scripts.__all__
+            name: client.register_script(getattr(module, name))
+            for module in (scripts, credit_scripts)
+            for name in module.__all__
         }
         self._client = client
         try:
