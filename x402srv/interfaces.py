@@ -32,6 +32,7 @@ __all__ = [
     "GrantRequest",
     "IssuedCredential",
     "Lease",
+    "MigratingStore",
     "PaymentClaimed",
     "RateWindow",
     "Rejected",
@@ -229,6 +230,27 @@ class Store(Protocol):
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         """Release and leave ``value`` for the next holder; False if the lease was lost."""
+
+
+@runtime_checkable
+class MigratingStore(Protocol):
+    """A store whose schema only ``x402srv migrate`` changes (optional, beside ``Store``).
+
+    A store shared by several instances cannot upgrade its own schema when it
+    starts: one instance would change tables under the others. Such a store
+    implements ``migrate``, and its ``start`` refuses (``ConfigError`` naming
+    ``x402srv migrate``) a schema older than it needs. Stores that keep their
+    own schema (sqlite upgrades its file when it opens it; Redis has none) do
+    not implement it, and ``x402srv migrate`` says there is nothing to do.
+    """
+
+    async def migrate(self) -> list[str]:
+        """Bring the schema to the version this code needs, without ``start()``.
+
+        Safe to run while old instances serve (each step keeps what they use)
+        and by two operators at once (steps are serialized). Returns one line
+        per step applied; an empty list when the schema was already current.
+        """
 
 
 # ---------------------------------------------------------------- credits (metering)

@@ -38,9 +38,10 @@ chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
 ``encode_record`` ...), secrets (``Secret``, the ``SecretValue`` option type,
-``redact_url``) and ``failpoint`` for crash tests. Everything in ``x402srv``
-that this module (and ``x402srv.testing``, the test kit) does not export is
-internal and may change between releases.
+``redact_url``) and ``failpoint`` for crash tests. A store that only
+``x402srv migrate`` may change the schema of implements ``MigratingStore``.
+Everything in ``x402srv`` that this module (and ``x402srv.testing``, the test
+kit) does not export is internal and may change between releases.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ from .interfaces import (
     GrantRequest,
     IssuedCredential,
     Lease,
+    MigratingStore,
     PaymentClaimed,
     RateWindow,
     Rejected,
@@ -150,6 +152,7 @@ __all__ = [
     "IssuedCredential",
     "Lease",
     "MalformedSignature",
+    "MigratingStore",
     "NetworkInfo",
     "NotTransferred",
     "PaymentClaimed",
@@ -347,6 +350,12 @@ class DelegatingStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self.inner.release_lease(lease, value)
+
+    async def migrate(self) -> list[str]:
+        """The inner store's migrations, if it has any (``MigratingStore``)."""
+        if isinstance(self.inner, MigratingStore):
+            return await self.inner.migrate()
+        return []
 
     # Credits: only when ``inner`` keeps them (``CreditStore``); see ``keeps_credits``.
 

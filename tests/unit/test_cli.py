@@ -151,6 +151,14 @@ def test_plugins_lists_every_installed_plugin(tmp_path: Path) -> None:
     assert "settlers: gas-wallet" in result.stdout
 
 
+def test_migrate_of_a_store_that_keeps_its_own_schema(example_dir: Path) -> None:
+    """sqlite upgrades its file when it opens it: ``migrate`` has nothing to do, and says so."""
+    result = run("migrate", "--config", "config.example.toml", cwd=example_dir)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "the sqlite store keeps its own schema: nothing to migrate\n"
+    assert not (example_dir / "x402srv.db").exists()
+
+
 def test_help(tmp_path: Path) -> None:
     result = run("--help", cwd=tmp_path)
     assert result.returncode == 0
