@@ -350,10 +350,11 @@ class Config(_Model):
     _network_info: NetworkInfo = PrivateAttr()
     _plans: dict[str, Plan] = PrivateAttr()
     _base_dir: Path = PrivateAttr(default=Path("."))
+    _env: Mapping[str, str] = PrivateAttr(default_factory=lambda: os.environ)
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Config:
-        self._base_dir, _ = validation_context(info)
+        self._base_dir, self._env = validation_context(info)
         self._network_info = self._resolve_network()
         self._plans = self._resolve_plans(self._network_info.decimals)
         check_routes(self)
@@ -444,6 +445,11 @@ class Config(_Model):
     @property
     def plan_map(self) -> dict[str, Plan]:
         return self._plans
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment ``{ env = ... }`` secrets were read from (plugin options use it too)."""
+        return self._env
 
     @property
     def base_dir(self) -> Path:

@@ -31,7 +31,7 @@ from eth_account.signers.local import LocalAccount
 from google.protobuf.json_format import MessageToDict, ParseDict
 from x402.schemas import PaymentRequired
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     REQUIRED,
     STATUS,
@@ -49,9 +49,9 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.a2a.support_sdk import METHODS, events, sdk_client, user_message
-from tests.e2e.test_purchase import HOURLY, check_grant
-from tests.helpers import Seller
+from tests.support.a2a_sdk import METHODS, events, sdk_client, user_message
+from tests.support.purchase import HOURLY, check_grant
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import official_client
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     ERROR,
     STATUS,
     a2a_url,
@@ -39,7 +39,7 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv import operations
 from x402srv.config import load_config
 from x402srv.reconciler import Reconciler

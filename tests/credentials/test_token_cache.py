@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     SECRET,
     TTL,

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     FROZEN_NOW,
     SECRET,

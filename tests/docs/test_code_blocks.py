@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 DOCS = REPO / "docs"
 SITE_PAGES = sorted(p for p in DOCS.rglob("*.md") if "examples" not in p.relative_to(DOCS).parts)
 PAGES = [

@@ -8,7 +8,7 @@ from collections import Counter
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 

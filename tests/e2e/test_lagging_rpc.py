@@ -23,9 +23,9 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import GAS_KEY_ENV, Seller
 from tests.support.cli import x402srv
+from tests.support.problems import assert_problem
+from tests.support.seller import GAS_KEY_ENV, Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import free_port

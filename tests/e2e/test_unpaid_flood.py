@@ -26,7 +26,7 @@ from collections.abc import Callable
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv import operations
 from x402srv.config import load_config
 from x402srv.reconciler import PassReport, Reconciler

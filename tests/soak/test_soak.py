@@ -23,7 +23,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import (
+from tests.support.configs import (
     BUYER,
     CUSTOM_ASSET,
     NOW,

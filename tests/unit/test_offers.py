@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
+from tests.support.configs import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
 from x402srv import offers as offers_module
 from x402srv.config import Config
 from x402srv.offers import OfferBuilder, rfc3339

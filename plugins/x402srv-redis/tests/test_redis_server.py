@@ -96,6 +96,23 @@ async def test_every_record_key_expires_with_the_record(
         await store.close()
 
 
+async def test_a_grants_credit_keys_expire_at_its_keep_until(
+    redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    """Credits live as long as the grant's token (plus a margin), by the caller's clock."""
+    store = await _open(redis_server.url, key_prefix=key_prefix)
+    try:
+        await store.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 2 * DAY)
+        await store.spend("g", 1, now=BASE_TIME + DAY, keep_until=BASE_TIME + DAY + 60)
+        names = [f"{key_prefix}cr:g", f"{key_prefix}cr:g:k", f"{key_prefix}cr:g:u"]
+        for name in names:
+            assert DAY - 5 <= await raw.ttl(name) <= DAY, name
+        everything = sorted([k async for k in raw.scan_iter(match=f"{key_prefix}*")])
+        assert everything == sorted(names)
+    finally:
+        await store.close()
+
+
 async def test_a_record_whose_ttl_ran_out_is_gone_everywhere(
     redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
 ) -> None:

@@ -55,7 +55,7 @@ from x402srv.plugin import (
     tx_claim_key,
 )
 
-from . import scripts
+from . import credit_scripts, scripts
 from .batch import Coalescer
 from .connection import (
     RETRY_AFTER,
@@ -66,6 +66,7 @@ from .connection import (
     is_auth_failure,
     unavailable,
 )
+from .credits import CreditMethods
 from .keys import KeySpace
 from .options import RedisOptions
 
@@ -84,8 +85,8 @@ Created = tuple[ChallengeRecord, bool] | PaymentClaimed
 MAX_ROUNDS = 64
 
 
-class RedisStore:
-    """A ``Store`` on one Redis primary, reached at one URL."""
+class RedisStore(CreditMethods):
+    """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
 
@@ -114,7 +115,9 @@ class RedisStore:
             return
         client = client_for(self.url, self.options)
         self._scripts = {
-            name: client.register_script(getattr(scripts, name)) for name in scripts.__all__
+            name: client.register_script(getattr(module, name))
+            for module in (scripts, credit_scripts)
+            for name in module.__all__
         }
         self._client = client
         try:

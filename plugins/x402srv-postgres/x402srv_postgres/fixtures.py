@@ -1,0 +1,54 @@
+"""pytest fixtures: PostgreSQL clusters that tests start themselves (``testing.PostgresServer``).
+
+Loaded by the repository's root ``conftest.py`` when this plugin is installed,
+so the plugin's tests and the core's end-to-end tests share them:
+
+- ``start_postgres(**kwargs)``: a new cluster (password, TLS, settings ...),
+  stopped and deleted at the end of the session;
+- ``postgres_server``: one plain cluster for the session;
+- ``postgres_schema``: a fresh schema name per test, so tests sharing the
+  cluster never see each other's rows (as sellers sharing a database).
+
+Without the PostgreSQL binaries these fixtures skip the tests that use them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .testing import PostgresServer, postgres_bin_dir
+
+__all__ = ["StartPostgres", "postgres_schema", "postgres_server", "start_postgres"]
+
+#: ``start_postgres(password=None, tls=None, client_certificates=False, settings={})``.
+StartPostgres = Callable[..., PostgresServer]
+
+
+@pytest.fixture(scope="session")
+def start_postgres() -> Iterator[StartPostgres]:
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (set X402SRV_POSTGRES_BIN to its bin directory)")
+    started: list[PostgresServer] = []
+
+    def start(**kwargs: Any) -> PostgresServer:
+        server = PostgresServer(**kwargs)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in reversed(started):
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(start_postgres: StartPostgres) -> PostgresServer:
+    return start_postgres()
+
+
+@pytest.fixture
+def postgres_schema() -> str:
+    return f"test_{secrets.token_hex(6)}"
