@@ -322,7 +322,7 @@ async def test_a_stalled_server_times_out(start_redis: StartRedis) -> None:
     try:
         record = make_record()
         await store.create_challenge(record)
-        await admin.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+        await admin.client_pause(1500, all=True)  # CLIENT PAUSE 1500 ALL
         with pytest.raises(StoreUnavailable) as caught:
             await store.create_challenge(make_record())
         _assert_hidden(caught.value)
