@@ -216,7 +216,8 @@ def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:
 def _broadcast(event: dict[str, Any]) -> str | None:
     """The transaction hash a stream event announces, if any."""
     metadata = event.get("status", {}).get("message", {}).get("metadata", {})
-    return metadata.get("x402srv.txHash")
+    tx_hash: str | None = metadata.get("x402srv.txHash")
+    return tx_hash
 
 
 def _mine_once_sent(devchain: Devchain, tx_hash: str) -> None:
@@ -289,6 +290,7 @@ def test_a_resubscription_on_another_server_follows_the_settlement(
                 tx_hash = _broadcast(event)
                 if tx_hash:
                     break
+        assert tx_hash is not None, "the paying stream never announced its transaction"
         resubscribe = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask"}
         resubscribe["params"] = {"id": task["id"]}
         with httpx.stream(

@@ -95,10 +95,10 @@ def test_every_code_block_is_run_generated_or_an_output(block: Block) -> None:
 def test_every_sample_file_is_included_somewhere() -> None:
     """A sample no page shows is dead weight (and one the tests still run for nothing)."""
     included = {
-        INCLUDE.match(line)["path"]  # type: ignore[index]
+        include["path"]
         for block in ALL_BLOCKS
         for line in block.body
-        if INCLUDE.match(line)
+        if (include := INCLUDE.match(line))
     }
     shown = {str(path.relative_to(REPO)) for path in (DOCS / "samples").iterdir()}
     helpers = {"docs/samples/package.json", "docs/samples/tsconfig.json"}  # make buy.ts run

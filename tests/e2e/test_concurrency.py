@@ -62,7 +62,7 @@ def _check_one_settlement(
     for response in responses:
         if response.status_code == 409:
             assert int(response.headers["retry-after"]) >= 1
-    grants = [r.json() for r in responses if r.status_code == 200]
+    grants: list[dict[str, str]] = [r.json() for r in responses if r.status_code == 200]
     assert all(g == grants[0] for g in grants)
     assert len(seller.chain.transfer_logs(to=seller.wallet)) - transfers == 1
     return grants[0]

@@ -124,7 +124,10 @@ def test_used_authorization_without_a_visible_receipt_is_never_released(
     payment = signed_payment(buyer, devchain.token, challenge["accepts"][0])
     nonce = payment["payload"]["authorization"]["nonce"]
     header = encode_payment(payment)
-    request = {"json": {"planId": "hourly"}, "headers": {"PAYMENT-SIGNATURE": header}}
+    request: dict[str, Any] = {
+        "json": {"planId": "hourly"},
+        "headers": {"PAYMENT-SIGNATURE": header},
+    }
 
     lagging_rpc.hide_receipts = True
     pending = httpx.post(seller.access_url, timeout=30, **request)

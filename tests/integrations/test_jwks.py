@@ -266,7 +266,7 @@ async def test_rotation_against_a_restarted_x402srv(
         assert (await verify(first, source)).plan_id == "hourly"
         assert source.kids == ["rot-1"]
 
-        seller.server.config["credentials"] = eddsa_credentials("rot-2")
+        seller.server.config = {**seller.server.config, "credentials": eddsa_credentials("rot-2")}
         seller.server.stop()
         seller.server.start()
         second = (await buy(seller, buyer))["accessToken"]

@@ -71,7 +71,8 @@ async def test_two_settlers_racing_one_authorization_both_answer_the_winner(
     (transfer,) = devchain.transfer_logs(to=config.seller.wallet_address)
     assert outcomes == [Settled(transfer.tx_hash, buyer.address)] * 2
     loser = next(h.noted[0] for h in hooks if h.noted[0] != transfer.tx_hash)
-    assert (await chain_reader.receipt(loser)).status == 0  # type: ignore[union-attr]
+    lost = await chain_reader.receipt(loser)
+    assert lost is not None and lost.status == 0
     assert devchain.balance_of(config.seller.wallet_address) == PRICE
 
 
@@ -115,5 +116,6 @@ async def test_a_payer_who_drains_the_balance_first_gets_transaction_failed(
     assert outcome == Rejected(
         "transaction_failed", "The token contract refused the transfer; nothing moved."
     )
-    assert (await chain_reader.receipt(hooks.noted[0])).status == 0  # type: ignore[union-attr]
+    receipt = await chain_reader.receipt(hooks.noted[0])
+    assert receipt is not None and receipt.status == 0
     assert not devchain.authorization_state(payer.address, request.authorization.nonce)
