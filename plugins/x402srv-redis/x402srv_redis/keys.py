@@ -27,9 +27,9 @@ fence must only grow), nor do the sorted sets, whose members ``prune`` and
 ``prune_tasks`` remove with the records and tasks (and members whose record or
 task expired first).
 
-The Lua scripts derive some key names from the prefix themselves (a record's
-claims, the records a listing returns), so the store needs one Redis primary,
-not a Redis Cluster.
+The Lua scripts derive some key names from the prefix themselves (every key
+of the records ``CREATE`` writes, a record's claims, the records a listing
+returns), so the store needs one Redis primary, not a Redis Cluster.
 """
 
 from __future__ import annotations
