@@ -51,6 +51,7 @@ __all__ = [
     "TxClaimed",
     "Unknown",
     "UsageBucket",
+    "keeps_credits",
     "system_clock",
 ]
 
@@ -383,6 +384,18 @@ class CreditStore(Store, Protocol):
 
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         """The grant's account with its entries and usage; None if absent (or already forgotten)."""
+
+
+def keeps_credits(store: object) -> bool:
+    """Whether ``store`` can meter calls: every ``CreditStore`` method (a wrapper's inner too).
+
+    A wrapper (``x402srv.plugin.DelegatingStore``) answers with a ``keeps_credits``
+    property of its own: it has the methods whether or not the store inside does.
+    """
+    inner = getattr(store, "keeps_credits", None)
+    if isinstance(inner, bool):
+        return inner
+    return isinstance(store, CreditStore)
 
 
 # ---------------------------------------------------------------- settlement

@@ -108,6 +108,7 @@ from .interfaces import (
     TxClaimed,
     Unknown,
     UsageBucket,
+    keeps_credits,
 )
 from .networks import NetworkInfo
 from .plugin_context import PluginContext
@@ -393,11 +394,3 @@ class DelegatingStore:
     def _credits(self) -> CreditStore:
         # (no isinstance per call: the registry checked ``keeps_credits`` once at start-up)
         return cast(CreditStore, self.inner)
-
-
-def keeps_credits(store: object) -> bool:
-    """Whether ``store`` can meter calls: every ``CreditStore`` method (a wrapper's inner too)."""
-    inner = getattr(store, "keeps_credits", None)
-    if isinstance(inner, bool):
-        return inner
-    return isinstance(store, CreditStore)
