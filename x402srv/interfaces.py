@@ -13,8 +13,9 @@ every store runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from .networks import NetworkInfo
@@ -24,16 +25,29 @@ __all__ = [
     "Authorization",
     "Clock",
     "CredentialIssuer",
+    "CreditAccount",
+    "CreditEntry",
+    "CreditStore",
+    "Credited",
+    "ExportItem",
+    "ExportedChallenge",
+    "ExportedLease",
+    "ExportedTask",
     "GrantRequest",
     "IssuedCredential",
     "Lease",
+    "MigratingStore",
     "PaymentClaimed",
+    "PortableStore",
+    "RateWindow",
     "Rejected",
     "Settled",
     "SettlementHooks",
     "SettlementOutcome",
     "SettlementRequest",
     "Settler",
+    "Spend",
+    "SpendOutcome",
     "StateMismatch",
     "Store",
     "TransitionApplied",
@@ -41,6 +55,8 @@ __all__ = [
     "TransitionResult",
     "TxClaimed",
     "Unknown",
+    "UsageBucket",
+    "keeps_credits",
     "system_clock",
 ]
 
@@ -254,6 +270,233 @@ class Store(Protocol):
 
     async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
         """Every counter whose bucket is in ``[start, end)``; never a scan of the records."""
+
+
+@runtime_checkable
+class MigratingStore(Protocol):
+    """A store whose schema only ``x402srv migrate`` changes (optional, beside ``Store``).
+
+    A store shared by several instances cannot upgrade its own schema when it
+    starts: one instance would change tables under the others. Such a store
+    implements ``migrate``, and its ``start`` refuses (``ConfigError`` naming
+    ``x402srv migrate``) a schema older than it needs. Stores that keep their
+    own schema (sqlite upgrades its file when it opens it; Redis has none) do
+    not implement it, and ``x402srv migrate`` says there is nothing to do.
+    """
+
+    async def migrate(self) -> list[str]:
+        """Bring the schema to the version this code needs, without ``start()``.
+
+        Safe to run while old instances serve (each step keeps what they use)
+        and by two operators at once (steps are serialized). Returns one line
+        per step applied; an empty list when the schema was already current.
+        """
+
+
+# ---------------------------------------------------------------- credits (metering)
+
+
+@dataclass(frozen=True, slots=True)
+class RateWindow:
+    """At most ``limit`` calls per fixed window of ``seconds``; windows start at multiples of it."""
+
+    limit: int
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreditEntry:
+    """Credits added to a grant once: its purchase or a top-up (``key``: the paying challenge)."""
+
+    key: str
+    amount: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UsageBucket:
+    """Calls and credits of one hour (``start``: a multiple of 3600) of a grant's history."""
+
+    start: int
+    calls: int
+    spent: int
+    refunded: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreditAccount:
+    """What a store keeps per grant (``grant_id``: the purchase's challengeId, the token's jti).
+
+    ``balance`` is what is left to spend; ``credited``, ``spent`` and
+    ``refunded`` add up to it (``credited - spent + refunded``). ``calls``
+    counts the calls that went through. ``window_end`` and ``window_calls``
+    are the rate window that is counting. ``entries`` lists every credit by
+    key (oldest first), ``usage`` the most recent hours, newest first, at most
+    ``USAGE_BUCKETS`` of them. The store may forget the account once
+    ``keep_until`` has passed; every operation treats it as absent from then on.
+    """
+
+    grant_id: str
+    balance: int
+    credited: int
+    spent: int
+    refunded: int
+    calls: int
+    window_end: int
+    window_calls: int
+    keep_until: float
+    entries: tuple[CreditEntry, ...] = ()
+    usage: tuple[UsageBucket, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Credited:
+    """The balance after ``credit``; ``applied`` is False when the key was credited before."""
+
+    balance: int
+    applied: bool
+
+
+class SpendOutcome(StrEnum):
+    SPENT = "spent"
+    NO_CREDITS = "no-credits"  # the balance is less than the cost (or there is no account)
+    THROTTLED = "throttled"  # the rate window is full: nothing was spent or counted
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What one ``spend`` decided, with what the buyer's ``RateLimit`` fields report.
+
+    ``balance`` is the balance after the call (``None`` for a spend that meters
+    no credits); ``window_calls`` the calls counted in the window ending at
+    ``window_end`` (both 0 without a rate window).
+    """
+
+    outcome: SpendOutcome
+    balance: int | None
+    window_calls: int
+    window_end: int
+
+
+@runtime_checkable
+class CreditStore(Store, Protocol):
+    """A store that also keeps credits and rate windows per grant (``calls``, ``rate_limit``).
+
+    An optional capability: a store without these methods still serves every
+    plan sold by time, and the registry refuses it (``ConfigError``) for a config
+    that meters calls. Each method is one atomic step across every process that
+    shares the store; ``x402srv.testing.StoreContract`` checks them on every
+    store that has them.
+    """
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        """Add ``amount`` credits once per ``key`` (creating the account if absent).
+
+        A key credited before changes nothing and answers ``applied=False``:
+        a purchase or top-up delivered again after a crash never credits twice.
+        ``keep_until`` only ever moves the account's ``keep_until`` later.
+        """
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        """One call: check the rate window, then take ``cost`` credits, all or nothing.
+
+        THROTTLED when ``rate`` allows no further call in the window of ``now``
+        (nothing is counted or spent); else NO_CREDITS when ``credits`` and the
+        balance is below ``cost`` (nothing changes); else SPENT: the balance
+        drops by ``cost`` (only with ``credits``), the call counts in the window
+        and in the hour's usage. Without ``credits`` a missing account is
+        created (rate limits of plans sold by time).
+        """
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        """Give back ``amount`` credits of a call that failed; the balance, or None (no account)."""
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        """The grant's account with its entries and usage; None if absent (or already forgotten)."""
+
+
+def keeps_credits(store: object) -> bool:
+    """Whether ``store`` can meter calls: every ``CreditStore`` method (a wrapper's inner too).
+
+    A wrapper (``x402srv.plugin.DelegatingStore``) answers with a ``keeps_credits``
+    property of its own: it has the methods whether or not the store inside does.
+    """
+    inner = getattr(store, "keeps_credits", None)
+    if isinstance(inner, bool):
+        return inner
+    return isinstance(store, CreditStore)
+
+
+# ---------------------------------------------------------------- moving between stores
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedChallenge:
+    """A record with the claims it owns, as stored: ``str(PaymentKey)``, lowercase txHashes."""
+
+    record: ChallengeRecord
+    payment_claims: tuple[str, ...] = ()
+    tx_claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedTask:
+    """An A2A task document with its compare-and-set version and prune time."""
+
+    task_id: str
+    document: dict[str, Any]
+    version: int
+    prune_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedLease:
+    """A lease's fence and the value its last holder left (the holder itself is not moved)."""
+
+    name: str
+    fence: int
+    value: str | None = None
+
+
+#: One thing a store holds, as ``export_items`` yields it (a credit account with its entries).
+ExportItem = ExportedChallenge | ExportedTask | CreditAccount | ExportedLease
+
+
+@runtime_checkable
+class PortableStore(Protocol):
+    """A store whose whole content can move to another store (optional, beside ``Store``).
+
+    ``x402srv export`` writes what ``export_items`` yields as JSON lines;
+    ``x402srv import`` hands the items to another store's ``import_items``, in
+    batches, after checking that it holds no challenge, task or credit account.
+    The built-in stores and the redis and postgres plugins implement it, and
+    ``x402srv.testing.StoreContract`` checks that a store's export, imported
+    into a fresh store of the same kind, exports the same again.
+    """
+
+    def export_items(self) -> AsyncIterator[ExportItem]:
+        """Everything held: challenges (each with the claims it owns) first, then tasks,
+        credit accounts (with entries and usage), then leases; in no particular order within
+        a kind. Hit counters are not exported (they only count a window)."""
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        """Write ``items`` as they were exported: records with their history, claims,
+        task versions, credit accounts (accounts past ``keep_until`` at ``now`` are skipped:
+        they are absent anyway). A challenge, request id, claim, task or account that exists
+        already raises ``ValueError`` and nothing of the batch is written. A lease that
+        exists keeps its holder and value; its fence becomes at least the exported one, so
+        fences never go back."""
 
 
 # ---------------------------------------------------------------- settlement

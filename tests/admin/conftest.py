@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Seller
 from tests.support.console import ADMIN_TOKEN, Console
 from tests.support.rig import MakeRig, Rig, open_rig
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.servers import free_port
 

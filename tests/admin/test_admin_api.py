@@ -14,8 +14,8 @@ import httpx
 import jwt
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
 from tests.support.console import ADMIN_TOKEN, Console, buy
+from tests.support.problems import assert_problem
 from x402srv.testing.buyers import paying_client
 
 

@@ -131,7 +131,7 @@ def test_an_admin_jwt_is_a_credential() -> None:
     assert auth.credential(_admin_jwt(exp=clock.now - 1)) is None
     no_expiry = jwt.encode({"aud": f"{AGENT}/admin"}, JWT_SECRET, algorithm="HS256")
     assert auth.credential(no_expiry) is None
-    none_alg = jwt.encode({"aud": f"{AGENT}/admin", "exp": clock.now + 60}, None, algorithm="none")
+    none_alg = jwt.encode({"aud": f"{AGENT}/admin", "exp": clock.now + 60}, "", algorithm="none")
     assert auth.credential(none_alg) is None
 
 

@@ -16,8 +16,8 @@ import time
 
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
 from tests.support.console import Console, buy
+from tests.support.problems import assert_problem
 from x402srv.export import FIELDS
 
 
@@ -73,7 +73,11 @@ async def test_export_sales_as_csv_and_jsonl(console: Console, buyer: LocalAccou
 
     before = export_sales(console, "--from", "2020-01-01", "--to", str(start))
     assert before.returncode == 0
-    assert before.stdout.splitlines() == [",".join(FIELDS)]
+    assert before.stdout.splitlines()[0] == ",".join(FIELDS)
+    assert not any(challenge_id in before.stdout for challenge_id in mine)  # settled after
+    assert export_sales(
+        console, "--from", "2020-01-01", "--to", "2020-01-02"
+    ).stdout.splitlines() == [",".join(FIELDS)]
 
     answer = console.get("/export", **{"from": str(start), "format": "csv"})
     assert answer.status_code == 200, answer.text

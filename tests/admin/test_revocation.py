@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import JWT_SECRET
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import OnChain, ScriptedSettler
+from tests.support.seller import JWT_SECRET
 from x402srv.errors import NotFound, StateConflict, StoreUnavailable, TokenRevoked
 from x402srv.records import State
 from x402srv.revocation import (

@@ -7,6 +7,7 @@ than before), and the counts of a purchase land in the right hour.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,12 @@ class Down(MemoryStore):
         super().__init__()
         self.up = False
 
-    async def add_counts(self, counts: object, *, forget_before: int) -> None:  # type: ignore[override]
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
         if not self.up:
             raise StoreUnavailable("down for the test")
-        await super().add_counts(counts, forget_before=forget_before)  # type: ignore[arg-type]
+        await super().add_counts(counts, forget_before=forget_before)
 
 
 async def _everything(store: Store) -> dict[tuple[int, str], int]:

@@ -13,12 +13,13 @@ import os
 import subprocess
 import tomllib
 from collections.abc import Callable
+from typing import Any
 
 from eth_account.signers.local import LocalAccount
 
-from tests.docs.conftest import SAMPLES
-from tests.helpers import Seller
 from tests.support.console import buy
+from tests.support.paths import SAMPLES
+from tests.support.seller import Seller
 from x402srv.testing.servers import free_port
 
 TOKEN = "docs-admin-token-" + "d" * 24
@@ -55,7 +56,7 @@ async def test_the_admin_api_lines(
     assert "lastPass" in reconciler
 
 
-def _documents(output: str) -> list[dict[str, object]]:
+def _documents(output: str) -> list[dict[str, Any]]:
     decoder, found, at = json.JSONDecoder(), [], 0
     while at < len(output):
         document, at = decoder.raw_decode(output, at)

@@ -26,11 +26,12 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import Seller
-from tests.integrations.conftest import AGENT_URL, eddsa_credentials, gateway_routes
-from tests.integrations.support import REPO, AppProcess
+from tests.support.apps import AppProcess
 from tests.support.console import ADMIN_TOKEN, Console
+from tests.support.gateway import AGENT_URL, eddsa_credentials, gateway_routes
+from tests.support.paths import REPO
+from tests.support.problems import assert_problem
+from tests.support.seller import Seller
 from x402srv.revocation import LIST_PATH
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess, free_port

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from x402srv.config import Config, parse_config
+from tests.support.configs import make_config
+from x402srv.config import Config
 from x402srv.default_plugins import sqlite_ops, sqlite_reports, sqlite_schema
 from x402srv.default_plugins.sqlite_checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
 from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
@@ -57,6 +58,10 @@ class TestSqliteStore(StoreContract):
         assert isinstance(store, SqliteStore)
         return SqliteStore(store.path, store.options)
 
+    def fresh_store(self, store: Store) -> Store:
+        assert isinstance(store, SqliteStore)
+        return SqliteStore(store.path.with_name("fresh.db"), store.options)
+
 
 @pytest.fixture
 async def opened(tmp_path: Path) -> AsyncIterator[SqliteStore]:
@@ -75,24 +80,8 @@ async def _pragma(store: SqliteStore, name: str) -> Any:
 
 
 def _config(tmp_path: Path, **store: Any) -> Config:
-    return parse_config(
-        {
-            "seller": {
-                "agent_name": "Weather Oracle",
-                "agent_description": "Paid hourly weather data",
-                "agent_url": "https://api.example.com",
-                "provider_name": "Example Inc",
-                "provider_url": "https://example.com",
-                "wallet_address": "0x" + "11" * 20,
-                "network": "base-sepolia",
-            },
-            "plans": [{"plan_id": "hourly", "unit_amount": "$0.10", "description": "An hour"}],
-            "credentials": {"secret": "s" * 32},
-            "store": store,
-        },
-        base_dir=tmp_path,
-        env={},
-    )
+    """A config whose ``[store]`` is ``store``, with paths read from ``tmp_path``."""
+    return make_config(base_dir=tmp_path, store=store)
 
 
 def _build(config: Config) -> SqliteStore:
@@ -150,9 +139,10 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
         version = other.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_schema.SCHEMA_VERSION == 4
+        assert version == sqlite_schema.SCHEMA_VERSION == 5
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
         expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
+        expected |= {"credits", "credit_entries"}
         assert expected <= tables
     finally:
         other.close()
@@ -223,8 +213,64 @@ async def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
         check.close()
 
 
+async def test_a_version_3_file_gains_credit_accounts(tmp_path: Path) -> None:
+    """The previous release's files keep their records and counters and gain version 4."""
+    path = tmp_path / "v3.db"
+    record = make_record()
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in (*sqlite_schema._SCHEMA_V1, *sqlite_schema._SCHEMA_V2):
+        raw.execute(statement)
+    for statement in sqlite_schema._SCHEMA_V3:
+        raw.execute(statement)
+    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", _v3_row(record))
+    raw.execute("PRAGMA user_version = 3")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.start()
+    try:
+        assert await store.get_challenge(record.challenge_id) == record
+        credited = await store.credit("g", 5, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+        assert (credited.balance, credited.applied) == (5, True)
+        spent = await store.spend("g", 2, now=BASE_TIME, keep_until=BASE_TIME + 60)
+        assert spent.balance == 3
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
+        schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+        assert "WITHOUT ROWID" in schema["credits"]
+        assert "UNIQUE (grant_id, key)" in schema["credit_entries"]
+        assert "credits_by_keep_until" in schema
+    finally:
+        check.close()
+
+
+async def test_forgotten_accounts_leave_the_file(tmp_path: Path) -> None:
+    """Each credit deletes some accounts past keep_until: the table holds the live grants."""
+    store = SqliteStore(tmp_path / "store.db")
+    await store.start()
+    try:
+        for i in range(30):
+            await store.credit(f"old-{i}", 1, key="k", now=BASE_TIME, keep_until=BASE_TIME + 10)
+        later = BASE_TIME + 100
+        await store.credit("new-1", 1, key="k", now=later, keep_until=later + 10)
+        await store.credit("new-2", 1, key="k", now=later, keep_until=later + 10)
+    finally:
+        await store.close()
+    check = sqlite3.connect(tmp_path / "store.db")
+    try:
+        grants = sorted(row[0] for row in check.execute("SELECT grant_id FROM credits"))
+        keys = check.execute("SELECT count(*) FROM credit_entries").fetchone()[0]
+    finally:
+        check.close()
+    assert grants == ["new-1", "new-2"]
+    assert keys == 2
+
+
 async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
-    """The previous release's files keep their records and tasks and gain version 3."""
+    """Version 2 files keep their records and tasks and gain version 3 (and what follows)."""
     path = tmp_path / "v2.db"
     record = make_record(at=BASE_TIME + 0.1)
     raw = sqlite3.connect(path, isolation_level=None)
@@ -687,7 +733,7 @@ async def test_a_thread_of_its_own_checkpoints_the_wal(opened: SqliteStore) -> N
 
 
 def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
-    """A challenge row as versions 1 to 3 wrote it (no payer column)."""
+    """A challenge row as versions 1 to 4 wrote it (no payer column)."""
     return (
         record.challenge_id,
         record.request_id,
@@ -697,9 +743,9 @@ def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
     )
 
 
-async def test_a_version_3_file_files_its_records_under_their_payers(tmp_path: Path) -> None:
+async def test_a_version_4_file_files_its_records_under_their_payers(tmp_path: Path) -> None:
     """The previous release's records gain a payer column from their JSON, and counts a table."""
-    path = tmp_path / "v3.db"
+    path = tmp_path / "v4.db"
     key = make_key(payer="0x" + "Cd" * 20)
     pending = make_record(at=BASE_TIME)
     settling_record = make_record(at=BASE_TIME + 1, state=State.SETTLING, payment=make_payment(key))
@@ -709,11 +755,12 @@ async def test_a_version_3_file_files_its_records_under_their_payers(tmp_path: P
         *sqlite_schema._SCHEMA_V1,
         *sqlite_schema._SCHEMA_V2,
         *sqlite_schema._SCHEMA_V3,
+        *sqlite_schema._SCHEMA_V4,
     ):
         raw.execute(statement)
     for record in (pending, settling_record, delivered):
         raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", _v3_row(record))
-    raw.execute("PRAGMA user_version = 3")
+    raw.execute("PRAGMA user_version = 4")
     raw.close()
 
     store = SqliteStore(path)
@@ -728,7 +775,7 @@ async def test_a_version_3_file_files_its_records_under_their_payers(tmp_path: P
         await store.close()
     check = sqlite3.connect(path)
     try:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 5
         schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
         assert "(payer, updated_at, challenge_id)" in schema["challenges_by_payer"]
         assert "WITHOUT ROWID" in schema["counts"]

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
 
 __all__ = ["ADMIN_TOKEN", "Console", "buy"]

@@ -9,9 +9,10 @@ import pytest
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.errors import NotReady
 from x402srv.health import Readiness
+from x402srv.plugin import BaseSettler
 
 
-class CountingSettler:
+class CountingSettler(BaseSettler):
     """A settler whose readiness probe counts its calls (and can be made to fail)."""
 
     name = "counting"
@@ -36,7 +37,7 @@ class Monotonic:
 
 async def test_checks_are_cached_then_asked_again() -> None:
     settler, clock = CountingSettler(), Monotonic()
-    ready = Readiness(MemoryStore(), None, settler, cache_seconds=2.0, monotonic=clock)  # type: ignore[arg-type]
+    ready = Readiness(MemoryStore(), None, settler, cache_seconds=2.0, monotonic=clock)
     answers = await asyncio.gather(*(ready.check() for _ in range(10)))
     assert settler.probes == 1, "concurrent probes share one check"
     assert answers[0] == {"status": "ready", "checks": {"store": "ok", "settlement": "ok"}}
@@ -50,7 +51,7 @@ async def test_checks_are_cached_then_asked_again() -> None:
 
 async def test_a_failure_is_cached_too_and_clears_when_the_dependency_is_back() -> None:
     settler, clock = CountingSettler(), Monotonic()
-    ready = Readiness(MemoryStore(), None, settler, cache_seconds=2.0, monotonic=clock)  # type: ignore[arg-type]
+    ready = Readiness(MemoryStore(), None, settler, cache_seconds=2.0, monotonic=clock)
     settler.problem = "facilitator unreachable (ConnectError)"
     for _ in range(3):
         with pytest.raises(NotReady) as failed:
@@ -64,7 +65,7 @@ async def test_a_failure_is_cached_too_and_clears_when_the_dependency_is_back() 
 
 async def test_zero_seconds_asks_every_time() -> None:
     settler, clock = CountingSettler(), Monotonic()
-    ready = Readiness(MemoryStore(), None, settler, cache_seconds=0.0, monotonic=clock)  # type: ignore[arg-type]
+    ready = Readiness(MemoryStore(), None, settler, cache_seconds=0.0, monotonic=clock)
     for _ in range(3):
         await ready.check()
     assert settler.probes == 3

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tests.unit.support import config_dict, make_config
+from tests.support.configs import config_dict, make_config
 from x402srv import hookimpl
 from x402srv.config import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorSettler
@@ -39,17 +39,17 @@ def store_plugin(
 ) -> Any:
     """A third-party plugin, shaped like a real one: a module with a hookimpl."""
     module = types.ModuleType(module_name)
-    module.store = AcmeStore(MemoryStore(), name=store_name)  # type: ignore[attr-defined]
+    store = AcmeStore(MemoryStore(), name=store_name)
 
     def factory(ctx: PluginContext) -> object:
         built.append(ctx)
-        return module.store if returns is None else returns  # type: ignore[attr-defined]
+        return store if returns is None else returns
 
     @hookimpl
     def register_stores(register: Any) -> None:
         register(store_name, factory)
 
-    module.register_stores = register_stores  # type: ignore[attr-defined]
+    vars(module).update(store=store, register_stores=register_stores)
     return module
 
 
@@ -221,7 +221,7 @@ def test_a_factory_that_returns_no_store_is_a_config_error_naming_the_plugin() -
 
 def test_a_store_whose_methods_are_not_async_is_refused() -> None:
     class Blocking(AcmeStore):
-        def transition(self, request: Any) -> Any:  # type: ignore[override]
+        def transition(self, request: Any) -> Any:
             return None
 
     plugin = store_plugin("acme_store", "acme", [], returns=Blocking(MemoryStore()))
@@ -309,7 +309,7 @@ def test_a_store_builds_the_store_it_wraps_by_name() -> None:
         register("acme", factory)
 
     module = types.ModuleType("acme_wrapper")
-    module.register_stores = register_stores  # type: ignore[attr-defined]
+    vars(module).update(register_stores=register_stores)
     registry = Registry(entry_points=False, extra_plugins=[module])
     store = registry.build_store(make_config(store={"backend": "acme"}))
     assert isinstance(store, AcmeStore)

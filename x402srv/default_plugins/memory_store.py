@@ -6,14 +6,15 @@ each worker process would see its own copy: the factory refuses
 
 Every operation runs under one ``asyncio.Lock`` and never awaits inside it, so
 each is atomic with respect to every other, which is the guarantee the sqlite
-and Redis stores give across processes.
+and Redis stores give across processes. Credit accounts are immutable
+``CreditAccount`` values decided by ``credit_rules``, replaced whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +22,26 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigError
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Lease, PaymentClaimed, Store, TransitionApplied, TransitionRequest
+from ..interfaces import (
+    CreditAccount,
+    Credited,
+    ExportedChallenge,
+    ExportedLease,
+    ExportedTask,
+    ExportItem,
+    Lease,
+    PaymentClaimed,
+    RateWindow,
+    Spend,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+)
 from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
+from .credit_rules import apply_credit, apply_refund, apply_spend, live
+from .dump_rules import sort_items
 from .store_rules import (
     check_state,
     claim_conflict,
@@ -91,6 +108,10 @@ class MemoryStore:
         # (window_end, key) of every counter, oldest first: what to forget next.
         self._counter_ends: list[tuple[float, str]] = []
         self._counts: dict[int, dict[str, int]] = {}  # bucket -> name -> count
+
+        self._accounts: dict[str, CreditAccount] = {}
+        # (keep_until, grant_id) of every account as created or extended: what to forget next.
+        self._account_ends: list[tuple[float, str]] = []
 
     async def start(self) -> None:
         """Nothing to connect to."""
@@ -278,6 +299,76 @@ class MemoryStore:
             if counter is not None and counter.window_end == end:
                 del self._counters[key]
 
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        async with self._lock:
+            self._forget_accounts(now)
+            current = live(self._accounts.get(grant_id), now)
+            before = current is not None and any(e.key == key for e in current.entries)
+            updated, answer = apply_credit(
+                current,
+                grant_id,
+                amount,
+                key=key,
+                now=now,
+                keep_until=keep_until,
+                credited_before=before,
+            )
+            if updated is not None:
+                self._put_account(updated)
+            return answer
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        async with self._lock:
+            updated, answer = apply_spend(
+                self._accounts.get(grant_id),
+                grant_id,
+                cost,
+                now=now,
+                keep_until=keep_until,
+                rate=rate,
+                credits=credits,
+            )
+            if updated is not None:
+                self._put_account(updated)
+            return answer
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        async with self._lock:
+            updated, balance = apply_refund(self._accounts.get(grant_id), amount, now=now)
+            if updated is not None:
+                self._put_account(updated)
+            return balance
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        async with self._lock:
+            return self._accounts.get(grant_id)
+
+    def _put_account(self, account: CreditAccount) -> None:
+        previous = self._accounts.get(account.grant_id)
+        if previous is None or previous.keep_until != account.keep_until:
+            heapq.heappush(self._account_ends, (account.keep_until, account.grant_id))
+        self._accounts[account.grant_id] = account
+
+    def _forget_accounts(self, now: float) -> None:
+        """Drop accounts past ``keep_until``; called on each credit, so memory stays bounded."""
+        ends = self._account_ends
+        while ends and ends[0][0] < now:
+            end, grant_id = heapq.heappop(ends)
+            account = self._accounts.get(grant_id)
+            if account is not None and account.keep_until == end:
+                del self._accounts[grant_id]
+
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         async with self._lock:
             row = self._leases.get(name)
@@ -337,6 +428,66 @@ class MemoryStore:
                 if start <= bucket < end
                 for name, count in names.items()
             }
+
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        """A snapshot taken under the lock, handed out after it."""
+        async with self._lock:
+            owned: dict[str, tuple[list[str], list[str]]] = {}
+            for claims, side in ((self._payments, 0), (self._txs, 1)):
+                for key, owner in claims.items():
+                    owned.setdefault(owner, ([], []))[side].append(key)
+            items: list[ExportItem] = []
+            for challenge_id, row in sorted(self._rows.items()):
+                payments, txs = owned.get(challenge_id, ([], []))
+                record = decode_record(row.json)
+                items.append(ExportedChallenge(record, tuple(sorted(payments)), tuple(sorted(txs))))
+            for task_id, task in sorted(self._tasks.items()):
+                document = decode_task(task.json)
+                items.append(ExportedTask(task_id, document, task.version, task.prune_after))
+            items += [self._accounts[grant_id] for grant_id in sorted(self._accounts)]
+            for name, lease in sorted(self._leases.items()):
+                items.append(ExportedLease(name, lease.fence, lease.value))
+        for item in items:
+            yield item
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        batch = sort_items(items)
+        tasks = {task.task_id: encode_task(task.document) for task in batch.tasks}
+        async with self._lock:
+            for item in batch.challenges:
+                record = item.record
+                taken = (
+                    record.challenge_id in self._rows
+                    or record.request_id in self._by_request
+                    or any(key in self._payments for key in item.payment_claims)
+                    or any(tx in self._txs for tx in item.tx_claims)
+                )
+                if taken:
+                    raise ValueError(f"challenge {record.challenge_id} (or a claim) exists")
+            for task_id in tasks:
+                if task_id in self._tasks:
+                    raise ValueError(f"task {task_id} exists")
+            for account in batch.accounts:
+                if live(self._accounts.get(account.grant_id), now) is not None:
+                    raise ValueError(f"the credit account of {account.grant_id} exists")
+            for item in batch.challenges:
+                self._put(item.record)
+                for key in item.payment_claims:
+                    self._payments[key] = item.record.challenge_id
+                for tx in item.tx_claims:
+                    self._txs[tx] = item.record.challenge_id
+            for task in batch.tasks:
+                self._tasks[task.task_id] = _Task(
+                    tasks[task.task_id], task.version, task.prune_after
+                )
+            for account in batch.live_accounts(now):
+                self._put_account(account)
+            for lease in batch.leases:
+                row = self._leases.get(lease.name)
+                if row is None:
+                    self._leases[lease.name] = _LeaseRow("", lease.fence, 0.0, True, lease.value)
+                else:
+                    row.fence = max(row.fence, lease.fence)
 
     def _get(self, challenge_id: str) -> ChallengeRecord | None:
         row = self._rows.get(challenge_id)

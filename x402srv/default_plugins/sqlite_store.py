@@ -25,9 +25,10 @@ go to the log only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,10 +37,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError, StoreUnavailable
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Lease, PaymentClaimed, Store, TransitionRequest
+from ..interfaces import (
+    CreditAccount,
+    Credited,
+    ExportItem,
+    Lease,
+    PaymentClaimed,
+    RateWindow,
+    Spend,
+    Store,
+    TransitionRequest,
+)
 from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
+from . import sqlite_credits as credits_ops
+from . import sqlite_dump as dump
 from . import sqlite_ops as ops
 from . import sqlite_reports as reports
 from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
@@ -222,6 +235,50 @@ class SqliteStore:
         pairs = [(key, int(delta)) for key, delta in hits.items()]
         return await self._run("count_hits", lambda c: ops.count_hits(c, pairs, window_end, now))
 
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        return await self._run(
+            "credit", lambda c: credits_ops.credit(c, grant_id, amount, key, now, keep_until)
+        )
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        return await self._run(
+            "spend",
+            lambda c: credits_ops.spend(c, grant_id, cost, now, keep_until, rate, credits),
+        )
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        return await self._run("refund", lambda c: credits_ops.refund(c, grant_id, amount, now))
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        if not nameable(grant_id):
+            return None
+        return await self._run("get_credits", lambda c: credits_ops.get_credits(c, grant_id))
+
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        """Page by page (``sqlite_dump``): challenges, tasks, credit accounts, leases."""
+        for kind in ("challenges", "tasks", "credits", "leases"):
+            after = ""
+            while True:
+                page, after = await self._run("export", functools.partial(_page, kind, after))
+                for item in page:
+                    yield item
+                if len(page) < dump.PAGE:
+                    break
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        await self._run("import", lambda c: dump.import_items(c, items, now))
+
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(
             "acquire_lease", lambda c: ops.acquire_lease(c, name, holder, ttl, now)
@@ -311,6 +368,10 @@ class SqliteStore:
             conn.close()
         except sqlite3.Error as exc:
             _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+
+
+def _page(kind: str, after: str, conn: sqlite3.Connection) -> tuple[list[ExportItem], str]:
+    return dump.export_page(conn, kind, after)
 
 
 def _unavailable() -> StoreUnavailable:

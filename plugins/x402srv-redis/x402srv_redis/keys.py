@@ -18,19 +18,24 @@ With the default prefix ``x402srv:``::
     x402srv:hits:<key>              hash   n (hits), end (window_end)   (count_hits)
     x402srv:counts:<bucket>         hash   name -> count                (add_counts)
     x402srv:count-buckets           zset   bucket by bucket: which count hashes exist
+    x402srv:cr:<grantId>            hash   bal, cred, spent, refd, calls, wend, wcalls,
+                                           keep (keep_until), n (entries so far)  (credits)
+    x402srv:cr:<grantId>:k          hash   credited key -> "<seq> <amount> <at>"
+    x402srv:cr:<grantId>:u          list   "<hour> <calls> <spent> <refunded>", newest first
 
 Records, their indexes, claims and tasks expire ``record_ttl_seconds`` after
 their last write, and so does a payer's set (renewed with each of its records);
 hit counters at the end of their window by the caller's clock (the TTL is
-``window_end - now`` of the last call). Count buckets leave when a later
-``add_counts`` forgets them. Leases never expire (their
+``window_end - now`` of the last call); a grant's credit keys at its
+``keep_until`` by the caller's clock, reset by each write. Count buckets leave
+when a later ``add_counts`` forgets them. Leases never expire (their
 fence must only grow), nor do the sorted sets, whose members ``prune`` and
 ``prune_tasks`` remove with the records and tasks (and members whose record or
 task expired first).
 
-The Lua scripts derive some key names from the prefix themselves (a record's
-claims, the records a listing returns), so the store needs one Redis primary,
-not a Redis Cluster.
+The Lua scripts derive some key names from the prefix themselves (every key
+of the records ``CREATE`` writes, a record's claims, the records a listing
+returns), so the store needs one Redis primary, not a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -89,3 +94,12 @@ class KeySpace:
     @property
     def count_buckets(self) -> str:
         return f"{self.prefix}count-buckets"
+
+    def credits(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}"
+
+    def credit_keys(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}:k"
+
+    def usage(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}:u"

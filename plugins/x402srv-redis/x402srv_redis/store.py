@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -55,14 +56,31 @@ from x402srv.plugin import (
     tx_claim_key,
 )
 
-from . import scripts
-from .connection import RETRY_AFTER, UNAVAILABLE, client_for, converted, describe, is_auth_failure
+from . import credit_scripts, durability, scripts
+from .batch import Coalescer
+from .connection import (
+    RETRY_AFTER,
+    UNAVAILABLE,
+    client_for,
+    converted,
+    describe,
+    is_auth_failure,
+    unavailable,
+)
+from .credits import CreditMethods
+from .dump import DumpMethods
 from .keys import KeySpace
 from .options import RedisOptions
 
 __all__ = ["RedisStore"]
 
 log = logging.getLogger("x402srv_redis")
+
+#: Creates sent in one ``CREATE`` call at most (the script runs them all without
+#: interleaving other commands: a few milliseconds at most, then the next call).
+MAX_BATCH = 128
+
+Created = tuple[ChallengeRecord, bool] | PaymentClaimed
 
 #: Rounds of read-decide-write one transition may lose to concurrent writers of
 #: the same record before giving up; each lost round means another write won.
@@ -71,8 +89,8 @@ MAX_ROUNDS = 64
 SWEEP_BUCKETS = 8
 
 
-class RedisStore:
-    """A ``Store`` on one Redis primary, reached at one URL."""
+class RedisStore(CreditMethods, DumpMethods):
+    """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
 
@@ -82,6 +100,9 @@ class RedisStore:
         self.keys = KeySpace(self.options.key_prefix)
         self._client: Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
+        self._creates: Coalescer[_Create, Created] = Coalescer(
+            self._create_batch, max_batch=MAX_BATCH
+        )
 
     def __repr__(self) -> str:
         return f"RedisStore({redact_url(self.url.reveal())}, prefix={self.keys.prefix!r})"
@@ -89,18 +110,23 @@ class RedisStore:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Build the pool and say hello; a server that is down only warns.
+        """Build the pool, say hello and read the server's persistence settings.
 
-        Wrong credentials stop the start (the seller must fix the config). A
-        server that is down does not: requests answer 503 until it is back.
+        Wrong credentials stop the start (the seller must fix the config), and
+        so does persistence that can lose acknowledged writes when
+        ``require_durable`` is set; otherwise that is a warning (``durability``).
+        A server that is down only warns: requests answer 503 until it is back.
         """
         if self._client is not None:
             return
         client = client_for(self.url, self.options)
         self._scripts = {
-            name: client.register_script(getattr(scripts, name)) for name in scripts.__all__
+            name: client.register_script(getattr(module, name))
+            for module in (scripts, credit_scripts)
+            for name in module.__all__
         }
         self._client = client
+        where = redact_url(self.url.reveal())
         try:
             await client.ping()
         except (RedisError, OSError) as exc:
@@ -112,11 +138,19 @@ class RedisStore:
                 ) from None
             log.warning(
                 "redis store %s unreachable at start (%s); requests answer 503 until it is back",
-                redact_url(self.url.reveal()),
+                where,
                 describe(exc),
             )
+            if not self.options.require_durable:
+                return
+        try:
+            await durability.check(client, where, require_durable=self.options.require_durable)
+        except ConfigError:
+            await self.close()
+            raise
 
     async def close(self) -> None:
+        await self._creates.drained()  # creates already queued still get their answer
         client, self._client = self._client, None
         if client is None:
             return
@@ -133,40 +167,43 @@ class RedisStore:
     async def create_challenge(
         self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
     ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
-        k = self.keys
-        claim = k.payment(str(claim_payment)) if claim_payment is not None else None
-        payer = payer_of(record)
-        reply = await self._script(
-            "CREATE",
-            keys=[
-                k.challenge(record.challenge_id),
-                k.request(record.request_id),
-                claim or k.challenge(record.challenge_id),
-                k.claims(record.challenge_id),
-                k.by_updated,
-                k.by_state(record.state),
-                k.by_payer(payer) if payer else k.challenge(record.challenge_id),
-            ],
-            args=[
+        """Unpaid creates go out coalesced (``batch``); one with a payment goes at once.
+
+        A paying buyer's create never queues behind a burst of unpaid ones: it
+        is a call of its own, on another pooled connection, running the same
+        script.
+        """
+        if not (nameable(record.challenge_id) and nameable(record.request_id)):
+            raise ValueError("a challenge_id or request_id Redis cannot hold")
+        create = _Create(record, encode_record(record), str(claim_payment or ""))
+        if claim_payment is None:
+            return await self._creates.submit(create)
+        outcome = (await self._create_batch([create]))[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def _create_batch(self, batch: list[_Create]) -> list[Created | Exception]:
+        """One ``CREATE`` call for ``batch``: an outcome (or the error) per create, in order."""
+        args: list[Any] = [self.keys.prefix, self.options.record_ttl_seconds]
+        for create in batch:
+            record = create.record
+            args += [
                 record.challenge_id,
                 record.request_id,
-                encode_record(record),
+                create.json,
                 record.state.value,
                 repr(record.updated_at),
-                self.options.record_ttl_seconds,
-                "1" if claim else "0",
-                k.prefix,
-                payer or "",
-            ],
-        )
-        outcome = reply[0]
-        if outcome == "created":
-            return record, True
-        if outcome == "exists":
-            return decode_record(reply[1]), False
-        if outcome == "claimed":
-            return PaymentClaimed(str(reply[1]))
-        raise ValueError(f"challenge_id {record.challenge_id} already exists")
+                create.claim,
+                payer_of(record) or "",
+            ]
+        try:
+            replies = await self._script("CREATE", keys=[], args=args)
+        except StoreUnavailable:
+            # Each caller gets an error of its own (one object raised in many
+            # tasks would collect all their tracebacks).
+            return [unavailable() for _ in batch]
+        return [_created(create, reply) for create, reply in zip(batch, replies, strict=True)]
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
         if not nameable(challenge_id):
@@ -457,6 +494,26 @@ class RedisStore:
             log.error("redis store: used while closed")
             raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
         return self._client
+
+
+@dataclass(frozen=True, slots=True)
+class _Create:
+    """One ``create_challenge`` call, encoded by its caller (a bad record fails alone)."""
+
+    record: ChallengeRecord
+    json: str
+    claim: str  # the payment claim's key, "" for none
+
+
+def _created(create: _Create, reply: Any) -> Created | Exception:
+    """One record's outcome from ``scripts.CREATE``'s reply."""
+    if reply == 1:
+        return create.record, True
+    if isinstance(reply, str):
+        return decode_record(reply), False
+    if isinstance(reply, list):
+        return PaymentClaimed(str(reply[0]))
+    return ValueError(f"challenge_id {create.record.challenge_id} already exists")
 
 
 def _states(states: Sequence[State] | None) -> list[str] | None:
