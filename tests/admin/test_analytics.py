@@ -184,3 +184,30 @@ def test_settler_figures() -> None:
         },
         {"name": "gas-wallet", "calls": 2, "outcomes": {"settled": 2}, "meanMs": 20.0},
     ]
+
+
+async def test_a_metered_grant_shows_its_credits() -> None:
+    """``usage`` of the grants list: the store's account of a plan that sells calls."""
+    from x402srv.admin.views import usage_view
+    from x402srv.default_plugins.memory_store import MemoryStore
+
+    store = MemoryStore()
+    keep = NOW + 86_400
+    await store.credit("grant-1", 100, key="grant-1", now=NOW, keep_until=keep)
+    await store.credit("grant-1", 50, key="top-up-1", now=NOW + 10, keep_until=keep)
+    for _ in range(3):
+        await store.spend("grant-1", 2, now=NOW + 20, keep_until=keep)
+    await store.refund("grant-1", 2, now=NOW + 30)
+    usage = usage_view(await store.get_credits("grant-1"), 100)
+    assert usage is not None
+    assert {k: v for k, v in usage.items() if k != "lastHours"} == {
+        "planCalls": 100,
+        "balance": 146,
+        "credited": 150,
+        "spent": 6,
+        "refunded": 2,
+        "calls": 3,
+        "topUps": 1,
+    }
+    assert usage["lastHours"][0]["hour"] == "2023-11-14T22:00:00Z"
+    assert usage_view(await store.get_credits("no-such-grant"), 100) is None

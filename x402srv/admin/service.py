@@ -9,14 +9,21 @@ CANCELLED, revoking is ``x402srv.revocation.revoke_grant``.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from .. import analytics, export, reconciler
 from ..errors import InvalidRequest, NotFound, StateConflict
 from ..health import Readiness
-from ..interfaces import StateMismatch, TransitionApplied, TransitionRequest
+from ..interfaces import (
+    CreditStore,
+    StateMismatch,
+    TransitionApplied,
+    TransitionRequest,
+    keeps_credits,
+)
 from ..pipeline import AccessPipeline
 from ..records import ChallengeRecord, State
 from ..revocation import revoke_grant
@@ -29,6 +36,7 @@ from .views import (
     grant_view,
     purchase_detail,
     purchase_view,
+    usage_view,
 )
 
 __all__ = ["MAX_LIMIT", "AdminService", "Page"]
@@ -180,7 +188,9 @@ class AdminService:
         record = await self.store.get_challenge(challenge_id)
         if record is None:
             raise NotFound(f"no challenge {challenge_id}")
-        return purchase_detail(record, self.network, self._now())
+        detail = purchase_detail(record, self.network, self._now())
+        detail["usage"] = await self._usage(record) if record.state is State.DELIVERED else None
+        return detail
 
     async def grants(self, payer: str | None, cursor: str | None, limit: str | None) -> Page:
         """Delivered grants, newest first: time left, usage, revoked or not."""
@@ -192,7 +202,17 @@ class AdminService:
             states=[State.DELIVERED], payer=owner, before=decode_cursor(cursor), limit=size
         )
         now = self._now()
-        return self._page([grant_view(r, self.network, now) for r in records], records, size)
+        usages = await asyncio.gather(*(self._usage(r) for r in records))
+        items = [grant_view(r, self.network, now, u) for r, u in zip(records, usages, strict=True)]
+        return self._page(items, records, size)
+
+    async def _usage(self, record: ChallengeRecord) -> dict[str, Any] | None:
+        """The grant's credits, when its plan is metered and the store keeps them."""
+        plan = self.config.plan_map.get(record.plan_id)
+        if plan is None or not plan.metered or not keeps_credits(self.store):
+            return None
+        store = cast(CreditStore, self.store)
+        return usage_view(await store.get_credits(record.challenge_id), plan.calls)
 
     async def revoke(self, challenge_id: str, reason: str | None, who: str) -> Page:
         why = (reason or "").strip()[:120] or "no reason given"
@@ -200,7 +220,7 @@ class AdminService:
             self.pipeline, challenge_id, reason=f"by {who}: {why}"
         )
         return {
-            **grant_view(record, self.network, self._now()),
+            **grant_view(record, self.network, self._now(), await self._usage(record)),
             "revokedNow": revoked_now,
         }
 

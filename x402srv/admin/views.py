@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..interfaces import CreditAccount
 from ..networks import NetworkInfo
 from ..records import ChallengeRecord, State
 
@@ -26,6 +27,7 @@ __all__ = [
     "purchase_detail",
     "purchase_view",
     "rfc3339",
+    "usage_view",
 ]
 
 #: What counts as a purchase: a payment is (or was) being settled.
@@ -133,7 +135,31 @@ def purchase_detail(record: ChallengeRecord, network: NetworkInfo, now: float) -
     return view
 
 
-def grant_view(record: ChallengeRecord, network: NetworkInfo, now: float) -> dict[str, Any]:
+def usage_view(account: CreditAccount | None, calls: int | None) -> dict[str, Any] | None:
+    """A metered grant's credits: what was bought (and topped up), spent, refunded, left."""
+    if account is None:
+        return None
+    return {
+        "planCalls": calls,
+        "balance": account.balance,
+        "credited": account.credited,
+        "spent": account.spent,
+        "refunded": account.refunded,
+        "calls": account.calls,
+        "topUps": max(0, len(account.entries) - 1),
+        "lastHours": [
+            {"hour": rfc3339(bucket.start), "calls": bucket.calls, "spent": bucket.spent}
+            for bucket in account.usage
+        ],
+    }
+
+
+def grant_view(
+    record: ChallengeRecord,
+    network: NetworkInfo,
+    now: float,
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A delivered grant: who has it, until when, and what is left of it."""
     view = purchase_view(record, network, now)
     seconds_left = view["secondsLeft"]
@@ -144,7 +170,7 @@ def grant_view(record: ChallengeRecord, network: NetworkInfo, now: float) -> dic
     else:
         status = "active"
     view["status"] = status
-    view["usage"] = None  # credits: filled in when the grant is metered
+    view["usage"] = usage  # credits left, spent, calls: plans that sell calls only
     return view
 
 
