@@ -25,6 +25,9 @@ class TestMemoryStore(StoreContract):
         yield store
         await store.close()
 
+    def fresh_store(self, store: Store) -> Store:
+        return MemoryStore()
+
 
 async def test_counters_of_ended_windows_leave_memory() -> None:
     """One process's memory must not grow with every client of every past window."""

@@ -51,6 +51,10 @@ class TestSqliteStore(StoreContract):
         assert isinstance(store, SqliteStore)
         return SqliteStore(store.path, store.options)
 
+    def fresh_store(self, store: Store) -> Store:
+        assert isinstance(store, SqliteStore)
+        return SqliteStore(store.path.with_name("fresh.db"), store.options)
+
 
 @pytest.fixture
 async def opened(tmp_path: Path) -> AsyncIterator[SqliteStore]:

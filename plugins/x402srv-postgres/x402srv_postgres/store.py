@@ -73,6 +73,7 @@ from .connection import (
     unavailable,
 )
 from .credits import CreditMethods
+from .dump import DumpMethods
 from .options import PostgresOptions
 from .statements import Statements, storable
 
@@ -96,7 +97,7 @@ DEADLOCK = "40P01"
 SWEEP_COUNTERS, SWEEP_EVERY = 1000, 1.0
 
 
-class PostgresStore(CreditMethods):
+class PostgresStore(CreditMethods, DumpMethods):
     """A ``Store`` (and ``CreditStore``) on one PostgreSQL database, or a DSN that finds it."""
 
     name = "postgres"

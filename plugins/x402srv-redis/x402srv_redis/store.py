@@ -67,6 +67,7 @@ from .connection import (
     unavailable,
 )
 from .credits import CreditMethods
+from .dump import DumpMethods
 from .keys import KeySpace
 from .options import RedisOptions
 from .replicas import run_waited, writes
@@ -86,7 +87,7 @@ Created = tuple[ChallengeRecord, bool] | PaymentClaimed
 MAX_ROUNDS = 64
 
 
-class RedisStore(CreditMethods):
+class RedisStore(CreditMethods, DumpMethods):
     """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
