@@ -161,6 +161,11 @@ class TestSentinelStore(StoreContract):
         assert isinstance(store, RedisStore)
         return RedisStore(store.url, store.options)
 
+    def fresh_store(self, store: Store) -> Store:
+        assert isinstance(store, RedisStore)
+        options = store.options.model_copy(update={"key_prefix": f"fresh-{secrets.token_hex(6)}:"})
+        return RedisStore(store.url, options)
+
 
 async def test_logs_show_the_sentinels_never_a_password(
     group: SentinelGroup, caplog: pytest.LogCaptureFixture
