@@ -158,10 +158,12 @@ async def forward(
     claims: AccessClaims,
     *,
     extra_response_headers: Mapping[str, str] | None = None,
-) -> None:
+) -> int | None:
     """Send the upstream's answer through ``request.respond``, or raise a ``ProblemError``.
 
     Raised only before the answer starts (nothing was sent to the client yet).
+    Returns the upstream's status, or None when it broke in the middle of its
+    answer (metered calls get their credits back for either failure).
     """
     declared = _declared_length(request)
     if declared is not None and declared > route.max_body_bytes:
@@ -203,7 +205,8 @@ async def forward(
             log.warning("upstream %s broke mid-answer: %s", route.upstream, repr(exc))
             if request.transport is not None:
                 request.transport.close()  # no final chunk: the client sees the truncation
-            return
+            return None
         await response.eof()
     finally:
         await upstream.aclose()
+    return upstream.status_code
