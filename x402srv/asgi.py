@@ -161,27 +161,31 @@ class AccessMiddleware:
     async def _metered(
         self, meter: Meter, usage: Usage, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """Run the app with the RateLimit fields on its answer; a 5xx gets the credits back."""
-        fields = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in usage.headers().items()
-        ]
-        status = 0
+        """Run the app with the RateLimit fields on its answer; a 5xx gets the credits back.
+
+        The refund happens before the answer starts (or before the server answers
+        500 for an app that raised), so the buyer's next call already sees it.
+        """
+        started = False
 
         async def sending(message: Message) -> None:
-            nonlocal status
+            nonlocal usage, started
             if message["type"] == "http.response.start":
-                status = int(message["status"])
+                started = True
+                if meter.refunds(int(message["status"])):
+                    usage = await meter.refund(usage)
+                fields = [(k.lower().encode(), v.encode()) for k, v in usage.headers().items()]
                 message = {**message, "headers": [*message.get("headers", ()), *fields]}
             await send(message)
 
         try:
             await self.app(scope, receive, sending if scope["type"] == "http" else send)
         except BaseException:
-            if meter.refund_on_5xx:
+            if not started and meter.refund_on_5xx:
                 await meter.refund(usage)
             raise
-        if scope["type"] == "http" and meter.refunds(status or 500):
-            await meter.refund(usage)
+        if scope["type"] == "http" and not started and meter.refund_on_5xx:
+            await meter.refund(usage)  # no answer at all: the server answers 500
 
     async def _refuse(self, err: ProblemError, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":

@@ -116,10 +116,10 @@ async def _settle_usage(meter: Meter, request: Request, response: BaseHTTPRespon
     usage: Usage | None = getattr(request.ctx, USAGE_ATTRIBUTE, None)
     if usage is None:
         return
+    if meter.refunds(response.status if response is not None else 500):
+        usage = await meter.refund(usage)
     if response is not None:
         response.headers.update(usage.headers())
-    if meter.refunds(response.status if response is not None else 500):
-        await meter.refund(usage)
 
 
 def require_access(

@@ -32,7 +32,7 @@ import logging
 import math
 import threading
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self, TypeVar, cast
 
 from . import metrics
@@ -274,16 +274,21 @@ class Meter:
         """Whether a call answered with ``status`` gets its credits back."""
         return self.refund_on_5xx and status >= 500
 
-    async def refund(self, usage: Usage) -> None:
-        """Give a failed call's credits back; a store outage only costs the buyer them (logged)."""
+    async def refund(self, usage: Usage) -> Usage:
+        """Give a failed call's credits back; the usage as it is after (for the answer's fields).
+
+        Called before the failed answer goes out, so the buyer's next call sees
+        the credits back. A store outage only costs the buyer them (logged).
+        """
         if usage.cost == 0:
-            return
+            return usage
         try:
-            await self.store.refund(usage.grant_id, usage.cost, now=self.clock())
+            balance = await self.store.refund(usage.grant_id, usage.cost, now=self.clock())
         except StoreUnavailable:
             log.warning("grant %s: %d credits not refunded (store down)", *_who(usage))
-            return
+            return usage
         metrics.current().credits_refunded(usage.plan.plan_id, usage.cost)
+        return replace(usage, cost=0, balance=balance)
 
     # ------------------------------------------------------------ sync forms
 
@@ -291,8 +296,8 @@ class Meter:
         """``spend`` for code without an event loop (after ``start_sync()``)."""
         return self._sync().run(self.spend(claims, cost))
 
-    def refund_sync(self, usage: Usage) -> None:
-        self._sync().run(self.refund(usage))
+    def refund_sync(self, usage: Usage) -> Usage:
+        return self._sync().run(self.refund(usage))
 
     def _sync(self) -> _LoopThread:
         if self._thread is None:

@@ -57,12 +57,11 @@ def _grant_headers(decision: Forward) -> dict[str, str]:
     }
 
 
-async def _refund(
-    meter: Meter | None, usage: Usage | None, route: RouteConfig, *, failed: bool
-) -> None:
+async def _refund(meter: Meter | None, usage: Usage, route: RouteConfig, *, failed: bool) -> Usage:
     """A metered call the upstream failed gets its credits back (``refund_on_5xx``)."""
-    if failed and meter is not None and usage is not None and route.refund_on_5xx:
-        await meter.refund(usage)
+    if failed and meter is not None and route.refund_on_5xx:
+        return await meter.refund(usage)
+    return usage
 
 
 def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
@@ -106,7 +105,16 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
             response.headers.update(decision.headers)
             return response
         usage = decision.usage
-        extra = {**_grant_headers(decision), **(usage.headers() if usage else {})}
+        extra = _grant_headers(decision)
+
+        async def metered(status: int) -> dict[str, str]:
+            """The RateLimit fields, after giving the credits back for a failed call."""
+            nonlocal usage
+            if usage is None:
+                return {}
+            usage = await _refund(meter, usage, route, failed=status >= 500)
+            return usage.headers()
+
         try:
             status = await forward(
                 app.ctx.gateway_client,
@@ -114,21 +122,15 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
                 route,
                 decision.claims,
                 extra_response_headers=extra,
+                on_status=metered,
             )
         except ProblemError as err:
-            if (
-                meter is not None
-                and usage is not None
-                and route.refund_on_5xx
-                and err.status >= 500
-            ):
-                await meter.refund(usage)
             # A paid retry whose upstream failed still hands the buyer its token.
             response = problem_response(err)
-            response.headers.update(extra)
+            response.headers.update({**extra, **await metered(err.status)})
             return response
-        # (None: the upstream broke in the middle of its answer)
-        await _refund(meter, usage, route, failed=status is None or status >= 500)
+        if status is None:  # the upstream broke in the middle of its answer
+            await metered(500)
         return None
 
     for index, route in enumerate(config.routes):
