@@ -45,6 +45,11 @@ class RedisOptions(BaseModel):
     plus ``server.max_timeout_seconds`` plus ``server.challenge_ttl_seconds``.
     """
 
+    require_durable: bool = False
+    """Refuse to start unless the server keeps every acknowledged write through a crash
+    (``appendonly yes`` with ``appendfsync always``), or when that cannot be checked;
+    without it such a server only gets a warning at start-up (``durability``)."""
+
     tls_ca_file: Path | None = None
     """``rediss://`` only: the CA that signed the server's certificate (relative to the
     config file); unset means the system's trust store."""

@@ -55,7 +55,7 @@ from x402srv.plugin import (
     tx_claim_key,
 )
 
-from . import credit_scripts, scripts
+from . import credit_scripts, durability, scripts
 from .batch import Coalescer
 from .connection import (
     RETRY_AFTER,
@@ -67,6 +67,7 @@ from .connection import (
     unavailable,
 )
 from .credits import CreditMethods
+from .dump import DumpMethods
 from .keys import KeySpace
 from .options import RedisOptions
 
@@ -85,7 +86,7 @@ Created = tuple[ChallengeRecord, bool] | PaymentClaimed
 MAX_ROUNDS = 64
 
 
-class RedisStore(CreditMethods):
+class RedisStore(CreditMethods, DumpMethods):
     """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
@@ -106,10 +107,12 @@ class RedisStore(CreditMethods):
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Build the pool and say hello; a server that is down only warns.
+        """Build the pool, say hello and read the server's persistence settings.
 
-        Wrong credentials stop the start (the seller must fix the config). A
-        server that is down does not: requests answer 503 until it is back.
+        Wrong credentials stop the start (the seller must fix the config), and
+        so does persistence that can lose acknowledged writes when
+        ``require_durable`` is set; otherwise that is a warning (``durability``).
+        A server that is down only warns: requests answer 503 until it is back.
         """
         if self._client is not None:
             return
@@ -120,6 +123,7 @@ class RedisStore(CreditMethods):
             for name in module.__all__
         }
         self._client = client
+        where = redact_url(self.url.reveal())
         try:
             await client.ping()
         except (RedisError, OSError) as exc:
@@ -131,9 +135,16 @@ class RedisStore(CreditMethods):
                 ) from None
             log.warning(
                 "redis store %s unreachable at start (%s); requests answer 503 until it is back",
-                redact_url(self.url.reveal()),
+                where,
                 describe(exc),
             )
+            if not self.options.require_durable:
+                return
+        try:
+            await durability.check(client, where, require_durable=self.options.require_durable)
+        except ConfigError:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         await self._creates.drained()  # creates already queued still get their answer
