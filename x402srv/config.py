@@ -35,7 +35,9 @@ from pydantic import (
 
 from .errors import ConfigError
 from .gateway.route_config import RouteConfig, check_routes
+from .interfaces import RateWindow
 from .networks import KNOWN_NETWORKS, NetworkInfo, canonical_network_name
+from .plan_terms import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from .secret_values import (
     HttpUrlSecret,
     Secret,
@@ -173,6 +175,24 @@ class PlanConfig(_Model):
     unit_amount: str
     description: str = Field(min_length=1)
     token_ttl_seconds: int = Field(default=3600, gt=0)
+    # Selling calls (x402srv/plan_terms.py): credits per grant, a rate limit per grant.
+    calls: int | None = Field(default=None, gt=0, le=10**12)
+    rate_limit: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calls_period(cls, data: Any) -> Any:
+        """A plan that sells calls and names no period lives CALLS_TOKEN_TTL_SECONDS."""
+        if isinstance(data, dict) and data.get("calls") is not None:
+            return {"token_ttl_seconds": CALLS_TOKEN_TTL_SECONDS, **data}
+        return data
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate_limit(value)
+        return value
 
     @field_validator("plan_id")
     @classmethod
@@ -219,7 +239,13 @@ class ServerConfig(_Model):
 class StoreConfig(_PluginTables):
     backend: str = "sqlite"
     path: str = "x402srv.db"
-    url: Annotated[SecretValue, url_secret("redis", "rediss", "unix")] | None = None
+    url: (
+        Annotated[
+            SecretValue,
+            url_secret("redis", "rediss", "unix", hosts_listed=("redis+sentinel",)),
+        ]
+        | None
+    ) = None
 
 
 class SettlementConfig(_PluginTables):
@@ -332,6 +358,13 @@ class Plan:
     description: str
     token_ttl_seconds: int
     amount: int
+    calls: int | None = None  # credits a purchase adds (x402srv/plan_terms.py)
+    rate: RateWindow | None = None  # calls per grant and window
+
+    @property
+    def metered(self) -> bool:
+        """Whether calls under this plan go through the store (credits or a rate limit)."""
+        return self.calls is not None or self.rate is not None
 
 
 class Config(_Model):
@@ -435,6 +468,8 @@ class Config(_Model):
                 description=plan.description,
                 token_ttl_seconds=plan.token_ttl_seconds,
                 amount=amount,
+                calls=plan.calls,
+                rate=parse_rate_limit(plan.rate_limit) if plan.rate_limit else None,
             )
         return plans
 
@@ -445,6 +480,11 @@ class Config(_Model):
     @property
     def plan_map(self) -> dict[str, Plan]:
         return self._plans
+
+    @property
+    def meters_calls(self) -> bool:
+        """Whether any plan sells calls or limits their rate (the store must keep credits)."""
+        return any(plan.metered for plan in self._plans.values())
 
     @property
     def env(self) -> Mapping[str, str]:

@@ -46,7 +46,7 @@ kit) does not export is internal and may change between releases.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 from .chain import ChainReader, ChainUnavailable, Receipt
@@ -62,6 +62,7 @@ from .default_plugins.credit_rules import (
     encode_account,
     window_end,
 )
+from .default_plugins.dump_rules import ImportBatch, sort_items
 from .default_plugins.store_rules import (
     check_state,
     claim_conflict,
@@ -86,11 +87,16 @@ from .interfaces import (
     Credited,
     CreditEntry,
     CreditStore,
+    ExportedChallenge,
+    ExportedLease,
+    ExportedTask,
+    ExportItem,
     GrantRequest,
     IssuedCredential,
     Lease,
     MigratingStore,
     PaymentClaimed,
+    PortableStore,
     RateWindow,
     Rejected,
     Settled,
@@ -108,6 +114,7 @@ from .interfaces import (
     TxClaimed,
     Unknown,
     UsageBucket,
+    keeps_credits,
 )
 from .networks import NetworkInfo
 from .plugin_context import PluginContext
@@ -146,8 +153,13 @@ __all__ = [
     "CreditStore",
     "Credited",
     "DelegatingStore",
+    "ExportItem",
+    "ExportedChallenge",
+    "ExportedLease",
+    "ExportedTask",
     "Factory",
     "GrantRequest",
+    "ImportBatch",
     "IssuedCredential",
     "Lease",
     "MalformedSignature",
@@ -158,6 +170,7 @@ __all__ = [
     "PaymentDetails",
     "PaymentKey",
     "PluginContext",
+    "PortableStore",
     "RateWindow",
     "Reason",
     "Receipt",
@@ -214,6 +227,7 @@ __all__ = [
     "preflight",
     "redact_url",
     "resolve_authorization",
+    "sort_items",
     "state_values",
     "transfer_calldata",
     "tx_claim_key",
@@ -356,6 +370,20 @@ class DelegatingStore:
             return await self.inner.migrate()
         return []
 
+    # Moving between stores: the inner store's, when it has them (``PortableStore``).
+
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        async for item in self._portable().export_items():
+            yield item
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        await self._portable().import_items(items, now=now)
+
+    def _portable(self) -> PortableStore:
+        if not isinstance(self.inner, PortableStore):
+            raise ValueError(f"the {self.inner.name} store cannot export or import")
+        return self.inner
+
     # Credits: only when ``inner`` keeps them (``CreditStore``); see ``keeps_credits``.
 
     async def credit(
@@ -393,11 +421,3 @@ class DelegatingStore:
     def _credits(self) -> CreditStore:
         # (no isinstance per call: the registry checked ``keeps_credits`` once at start-up)
         return cast(CreditStore, self.inner)
-
-
-def keeps_credits(store: object) -> bool:
-    """Whether ``store`` can meter calls: every ``CreditStore`` method (a wrapper's inner too)."""
-    inner = getattr(store, "keeps_credits", None)
-    if isinstance(inner, bool):
-        return inner
-    return isinstance(store, CreditStore)

@@ -33,7 +33,7 @@ from . import hookspecs
 from .chain import ChainReader
 from .config import Config
 from .errors import ConfigError, PluginNotFound
-from .interfaces import Clock, CredentialIssuer, Settler, Store, system_clock
+from .interfaces import Clock, CredentialIssuer, Settler, Store, keeps_credits, system_clock
 from .plugin_context import PluginContext
 
 __all__ = ["LOAD_PLUGINS_ENV", "Built", "Registry"]
@@ -241,6 +241,12 @@ class Registry:
         store: Store = self._context(
             "store", "store.backend", config.store.backend, config, clock=clock
         )
+        if config.meters_calls and not keeps_credits(store):
+            raise ConfigError(
+                f"a plan sells calls or limits their rate, but the store {store.name!r} keeps "
+                "no credits (it is not a CreditStore); use sqlite, redis or memory",
+                path="store.backend",
+            )
         return store
 
     def build(self, config: Config, *, clock: Clock = system_clock) -> Built:

@@ -4,7 +4,7 @@ The promise under test (SPEC 5.2): a buyer whose transfer reached the chain gets
 its grant on its FIRST retry after the restart, with no operator step (no
 ``x402srv reconcile``) and whatever lease the dead process left behind. Every
 round kills the server at a random moment (seeded, so a failure replays)
-while its buyers pay at once with the gas wallet, on sqlite and on Redis.
+while its buyers pay at once with the gas wallet, on sqlite, Redis and PostgreSQL.
 
 Buyers whose transfer did not happen are not owed anything yet; the test only
 checks that nothing was granted without a transfer and that no payment moved
@@ -88,7 +88,7 @@ def burst(seller: Seller, purchases: list[Purchase], kill_after: float | None = 
     return time.monotonic() - started
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 def test_every_paid_buyers_first_retry_after_a_kill_gets_its_grant(
     start_seller: Callable[..., Seller],
     devchain: Devchain,
@@ -102,6 +102,8 @@ def test_every_paid_buyers_first_retry_after_a_kill_gets_its_grant(
             "url": request.getfixturevalue("redis_url"),
             "redis": {"key_prefix": f"burst-{id(request)}:"},
         }
+    if backend == "postgres":  # a fresh, migrated schema on the session's cluster
+        store = request.getfixturevalue("postgres_store_table")
     seller = start_seller("gas-wallet", store=store)
     rng = random.Random(f"{SEED}-{backend}")
     totals = {"rounds": 0, "paid": 0, "grants": 0, "unpaid": 0, "died_mid_request": 0}

@@ -134,7 +134,7 @@ def test_skills(card: dict[str, Any]) -> None:
         assert card["url"] in skill["description"]
     assert (discover["id"], discover["name"]) == ("discover-products", "Discover products")
     assert (request["id"], request["name"]) == ("request-access", "Request access")
-    assert "hourly, daily" in request["description"]
+    assert "Plans: hourly ($0.10: 1 hour); daily ($1.50: 1 day)." in request["description"]
     assert any("hourly" in example for example in request["examples"])
 
 

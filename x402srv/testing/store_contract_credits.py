@@ -16,8 +16,7 @@ from collections import Counter
 
 import pytest
 
-from ..interfaces import CreditStore, RateWindow, SpendOutcome, Store
-from ..plugin import keeps_credits
+from ..interfaces import CreditStore, RateWindow, SpendOutcome, Store, keeps_credits
 from .builders import BASE_TIME, new_id
 from .store_contract_base import RACERS, StoreContractBase
 

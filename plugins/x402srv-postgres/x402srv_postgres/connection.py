@@ -61,7 +61,15 @@ ConfigProblem = (
 )
 
 #: What the pool raises when the database cannot serve: converted to 503 at the boundary.
-DatabaseErrors = (pg.PostgresError, pg.InterfaceError, OSError, TimeoutError)
+#: (``InternalClientError``: a connection the server dropped mid-protocol, e.g. while the
+#: event loop was blocked, is left in a state asyncpg refuses to go on from.)
+DatabaseErrors = (
+    pg.PostgresError,
+    pg.InterfaceError,
+    pg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 
 
 def is_config_problem(exc: BaseException) -> bool:

@@ -7,7 +7,9 @@ so the plugin's tests and the core's end-to-end tests share them:
   stopped and deleted at the end of the session;
 - ``postgres_server``: one plain cluster for the session;
 - ``postgres_schema``: a fresh schema name per test, so tests sharing the
-  cluster never see each other's rows (as sellers sharing a database).
+  cluster never see each other's rows (as sellers sharing a database);
+- ``postgres_store_table``: the ``[store]`` table of a seller config on the
+  session's cluster, with a fresh schema already migrated.
 
 Without the PostgreSQL binaries these fixtures skip the tests that use them.
 """
@@ -20,9 +22,15 @@ from typing import Any
 
 import pytest
 
-from .testing import PostgresServer, postgres_bin_dir
+from .testing import PostgresServer, migrate_schema, postgres_bin_dir
 
-__all__ = ["StartPostgres", "postgres_schema", "postgres_server", "start_postgres"]
+__all__ = [
+    "StartPostgres",
+    "postgres_schema",
+    "postgres_server",
+    "postgres_store_table",
+    "start_postgres",
+]
 
 #: ``start_postgres(password=None, tls=None, client_certificates=False, settings={})``.
 StartPostgres = Callable[..., PostgresServer]
@@ -52,3 +60,13 @@ def postgres_server(start_postgres: StartPostgres) -> PostgresServer:
 @pytest.fixture
 def postgres_schema() -> str:
     return f"test_{secrets.token_hex(6)}"
+
+
+@pytest.fixture
+def postgres_store_table(postgres_server: PostgresServer, postgres_schema: str) -> dict[str, Any]:
+    """``{"backend": "postgres", "postgres": {...}}`` for ``seller_config(store=...)``."""
+    migrate_schema(postgres_server.dsn(), postgres_schema)
+    return {
+        "backend": "postgres",
+        "postgres": {"dsn": postgres_server.dsn(), "schema": postgres_schema},
+    }

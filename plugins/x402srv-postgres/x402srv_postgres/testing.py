@@ -19,6 +19,9 @@ promotion lose nothing acknowledged.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import concurrent.futures
 import contextlib
 import glob
 import os
@@ -37,7 +40,13 @@ from urllib.parse import quote
 
 from x402srv.testing.servers import free_port
 
-__all__ = ["PostgresServer", "TlsFiles", "make_tls_files", "postgres_bin_dir"]
+__all__ = [
+    "PostgresServer",
+    "TlsFiles",
+    "make_tls_files",
+    "migrate_schema",
+    "postgres_bin_dir",
+]
 
 USER = "x402srv"
 DATABASE = "postgres"
@@ -151,6 +160,7 @@ class PostgresServer:
     settings: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     base: Path = field(default_factory=lambda: _owned_directory("x402srv-pg-"))
+    _password_pending: bool = field(default=False, repr=False)
 
     @property
     def data(self) -> Path:
@@ -172,23 +182,14 @@ class PostgresServer:
     # ------------------------------------------------------------ life cycle
 
     def init(self) -> Self:
-        """``initdb``, then the lines of ``postgresql.conf`` and ``pg_hba.conf`` tests need."""
-        command = ["initdb", "-D", str(self.data), "-U", USER, "-E", "UTF8", "--no-locale"]
-        command += ["--no-sync", "--auth-local=trust"]
-        if self.password:
-            pwfile = self.base / "pwfile"
-            pwfile.write_text(self.password + "\n")
-            self._give(pwfile)
-            command += ["--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
-        else:
-            command += ["--auth-host=trust"]
-        self._pg(*command)
-        with contextlib.suppress(FileNotFoundError):
-            (self.base / "pwfile").unlink()
+        """A copy of the session's ``initdb`` template, then the tests' own settings."""
+        _as_server_user(["cp", "-a", str(_template()), str(self.data)], cwd=self.base)
         self._configure()
+        self._password_pending = bool(self.password)
         return self
 
     def _configure(self) -> None:
+        """``postgresql.conf`` lines (the last of a key wins) and the whole ``pg_hba.conf``."""
         lines = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(self.port),
@@ -198,34 +199,42 @@ class PostgresServer:
             "logging_collector": "off",
             "shared_buffers": "32MB",
         }
-        hba = []
-        if self.tls is not None:
+        method = "scram-sha-256" if self.password else "trust"
+        hba = ["local all all trust", "local replication all trust"]
+        if self.tls is None:
+            hba += [f"host all all 127.0.0.1/32 {method}"]
+            hba += [f"host replication all 127.0.0.1/32 {method}"]
+        else:
             lines |= {
                 "ssl": "on",
                 "ssl_cert_file": f"'{self.tls.server_cert}'",
                 "ssl_key_file": f"'{self.tls.server_key}'",
                 "ssl_ca_file": f"'{self.tls.ca}'",
             }
-            method = "cert" if self.client_certificates else "scram-sha-256"
-            hba = [
-                f"hostssl all {USER} 127.0.0.1/32 {method}",
+            client = "cert" if self.client_certificates else method
+            hba += [
+                f"hostssl all {USER} 127.0.0.1/32 {client}",
+                f"hostssl replication all 127.0.0.1/32 {method}",
                 "hostnossl all all 127.0.0.1/32 reject",
             ]
         lines |= dict(self.settings)
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write("\n# x402srv tests\n")
             conf.writelines(f"{key} = {value}\n" for key, value in lines.items())
-        if hba:
-            # First match wins: these lines go before initdb's own.
-            path = self.data / "pg_hba.conf"
-            original = path.read_text()
-            path.write_text("\n".join(["local all all trust", *hba]) + "\n" + original)
+        (self.data / "pg_hba.conf").write_text("\n".join(hba) + "\n")
 
     def start(self, timeout: float = 30.0) -> Self:
+        """Start it (``initdb`` first if needed); a server already running stays as it is."""
+        if self.pid is not None:
+            return self
         if not (self.data / "PG_VERSION").exists():
             self.init()
         self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-w", "-t",
                  str(int(timeout)), "start")  # fmt: skip
+        if self._password_pending:  # over the socket, where local connections are trusted
+            secret = (self.password or "").replace("'", "''")
+            self.sql(f"ALTER ROLE {USER} PASSWORD '{secret}'")
+            self._password_pending = False
         return self
 
     def stop(self, mode: str = "fast") -> None:
@@ -314,42 +323,77 @@ class PostgresServer:
             time.sleep(0.05)
         raise TimeoutError(f"{query!r} gave {seen!r}, not {expected!r}, within {timeout} s")
 
-    def _give(self, path: Path) -> None:
-        user = _run_as()
-        if user is not None:
-            entry = pwd.getpwnam(user)
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-
     def _pg(self, tool: str, *args: str, env: Mapping[str, str] | None = None) -> str:
         """One PostgreSQL program, as the server's user; raises with its output on failure."""
-        bin_dir = postgres_bin_dir()
-        if bin_dir is None:
-            raise RuntimeError("PostgreSQL binaries not found (set X402SRV_POSTGRES_BIN)")
-        command: Sequence[str] = [str(bin_dir / tool), *args]
-        user = _run_as()
-        if user is not None:
-            command = ["runuser", "-u", user, "--", *command]
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "LC_ALL": "C", **(env or {})},
-            cwd=self.base,
-        )
-        if result.returncode != 0:
+        try:
+            return _run_tool(tool, *args, cwd=self.base, env=env)
+        except subprocess.CalledProcessError as exc:
             log = (
                 self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
             )
-            raise subprocess.CalledProcessError(
-                result.returncode, command, result.stdout, f"{result.stderr}\n{log}"
-            )
-        return result.stdout
+            exc.stderr = f"{exc.stderr}\n{log}"
+            raise
 
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+def _as_server_user(
+    command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None
+) -> str:
+    """Run ``command`` as the user PostgreSQL runs as; raise with its output on failure."""
+    user = _run_as()
+    if user is not None:
+        command = ["runuser", "-u", user, "--", *command]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LC_ALL": "C", **(env or {})},
+        cwd=cwd,
+    )
+    if result.returncode != 0:
+        raise subprocess.CalledProcessError(
+            result.returncode, command, result.stdout, result.stderr
+        )
+    return result.stdout
+
+
+def _run_tool(tool: str, *args: str, cwd: Path, env: Mapping[str, str] | None = None) -> str:
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL binaries not found (set X402SRV_POSTGRES_BIN)")
+    return _as_server_user([str(bin_dir / tool), *args], cwd=cwd, env=env)
+
+
+_templates: list[Path] = []
+
+
+def _template() -> Path:
+    """One ``initdb`` per process, copied by every cluster (a copy takes a fraction of it)."""
+    if not _templates:
+        base = _owned_directory("x402srv-pg-template-")
+        atexit.register(shutil.rmtree, base, True)
+        _run_tool("initdb", "-D", str(base / "data"), "-U", USER, "-E", "UTF8", "--no-locale",
+                  "--no-sync", "--auth=trust", cwd=base)  # fmt: skip
+        _templates.append(base / "data")
+    return _templates[0]
+
+
+def migrate_schema(dsn: str, schema: str) -> list[str]:
+    """``x402srv migrate`` for one schema, callable with or without a running event loop."""
+    from x402srv.plugin import Secret
+
+    from .options import PostgresOptions
+    from .store import PostgresStore
+
+    options = PostgresOptions(dsn=Secret(dsn), schema=schema)
+    store = PostgresStore(options.dsn, options)
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # its own loop, whatever the caller's
+        return thread.submit(asyncio.run, store.migrate()).result()
 
 
 def _alive(pid: int) -> bool:
