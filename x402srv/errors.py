@@ -17,6 +17,7 @@ second becomes an RFC 9457 problem document and never a 500.
         │   └── TokenRevoked         401 TOKEN_REVOKED, the seller revoked the grant
         ├── AdminUnauthorized        401 ADMIN_UNAUTHORIZED, console/admin API credential
         ├── PaymentFailed            402 PAYMENT_FAILED (+ x402 ``reason``)
+        ├── CreditsExhausted         402 CREDITS_EXHAUSTED, a grant's calls are spent (+ RateLimit)
         ├── AdminForbidden           403 ADMIN_FORBIDDEN, a console form without its CSRF token
         ├── NotFound                 404 NOT_FOUND
         ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
@@ -27,6 +28,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
         ├── GrantRevoked             410 GRANT_REVOKED, a revoked purchase asked for again
         ├── RateLimited              429 RATE_LIMITED, too many unpaid requests (+ Retry-After)
+        │   └── CallsThrottled       429 RATE_LIMITED, a grant's rate limit (+ RateLimit)
         ├── InternalError            500 INTERNAL_ERROR
         │   └── CredentialPending    500 INTERNAL_ERROR, paid but no credential yet (+ Retry-After)
         ├── SettlementPending        502 SETTLEMENT_PENDING (+ Retry-After)
@@ -49,9 +51,11 @@ from typing import Any, ClassVar
 __all__ = [
     "AdminForbidden",
     "AdminUnauthorized",
+    "CallsThrottled",
     "ChallengeExpired",
     "ConfigError",
     "CredentialPending",
+    "CreditsExhausted",
     "GrantRevoked",
     "InternalError",
     "InvalidRequest",
@@ -231,6 +235,19 @@ class PaymentFailed(ProblemError):
         super().__init__(detail, extra=extra, **kwargs)
 
 
+class CreditsExhausted(ProblemError):
+    """A metered call found its grant's credits spent: pay the plan again to top the grant up.
+
+    The gateway answers with the plan's 402 offer (a standard x402 client pays
+    it and keeps its token); an app's meter answers this problem with a
+    ``topUp`` member: the request that tops the grant up at ``/x402/access``.
+    """
+
+    status = 402
+    code = "CREDITS_EXHAUSTED"
+    title = "Credits exhausted"
+
+
 class NotFound(ProblemError):
     """No such route."""
 
@@ -301,6 +318,12 @@ class RateLimited(ProblemError):
     status = 429
     code = "RATE_LIMITED"
     title = "Too many unpaid requests"
+
+
+class CallsThrottled(RateLimited):
+    """A grant made more calls than its plan's ``rate_limit`` allows in this window."""
+
+    title = "Too many calls"
 
 
 class InternalError(ProblemError):
