@@ -15,6 +15,10 @@ and whichever worker answers ``/metrics`` adds them all up.
     x402srv_grants_issued_total
     x402srv_token_rejections_total{code}              INVALID_TOKEN, TOKEN_EXPIRED, ...
     x402srv_store_errors_total
+    x402srv_credits_added_total{plan}                 calls credited by purchases and top-ups
+    x402srv_credits_spent_total{plan}                 credits metered calls spent (refunds aside)
+    x402srv_credits_refunded_total{plan}              credits given back (the upstream's 5xx)
+    x402srv_metered_refusals_total{plan, reason}      reason: no-credits | throttled
 """
 
 from __future__ import annotations
@@ -46,6 +50,18 @@ class Metrics:
         return None
 
     def store_error(self) -> None:
+        return None
+
+    def credits_added(self, plan: str, amount: int) -> None:
+        return None
+
+    def credits_spent(self, plan: str, amount: int) -> None:
+        return None
+
+    def credits_refunded(self, plan: str, amount: int) -> None:
+        return None
+
+    def metered_refusal(self, plan: str, reason: str) -> None:
         return None
 
     def exposition(self) -> tuple[bytes, str]:
@@ -93,6 +109,22 @@ class PrometheusMetrics(Metrics):
             "Requests answered 503 because the store failed",
             registry=registry,
         )
+        self._credits = {
+            kind: prometheus_client.Counter(
+                f"x402srv_credits_{kind}", text, ["plan"], registry=registry
+            )
+            for kind, text in (
+                ("added", "Calls credited to grants by purchases and top-ups"),
+                ("spent", "Credits spent by metered calls"),
+                ("refunded", "Credits given back after the upstream failed"),
+            )
+        }
+        self._refusals = prometheus_client.Counter(
+            "x402srv_metered_refusals",
+            "Metered calls refused, by plan and reason (no-credits, throttled)",
+            ["plan", "reason"],
+            registry=registry,
+        )
 
     def challenge_created(self) -> None:
         self._challenges.inc()
@@ -109,6 +141,18 @@ class PrometheusMetrics(Metrics):
 
     def store_error(self) -> None:
         self._store_errors.inc()
+
+    def credits_added(self, plan: str, amount: int) -> None:
+        self._credits["added"].labels(plan).inc(amount)
+
+    def credits_spent(self, plan: str, amount: int) -> None:
+        self._credits["spent"].labels(plan).inc(amount)
+
+    def credits_refunded(self, plan: str, amount: int) -> None:
+        self._credits["refunded"].labels(plan).inc(amount)
+
+    def metered_refusal(self, plan: str, reason: str) -> None:
+        self._refusals.labels(plan, reason).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         prometheus = self._prometheus

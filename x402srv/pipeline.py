@@ -210,6 +210,7 @@ class AccessPipeline:
             now=self.clock(),
             ttl_seconds=self.config.server.challenge_ttl_seconds,
             implicit=implicit,
+            calls=plan.calls,
         )
 
     def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:

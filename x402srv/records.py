@@ -122,7 +122,9 @@ class ChallengeRecord:
 
     ``amount``/``asset``/``network``/``pay_to``/``max_timeout_seconds`` are the
     requirement offered when the challenge was created: a replay gets exactly
-    what was offered even if the seller edits prices meanwhile.
+    what was offered even if the seller edits prices meanwhile; ``calls`` too
+    (the credits its delivery adds, for plans that sell calls). ``top_up_of``
+    names the grant (its challengeId) a top-up adds its credits to.
     """
 
     challenge_id: str
@@ -144,6 +146,8 @@ class ChallengeRecord:
     tx_hash: str | None = None
     grant: dict[str, Any] | None = None
     history: tuple[Transition, ...] = field(default_factory=tuple)
+    calls: int | None = None
+    top_up_of: str | None = None
 
     @classmethod
     def new(
@@ -161,6 +165,8 @@ class ChallengeRecord:
         now: float,
         ttl_seconds: float,
         implicit: bool = False,
+        calls: int | None = None,
+        top_up_of: str | None = None,
     ) -> ChallengeRecord:
         """A fresh PENDING challenge offering ``amount`` of ``asset`` to ``pay_to``."""
         return cls(
@@ -179,6 +185,8 @@ class ChallengeRecord:
             updated_at=now,
             implicit=implicit,
             history=(Transition(State.PENDING, now, "challenge created"),),
+            calls=calls,
+            top_up_of=top_up_of,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +215,8 @@ class ChallengeRecord:
             "history": [
                 {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
             ],
+            "calls": self.calls,
+            "top_up_of": self.top_up_of,
         }
 
     @classmethod
