@@ -15,6 +15,11 @@ and whichever worker answers ``/metrics`` adds them all up.
     x402srv_grants_issued_total
     x402srv_token_rejections_total{code}              INVALID_TOKEN, TOKEN_EXPIRED, ...
     x402srv_store_errors_total
+    x402srv_settler_state{network, settler}           0 closed, 1 half-open, 2 open: the
+                                                      breaker of each failover settler (the
+                                                      worst worker's, with several workers)
+    x402srv_settler_failovers_total{network, settler} payments it could not settle, passed
+                                                      on to the next settler
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ __all__ = ["Metrics", "PrometheusMetrics", "current", "install"]
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: ``x402srv_settler_state`` values.
+BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 
 
 class Metrics:
@@ -46,6 +53,12 @@ class Metrics:
         return None
 
     def store_error(self) -> None:
+        return None
+
+    def settler_state(self, network: str, settler: str, state: str) -> None:
+        return None
+
+    def failover(self, network: str, settler: str) -> None:
         return None
 
     def exposition(self) -> tuple[bytes, str]:
@@ -93,6 +106,19 @@ class PrometheusMetrics(Metrics):
             "Requests answered 503 because the store failed",
             registry=registry,
         )
+        self._settler_state = prometheus_client.Gauge(
+            "x402srv_settler_state",
+            "Circuit breaker of a failover settler: 0 closed, 1 half-open, 2 open",
+            ["network", "settler"],
+            registry=registry,
+            multiprocess_mode="livemax",  # per worker: show the worst live one
+        )
+        self._failovers = prometheus_client.Counter(
+            "x402srv_settler_failovers",
+            "Payments a settler could not settle, passed on to the next settler",
+            ["network", "settler"],
+            registry=registry,
+        )
 
     def challenge_created(self) -> None:
         self._challenges.inc()
@@ -109,6 +135,12 @@ class PrometheusMetrics(Metrics):
 
     def store_error(self) -> None:
         self._store_errors.inc()
+
+    def settler_state(self, network: str, settler: str, state: str) -> None:
+        self._settler_state.labels(network, settler).set(BREAKER_STATES.get(state, 2))
+
+    def failover(self, network: str, settler: str) -> None:
+        self._failovers.labels(network, settler).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         prometheus = self._prometheus
