@@ -85,7 +85,8 @@ from .interfaces import (
     TxClaimed,
     Unknown,
 )
-from .networks import NetworkInfo
+from .network_config import SettlerConfig, SettlerSpec
+from .networks import NetworkInfo, Token
 from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
@@ -140,10 +141,13 @@ __all__ = [
     "SettlementOutcome",
     "SettlementRequest",
     "Settler",
+    "SettlerConfig",
+    "SettlerSpec",
     "State",
     "StateMismatch",
     "Store",
     "StoreUnavailable",
+    "Token",
     "Transferred",
     "Transition",
     "TransitionApplied",
