@@ -16,7 +16,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import JWT_SECRET, Seller, settlement_table
+from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import ServerProcess, seller_config

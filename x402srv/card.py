@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
+from .plan_terms import describe
 
 __all__ = ["X402_EXTENSION_URI", "agent_card"]
 
@@ -28,6 +29,11 @@ def agent_card(config: Config) -> dict[str, Any]:
     a2a_url = f"{seller.agent_url}{config.server.base_path}{config.server.a2a_path}"
     plan_ids = list(config.plan_map)
     first_plan = plan_ids[0]
+    # What each plan includes, so an agent compares plans from the card alone.
+    plans = "; ".join(
+        f"{plan.plan_id} ({plan.unit_amount}: {describe(plan)})"
+        for plan in config.plan_map.values()
+    )
     return {
         "name": seller.agent_name,
         "description": seller.agent_description,
@@ -87,7 +93,7 @@ def agent_card(config: Config) -> dict[str, Any]:
                     "task) gets a task asking for the payment (x402.payment.required); pay "
                     "it on that task (x402.payment.status payment-submitted) and the "
                     "completed task holds the AccessGrant; message/stream shows the "
-                    f"settlement as it happens. Plans: {', '.join(plan_ids)}."
+                    f"settlement as it happens. Plans: {plans}."
                 ),
                 "tags": ["payment", "access", "x402"],
                 "examples": [

@@ -3,6 +3,7 @@
     x402srv --config FILE [--host H] [--port P] [--workers N]   serve (the main job)
     x402srv check --config FILE                                  validate, print resolved config
     x402srv plugins                                              list plugins and what they register
+    x402srv migrate --config FILE                                bring the store's schema up to date
     x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
     x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
@@ -40,7 +41,16 @@ from .validation_errors import problems
 
 __all__ = ["main"]
 
-COMMANDS = ("serve", "check", "plugins", "reconcile", "challenges", "audit", "demo")
+COMMANDS = (
+    "serve",
+    "check",
+    "plugins",
+    "migrate",
+    "reconcile",
+    "challenges",
+    "audit",
+    "demo",
+)
 
 #: ``sys.setswitchinterval`` of a serving process (Python's default is 0.005).
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -61,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a config and print it without secrets")
     check.add_argument("--config", required=True, help="seller TOML file")
     commands.add_parser("plugins", help="list installed plugins")
+    migrate = commands.add_parser(
+        "migrate",
+        help="bring the store's schema up to date (PostgreSQL: before starting a new version)",
+    )
+    migrate.add_argument("--config", required=True, help="seller TOML file")
     reconcile = commands.add_parser("reconcile", help="run one reconciler pass and print it")
     reconcile.add_argument("--config", required=True, help="seller TOML file")
     reconcile.add_argument(
@@ -71,18 +86,22 @@ def _parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", help="challenges, oldest update first")
     listing.add_argument("--config", required=True, help="seller TOML file")
     listing.add_argument("--state", choices=[s.value for s in State], help="only this state")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument(
+        "--limit", type=int, default=100, help="at most this many challenges (default 100)"
+    )
     for name, text in (
         ("show", "one challenge with its history"),
         ("cancel", "PENDING -> CANCELLED"),
     ):
         action = actions.add_parser(name, help=text)
-        action.add_argument("challenge_id")
+        action.add_argument("challenge_id", help="the challengeId (a UUID)")
         action.add_argument("--config", required=True, help="seller TOML file")
     audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
     audit.add_argument("--config", required=True, help="seller TOML file")
-    audit.add_argument("--from-block", type=int, required=True)
-    audit.add_argument("--to-block", type=int)
+    audit.add_argument(
+        "--from-block", type=int, required=True, help="first block to scan for transfers"
+    )
+    audit.add_argument("--to-block", type=int, help="last block to scan (default: the latest)")
     demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")
     demo.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
     return parser
@@ -189,6 +208,18 @@ def _plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    steps = asyncio.run(operations.migrate(config))
+    if steps is None:
+        print(f"the {config.store.backend} store keeps its own schema: nothing to migrate")
+        return 0
+    for step in steps:
+        print(step)
+    print("schema up to date" + ("" if steps else " (nothing applied)"), file=sys.stderr)
+    return 0
+
+
 def _reconcile(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     report = asyncio.run(operations.reconcile(config, grace_seconds=args.grace_seconds))
@@ -264,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "plugins":
             return _plugins(args)
+        if args.command == "migrate":
+            return _migrate(args)
         if args.command == "reconcile":
             return _reconcile(args)
         if args.command == "challenges":

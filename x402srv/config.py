@@ -37,6 +37,7 @@ from pydantic import (
 from .config_fields import StrictModel, checksum_address, http_url
 from .errors import ConfigError
 from .gateway.route_config import RouteConfig, check_routes
+from .interfaces import RateWindow
 from .network_config import (
     Network,
     NetworkConfig,
@@ -49,6 +50,7 @@ from .network_config import (
     resolve_single,
 )
 from .networks import KNOWN_NETWORKS, NetworkInfo
+from .plan_terms import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from .secret_values import (
     HttpUrlSecret,
     Secret,
@@ -169,6 +171,24 @@ class PlanConfig(_Model):
     token_ttl_seconds: int = Field(default=3600, gt=0)
     #: Only these networks (names or eip155:<id>); default: every configured network.
     networks: list[str] | None = Field(default=None, min_length=1, max_length=64)
+    # Selling calls (x402srv/plan_terms.py): credits per grant, a rate limit per grant.
+    calls: int | None = Field(default=None, gt=0, le=10**12)
+    rate_limit: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calls_period(cls, data: Any) -> Any:
+        """A plan that sells calls and names no period lives CALLS_TOKEN_TTL_SECONDS."""
+        if isinstance(data, dict) and data.get("calls") is not None:
+            return {"token_ttl_seconds": CALLS_TOKEN_TTL_SECONDS, **data}
+        return data
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate_limit(value)
+        return value
 
     @field_validator("plan_id")
     @classmethod
@@ -350,6 +370,13 @@ class Plan:
     token_ttl_seconds: int
     amount: int
     options: tuple[PlanOption, ...] = ()
+    calls: int | None = None  # credits a purchase adds (x402srv/plan_terms.py)
+    rate: RateWindow | None = None  # calls per grant and window
+
+    @property
+    def metered(self) -> bool:
+        """Whether calls under this plan go through the store (credits or a rate limit)."""
+        return self.calls is not None or self.rate is not None
 
 
 class Config(_Model):
@@ -370,7 +397,7 @@ class Config(_Model):
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()
     _plans: dict[str, Plan] = PrivateAttr()
     _base_dir: Path = PrivateAttr(default=Path("."))
-    _env: Mapping[str, str] = PrivateAttr(default_factory=dict)
+    _env: Mapping[str, str] = PrivateAttr(default_factory=lambda: os.environ)
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Config:
@@ -460,6 +487,8 @@ class Config(_Model):
                 token_ttl_seconds=plan.token_ttl_seconds,
                 amount=options[0].amount,
                 options=options,
+                calls=plan.calls,
+                rate=parse_rate_limit(plan.rate_limit) if plan.rate_limit else None,
             )
         return plans
 
@@ -482,14 +511,19 @@ class Config(_Model):
         return self._plans
 
     @property
-    def base_dir(self) -> Path:
-        """Directory of the config file; relative paths in it are resolved from here."""
-        return self._base_dir
+    def meters_calls(self) -> bool:
+        """Whether any plan sells calls or limits their rate (the store must keep credits)."""
+        return any(plan.metered for plan in self._plans.values())
 
     @property
     def env(self) -> Mapping[str, str]:
-        """The environment the config was read with: plugins resolve ``{ env = ... }`` in it."""
+        """The environment ``{ env = ... }`` secrets were read from (plugin options use it too)."""
         return self._env
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory of the config file; relative paths in it are resolved from here."""
+        return self._base_dir
 
     @property
     def access_url(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from .networks import NetworkInfo
@@ -24,16 +25,24 @@ __all__ = [
     "Authorization",
     "Clock",
     "CredentialIssuer",
+    "CreditAccount",
+    "CreditEntry",
+    "CreditStore",
+    "Credited",
     "GrantRequest",
     "IssuedCredential",
     "Lease",
+    "MigratingStore",
     "PaymentClaimed",
+    "RateWindow",
     "Rejected",
     "Settled",
     "SettlementHooks",
     "SettlementOutcome",
     "SettlementRequest",
     "Settler",
+    "Spend",
+    "SpendOutcome",
     "StateMismatch",
     "Store",
     "TransitionApplied",
@@ -41,6 +50,8 @@ __all__ = [
     "TransitionResult",
     "TxClaimed",
     "Unknown",
+    "UsageBucket",
+    "keeps_credits",
     "system_clock",
 ]
 
@@ -219,6 +230,172 @@ class Store(Protocol):
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         """Release and leave ``value`` for the next holder; False if the lease was lost."""
+
+
+@runtime_checkable
+class MigratingStore(Protocol):
+    """A store whose schema only ``x402srv migrate`` changes (optional, beside ``Store``).
+
+    A store shared by several instances cannot upgrade its own schema when it
+    starts: one instance would change tables under the others. Such a store
+    implements ``migrate``, and its ``start`` refuses (``ConfigError`` naming
+    ``x402srv migrate``) a schema older than it needs. Stores that keep their
+    own schema (sqlite upgrades its file when it opens it; Redis has none) do
+    not implement it, and ``x402srv migrate`` says there is nothing to do.
+    """
+
+    async def migrate(self) -> list[str]:
+        """Bring the schema to the version this code needs, without ``start()``.
+
+        Safe to run while old instances serve (each step keeps what they use)
+        and by two operators at once (steps are serialized). Returns one line
+        per step applied; an empty list when the schema was already current.
+        """
+
+
+# ---------------------------------------------------------------- credits (metering)
+
+
+@dataclass(frozen=True, slots=True)
+class RateWindow:
+    """At most ``limit`` calls per fixed window of ``seconds``; windows start at multiples of it."""
+
+    limit: int
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreditEntry:
+    """Credits added to a grant once: its purchase or a top-up (``key``: the paying challenge)."""
+
+    key: str
+    amount: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UsageBucket:
+    """Calls and credits of one hour (``start``: a multiple of 3600) of a grant's history."""
+
+    start: int
+    calls: int
+    spent: int
+    refunded: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreditAccount:
+    """What a store keeps per grant (``grant_id``: the purchase's challengeId, the token's jti).
+
+    ``balance`` is what is left to spend; ``credited``, ``spent`` and
+    ``refunded`` add up to it (``credited - spent + refunded``). ``calls``
+    counts the calls that went through. ``window_end`` and ``window_calls``
+    are the rate window that is counting. ``entries`` lists every credit by
+    key (oldest first), ``usage`` the most recent hours, newest first, at most
+    ``USAGE_BUCKETS`` of them. The store may forget the account once
+    ``keep_until`` has passed; every operation treats it as absent from then on.
+    """
+
+    grant_id: str
+    balance: int
+    credited: int
+    spent: int
+    refunded: int
+    calls: int
+    window_end: int
+    window_calls: int
+    keep_until: float
+    entries: tuple[CreditEntry, ...] = ()
+    usage: tuple[UsageBucket, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Credited:
+    """The balance after ``credit``; ``applied`` is False when the key was credited before."""
+
+    balance: int
+    applied: bool
+
+
+class SpendOutcome(StrEnum):
+    SPENT = "spent"
+    NO_CREDITS = "no-credits"  # the balance is less than the cost (or there is no account)
+    THROTTLED = "throttled"  # the rate window is full: nothing was spent or counted
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What one ``spend`` decided, with what the buyer's ``RateLimit`` fields report.
+
+    ``balance`` is the balance after the call (``None`` for a spend that meters
+    no credits); ``window_calls`` the calls counted in the window ending at
+    ``window_end`` (both 0 without a rate window).
+    """
+
+    outcome: SpendOutcome
+    balance: int | None
+    window_calls: int
+    window_end: int
+
+
+@runtime_checkable
+class CreditStore(Store, Protocol):
+    """A store that also keeps credits and rate windows per grant (``calls``, ``rate_limit``).
+
+    An optional capability: a store without these methods still serves every
+    plan sold by time, and the registry refuses it (``ConfigError``) for a config
+    that meters calls. Each method is one atomic step across every process that
+    shares the store; ``x402srv.testing.StoreContract`` checks them on every
+    store that has them.
+    """
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        """Add ``amount`` credits once per ``key`` (creating the account if absent).
+
+        A key credited before changes nothing and answers ``applied=False``:
+        a purchase or top-up delivered again after a crash never credits twice.
+        ``keep_until`` only ever moves the account's ``keep_until`` later.
+        """
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        """One call: check the rate window, then take ``cost`` credits, all or nothing.
+
+        THROTTLED when ``rate`` allows no further call in the window of ``now``
+        (nothing is counted or spent); else NO_CREDITS when ``credits`` and the
+        balance is below ``cost`` (nothing changes); else SPENT: the balance
+        drops by ``cost`` (only with ``credits``), the call counts in the window
+        and in the hour's usage. Without ``credits`` a missing account is
+        created (rate limits of plans sold by time).
+        """
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        """Give back ``amount`` credits of a call that failed; the balance, or None (no account)."""
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        """The grant's account with its entries and usage; None if absent (or already forgotten)."""
+
+
+def keeps_credits(store: object) -> bool:
+    """Whether ``store`` can meter calls: every ``CreditStore`` method (a wrapper's inner too).
+
+    A wrapper (``x402srv.plugin.DelegatingStore``) answers with a ``keeps_credits``
+    property of its own: it has the methods whether or not the store inside does.
+    """
+    inner = getattr(store, "keeps_credits", None)
+    if isinstance(inner, bool):
+        return inner
+    return isinstance(store, CreditStore)
 
 
 # ---------------------------------------------------------------- settlement

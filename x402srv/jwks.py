@@ -15,7 +15,7 @@ When it fetches, and why:
   flood of made-up ``kid`` values costs the JWKS endpoint one request per
   interval, not one per request.
 
-What a failed fetch means (the choice documented in the README):
+What a failed fetch means (the choice documented in docs/other-apps.md):
 
 - keys already held keep verifying (stale-if-error) and the failure is logged:
   a JWKS endpoint that blinks must not log every buyer out;

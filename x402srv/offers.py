@@ -6,6 +6,9 @@ while a server runs, so it is built (and base64-encoded) once. A challenge's
 per-plan template (the compact JSON of everything but the two ids, made once by
 ``json.dumps``) instead of building and encoding the documents each time; it is
 byte for byte what ``json.dumps(..., separators=(",", ":"))`` makes of them.
+
+Every requirement's ``extra`` and every ``plans[]`` entry carry what the plan
+includes (``plan_terms.wire_terms``: period, calls, rate limit).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .config import Config, Plan
 from .errors import ChallengeExpired
 from .interfaces import IssuedCredential
 from .networks import NetworkInfo
+from .plan_terms import wire_terms
 from .protocol import encode_header, requirement
 from .records import ChallengeRecord, Offer
 
@@ -156,6 +160,7 @@ class OfferBuilder:
                 pay_to=config.seller.wallet_address,
                 max_timeout_seconds=config.server.max_timeout_seconds,
                 plan_id=plan.plan_id,
+                terms=wire_terms(plan),
             )
             for plan in config.plan_map.values()
             for option in plan.options
@@ -207,7 +212,12 @@ class OfferBuilder:
             challenge_id=None if record.implicit else record.challenge_id,
             request_id=None if record.implicit else record.request_id,
             asset=offer.asset,
+            terms=self._terms(record.plan_id),
         )
+
+    def _terms(self, plan_id: str) -> dict[str, Any] | None:
+        plan = self._config.plan_map.get(plan_id)
+        return wire_terms(plan) if plan is not None else None
 
     def challenge(self, record: ChallengeRecord, plan: Plan | None) -> PaymentOffer:
         """The 402 of a PENDING challenge: what it was offered, with its ids."""
@@ -254,6 +264,7 @@ class OfferBuilder:
                 max_timeout_seconds=record.max_timeout_seconds,
                 plan_id=record.plan_id,
                 asset=offer.asset,
+                terms=self._terms(record.plan_id),
             )
             accepted["extra"][_IDS] = True  # extra's last member: where the ids go
             accepts.append(accepted)
@@ -313,6 +324,7 @@ def _plan_entry(plan: Plan) -> dict[str, Any]:
         "amount": str(first.amount),
         "asset": first.network.asset,
         "network": first.network.caip2,
+        **wire_terms(plan),
     }
     if len(plan.options) > 1:
         entry["options"] = [

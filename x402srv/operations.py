@@ -15,6 +15,7 @@ from .config import Config
 from .errors import ChallengeExpired, InvalidRequest, NotFound
 from .interfaces import (
     Clock,
+    MigratingStore,
     StateMismatch,
     TransitionApplied,
     TransitionRequest,
@@ -25,7 +26,7 @@ from .reconciler import PassReport, Reconciler
 from .records import ChallengeRecord, State
 from .registry import Registry
 
-__all__ = ["cancel", "list_records", "opened", "reconcile", "redacted", "show"]
+__all__ = ["cancel", "list_records", "migrate", "opened", "reconcile", "redacted", "show"]
 
 
 @asynccontextmanager
@@ -50,6 +51,18 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
             await built.close_chains()
     finally:
         await built.store.close()
+
+
+async def migrate(config: Config) -> list[str] | None:
+    """The store's schema steps applied now; ``None`` when the store has no migrations.
+
+    Never starts the store: ``start`` refuses a schema that is too old, and
+    this is the command that makes it current.
+    """
+    store = Registry().build(config).store
+    if not isinstance(store, MigratingStore):
+        return None
+    return await store.migrate()
 
 
 async def reconcile(config: Config, *, grace_seconds: float | None) -> PassReport | None:

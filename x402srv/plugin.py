@@ -23,7 +23,10 @@ checked against the kind's Protocol at start-up.
 
 - **Stores** (``Store``): records, claims, leases, tasks and counters, each
   change atomic. Start from a real store and wrap it with ``DelegatingStore``,
-  or implement the Protocol and run ``x402srv.testing.StoreContract``.
+  or implement the Protocol and run ``x402srv.testing.StoreContract``. A store
+  that also keeps credits per grant (``CreditStore``: ``credit``, ``spend``,
+  ``refund``, ``get_credits``) can serve plans that sell calls; the contract
+  checks those methods whenever a store has them.
 - **Settlers** (``Settler``, ``BaseSettler``): move a checked authorization
   on-chain and say ``Settled``, ``Rejected`` (nothing moved) or ``Unknown``.
   The core confirms every ``Settled`` on-chain when an RPC is configured.
@@ -34,19 +37,31 @@ Helpers come with it: the chain reader and ``resolve_authorization`` (what the
 chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
-``encode_record`` ...), secrets (``Secret``, ``redact_url``) and ``failpoint``
-for crash tests. Everything in ``x402srv`` that this module (and
-``x402srv.testing``, the test kit) does not export is internal and may change
-between releases.
+``encode_record`` ...), secrets (``Secret``, the ``SecretValue`` option type,
+``redact_url``) and ``failpoint`` for crash tests. A store that only
+``x402srv migrate`` may change the schema of implements ``MigratingStore``.
+Everything in ``x402srv`` that this module (and ``x402srv.testing``, the test
+kit) does not export is internal and may change between releases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .chain import ChainReader, ChainUnavailable, Receipt
 from .config import Config
+from .default_plugins.credit_rules import (
+    USAGE_BUCKET_SECONDS,
+    USAGE_BUCKETS,
+    apply_credit,
+    apply_refund,
+    apply_spend,
+    bucket_start,
+    decode_account,
+    encode_account,
+    window_end,
+)
 from .default_plugins.store_rules import (
     check_state,
     claim_conflict,
@@ -67,16 +82,24 @@ from .interfaces import (
     Authorization,
     Clock,
     CredentialIssuer,
+    CreditAccount,
+    Credited,
+    CreditEntry,
+    CreditStore,
     GrantRequest,
     IssuedCredential,
     Lease,
+    MigratingStore,
     PaymentClaimed,
+    RateWindow,
     Rejected,
     Settled,
     SettlementHooks,
     SettlementOutcome,
     SettlementRequest,
     Settler,
+    Spend,
+    SpendOutcome,
     StateMismatch,
     Store,
     TransitionApplied,
@@ -84,6 +107,8 @@ from .interfaces import (
     TransitionResult,
     TxClaimed,
     Unknown,
+    UsageBucket,
+    keeps_credits,
 )
 from .network_config import SettlerConfig, SettlerSpec
 from .networks import NetworkInfo, Token
@@ -91,7 +116,7 @@ from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
 from .resolution import NotTransferred, Transferred, Undecided, Verdict, resolve_authorization
-from .secret_values import Secret, redact_url
+from .secret_values import Secret, SecretValue, redact_url
 from .transfer_call import (
     DETAILS,
     MalformedSignature,
@@ -106,6 +131,8 @@ from .transfer_call import (
 
 __all__ = [
     "DETAILS",
+    "USAGE_BUCKETS",
+    "USAGE_BUCKET_SECONDS",
     "Authorization",
     "BaseIssuer",
     "BaseSettler",
@@ -116,18 +143,24 @@ __all__ = [
     "Config",
     "ConfigError",
     "CredentialIssuer",
+    "CreditAccount",
+    "CreditEntry",
+    "CreditStore",
+    "Credited",
     "DelegatingStore",
     "Factory",
     "GrantRequest",
     "IssuedCredential",
     "Lease",
     "MalformedSignature",
+    "MigratingStore",
     "NetworkInfo",
     "NotTransferred",
     "PaymentClaimed",
     "PaymentDetails",
     "PaymentKey",
     "PluginContext",
+    "RateWindow",
     "Reason",
     "Receipt",
     "RecordChanges",
@@ -136,6 +169,7 @@ __all__ = [
     "Revert",
     "RevertKind",
     "Secret",
+    "SecretValue",
     "Settled",
     "SettlementHooks",
     "SettlementOutcome",
@@ -143,6 +177,8 @@ __all__ = [
     "Settler",
     "SettlerConfig",
     "SettlerSpec",
+    "Spend",
+    "SpendOutcome",
     "State",
     "StateMismatch",
     "Store",
@@ -156,20 +192,28 @@ __all__ = [
     "TxClaimed",
     "Undecided",
     "Unknown",
+    "UsageBucket",
     "Verdict",
     "X402SrvError",
+    "apply_credit",
+    "apply_refund",
+    "apply_spend",
+    "bucket_start",
     "check_state",
     "claim_conflict",
     "claim_keys",
     "classify_revert",
+    "decode_account",
     "decode_record",
     "decode_task",
+    "encode_account",
     "encode_record",
     "encode_task",
     "failpoint",
     "from_chain",
     "hookimpl",
     "judge_revert",
+    "keeps_credits",
     "key_to_release",
     "nameable",
     "preflight",
@@ -178,6 +222,7 @@ __all__ = [
     "state_values",
     "transfer_calldata",
     "tx_claim_key",
+    "window_end",
 ]
 
 
@@ -309,3 +354,47 @@ class DelegatingStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self.inner.release_lease(lease, value)
+
+    async def migrate(self) -> list[str]:
+        """The inner store's migrations, if it has any (``MigratingStore``)."""
+        if isinstance(self.inner, MigratingStore):
+            return await self.inner.migrate()
+        return []
+
+    # Credits: only when ``inner`` keeps them (``CreditStore``); see ``keeps_credits``.
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        return await self._credits().credit(
+            grant_id, amount, key=key, now=now, keep_until=keep_until
+        )
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        return await self._credits().spend(
+            grant_id, cost, now=now, keep_until=keep_until, rate=rate, credits=credits
+        )
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        return await self._credits().refund(grant_id, amount, now=now)
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        return await self._credits().get_credits(grant_id)
+
+    @property
+    def keeps_credits(self) -> bool:
+        """Whether the wrapped store keeps credits (the registry asks before it meters calls)."""
+        return keeps_credits(self.inner)
+
+    def _credits(self) -> CreditStore:
+        # (no isinstance per call: the registry checked ``keeps_credits`` once at start-up)
+        return cast(CreditStore, self.inner)

@@ -9,7 +9,7 @@ read from its ``[[networks.settlers]]`` table or, in the one-network form, from
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -47,6 +47,10 @@ class PluginContext:
     network: NetworkInfo | None = None
     #: A settler's place in its network's list (None: built outside of one).
     settler: SettlerSpec | None = None
+    #: Set by the registry: builds another registered store (see ``build_store``).
+    store_builder: Callable[[str, str, Mapping[str, Any]], Store] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def on_network(self) -> NetworkInfo:
@@ -70,11 +74,27 @@ class PluginContext:
         """Whether nothing else settles on this network (no failover behind it)."""
         return self.settler is None or self.settler.count == 1
 
+    def build_store(
+        self, name: str, options: Mapping[str, Any] | None = None, *, key_path: str | None = None
+    ) -> Store:
+        """Build the registered store ``name`` with ``options``, for a store that wraps another.
+
+        The wrapped store is checked against the ``Store`` protocol like any other and
+        is neither opened nor closed here: the wrapper's ``start``/``stop`` hand on to it.
+        Errors in its options are named under ``key_path`` (default
+        ``<this key_path>.<name>``). A store cannot wrap itself.
+        """
+        if self.store_builder is None:
+            raise ConfigError("this context cannot build stores", path=self.key_path)
+        if name == self.name:
+            raise ConfigError(f"store {name!r} cannot wrap itself", path=self.key_path)
+        return self.store_builder(name, key_path or f"{self.key_path}.{name}", options or {})
+
     def parse_options(self, model: type[M]) -> M:
         """Validate the plugin's option table; errors name ``<key_path>.<key>``.
 
-        Secret references in it (``{ env = "NAME" }``) read the environment the
-        config was read with (``Config.env``).
+        Fields typed ``SecretValue`` take the core's ``"..."`` / ``{ env = "NAME" }`` /
+        ``{ file = "path" }`` forms, read against the config's directory and environment.
         """
         try:
             return model.model_validate(

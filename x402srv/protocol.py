@@ -267,12 +267,18 @@ def requirement(
     challenge_id: str | None = None,
     request_id: str | None = None,
     asset: str | None = None,
+    terms: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One x402 v2 ``PaymentRequirements`` for the ``exact`` scheme."""
+    """One x402 v2 ``PaymentRequirements`` for the ``exact`` scheme.
+
+    ``terms`` (``plan_terms.wire_terms``: period, calls, rate limit) go into
+    ``extra`` after ``planId``, so an agent compares plans before it pays.
+    """
     extra: dict[str, Any] = {
         "name": network.asset_name,
         "version": network.asset_version,
         "planId": plan_id,
+        **(terms or {}),
     }
     if challenge_id:
         extra["challengeId"] = challenge_id

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from eth_account import Account
 
-from tests.helpers import JWT_SECRET, Seller, settlement_table
+from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
 

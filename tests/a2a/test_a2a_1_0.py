@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     REQUIRED,
     STATUS,
@@ -27,8 +27,8 @@ from tests.a2a.support import (
     v10_status_metadata,
     v10_task,
 )
-from tests.e2e.test_purchase import HOURLY, check_grant
-from tests.helpers import Seller
+from tests.support.purchase import HOURLY, check_grant
+from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 
 # ------------------------------------------------------------------ 3.6 versioning

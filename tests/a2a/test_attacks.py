@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     ERROR,
     RECEIPTS,
     REQUIRED,
@@ -38,8 +38,9 @@ from tests.a2a.support import (
     status_metadata,
     task_of,
 )
-from tests.e2e.test_bad_input import ATTACKS, Attack, attack_payment, snapshot
-from tests.helpers import Seller
+from tests.support.attacks import ATTACKS, Attack, attack_payment
+from tests.support.problems import snapshot
+from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment
 
 #: What the extension calls each attack that fails verification (SPEC 4.2 step 5).

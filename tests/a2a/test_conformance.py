@@ -15,7 +15,7 @@ import json
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     RECEIPTS,
     REQUIRED,
@@ -32,8 +32,8 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_purchase import HOURLY, check_grant
-from tests.helpers import Seller
+from tests.support.purchase import HOURLY, check_grant
+from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 
 

@@ -22,7 +22,7 @@ import pytest
 from a2a.compat.v0_3 import types as v03
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     STATUS,
     X402_EXTENSION,
@@ -38,8 +38,8 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_failures import locked
-from tests.helpers import Seller
+from tests.support.faults import lockable_store, locked
+from tests.support.seller import Seller
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def lockable(start_seller: Callable[..., Seller]) -> Seller:
     """One seller for this module whose sqlite store gives up on a held lock quickly."""
     return start_seller(
         "gas-wallet",
-        store={"backend": "sqlite", "path": "x402srv.db", "sqlite": {"busy_timeout_ms": 200}},
+        store=lockable_store(),
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from eth_account.signers.local import LocalAccount
 from x402.schemas import PaymentRequired
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     ERROR,
     PAYLOAD,
     RECEIPTS,
@@ -36,8 +36,8 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_purchase import HOURLY, check_grant, seller_api
-from tests.helpers import Seller
+from tests.support.purchase import HOURLY, check_grant, seller_api
+from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment, official_client
 
 DAILY = 1_500_000

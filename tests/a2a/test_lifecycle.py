@@ -27,7 +27,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     ERROR,
     PAYLOAD,
     RECEIPTS,
@@ -46,11 +46,10 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.e2e.test_clock import MovableClock
-from tests.e2e.test_facilitator_faults import _seller_with
-from tests.e2e.test_failures import REPO
-from tests.e2e.test_purchase import HOURLY
-from tests.helpers import JWT_SECRET, Seller
+from tests.support.clock import MovableClock
+from tests.support.faults import facilitator_seller, issuer_failing_once
+from tests.support.purchase import HOURLY
+from tests.support.seller import JWT_SECRET, Seller
 from x402srv.app import create_app
 from x402srv.config import parse_config
 from x402srv.devchain import Devchain
@@ -109,7 +108,7 @@ async def test_an_unknown_outcome_keeps_the_task_working_until_the_chain_tells(
     buyer: LocalAccount,
 ) -> None:
     """Our timeout fires first; the facilitator settles later; tasks/get ends completed."""
-    seller = _seller_with(start_seller, facilitator("settle-late", delay=4).url)
+    seller = facilitator_seller(start_seller, facilitator("settle-late", delay=4).url)
     url = a2a_url(seller)
     task = open_task(url)
     working = task_of(pay(url, task, payment_for(seller, buyer, task)))
@@ -143,15 +142,7 @@ async def test_paid_but_no_credential_yet_is_working_then_delivered(
     buyer: LocalAccount,
 ) -> None:
     seller = start_seller(
-        "gas-wallet",
-        credentials={
-            "issuer": "callback",
-            "callback": "tests.e2e.seller_callbacks:fail_first_time",
-        },
-        env={
-            "PYTHONPATH": str(REPO),
-            "X402SRV_TEST_CALLBACK_DIR": str(tmp_path_factory.mktemp("a2a-callbacks")),
-        },
+        "gas-wallet", **issuer_failing_once(tmp_path_factory.mktemp("a2a-callbacks"))
     )
     url = a2a_url(seller)
     task = open_task(url)

@@ -19,8 +19,8 @@ from eth_account.signers.local import LocalAccount
 from google.protobuf.json_format import MessageToDict
 from x402.schemas import PaymentRequired
 
-from tests.a2a.support import ERROR, PAYLOAD, RECEIPTS, REQUIRED, STATUS, X402_EXTENSION
-from tests.a2a.support_sdk import (
+from tests.support.a2a_jsonrpc import ERROR, PAYLOAD, RECEIPTS, REQUIRED, STATUS, X402_EXTENSION
+from tests.support.a2a_sdk import (
     METHODS,
     X402,
     sdk_client,
@@ -28,8 +28,8 @@ from tests.a2a.support_sdk import (
     status_metadata,
     user_message,
 )
-from tests.e2e.test_purchase import HOURLY, check_grant, seller_api
-from tests.helpers import Seller
+from tests.support.purchase import HOURLY, check_grant, seller_api
+from tests.support.seller import Seller
 from x402srv.testing.buyers import official_client
 
 MODES = ["1.0", "0.3"]

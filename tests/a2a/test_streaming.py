@@ -31,7 +31,7 @@ from eth_account.signers.local import LocalAccount
 from google.protobuf.json_format import MessageToDict, ParseDict
 from x402.schemas import PaymentRequired
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     PAYLOAD,
     REQUIRED,
     STATUS,
@@ -49,9 +49,9 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.a2a.support_sdk import METHODS, events, sdk_client, user_message
-from tests.e2e.test_purchase import HOURLY, check_grant
-from tests.helpers import Seller
+from tests.support.a2a_sdk import METHODS, events, sdk_client, user_message
+from tests.support.purchase import HOURLY, check_grant
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import official_client
 
@@ -216,7 +216,8 @@ def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:
 def _broadcast(event: dict[str, Any]) -> str | None:
     """The transaction hash a stream event announces, if any."""
     metadata = event.get("status", {}).get("message", {}).get("metadata", {})
-    return metadata.get("x402srv.txHash")
+    tx_hash: str | None = metadata.get("x402srv.txHash")
+    return tx_hash
 
 
 def _mine_once_sent(devchain: Devchain, tx_hash: str) -> None:
@@ -289,6 +290,7 @@ def test_a_resubscription_on_another_server_follows_the_settlement(
                 tx_hash = _broadcast(event)
                 if tx_hash:
                     break
+        assert tx_hash is not None, "the paying stream never announced its transaction"
         resubscribe = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask"}
         resubscribe["params"] = {"id": task["id"]}
         with httpx.stream(

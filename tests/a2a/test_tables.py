@@ -8,8 +8,6 @@ pure, so they are tested directly here and end to end in the other modules.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from x402srv.a2a import v1
@@ -21,7 +19,6 @@ from x402srv.a2a.versions import Version, version_of
 from x402srv.errors import ChallengeExpired, PaymentFailed, SettlementPending
 from x402srv.reasons import Reason
 
-REPO = Path(__file__).resolve().parents[2]
 NETWORK = "eip155:31337"
 
 

@@ -18,12 +18,13 @@ import json
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.a2a.support import (
+from tests.support.a2a_jsonrpc import (
     ERROR,
     STATUS,
     a2a_url,
@@ -39,7 +40,7 @@ from tests.a2a.support import (
     task_of,
     text,
 )
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv import operations
 from x402srv.config import load_config
 from x402srv.reconciler import Reconciler
@@ -47,7 +48,7 @@ from x402srv.reconciler import Reconciler
 FORGED_SIGNATURE = "0x" + "11" * 65
 
 
-def bought(seller: Seller, buyer: LocalAccount) -> tuple[dict[str, object], dict[str, object]]:
+def bought(seller: Seller, buyer: LocalAccount) -> tuple[dict[str, Any], dict[str, Any]]:
     """A buyer's completed A2A purchase: (its payment, its grant)."""
     url = a2a_url(seller)
     task = open_task(url)
@@ -72,7 +73,7 @@ def test_forged_signature_on_a_victims_authorization_gets_no_grant_over_a2a(
     payment, grant = bought(seller, buyer)
     url = a2a_url(seller)
     attack = copy.deepcopy(payment)
-    attack["payload"]["signature"] = FORGED_SIGNATURE  # type: ignore[index]
+    attack["payload"]["signature"] = FORGED_SIGNATURE
     mine = open_task(url)
     assert_refused_without_grant(pay(url, mine, attack), grant)
 
@@ -132,7 +133,7 @@ def test_a2a_calls_without_a_payment_are_limited_and_payments_never(
 def test_an_id_no_store_can_hold_is_not_found_never_internal(seller: Seller, task_id: str) -> None:
     url = a2a_url(seller)
 
-    def ascii_call(method: str, params: dict[str, object]) -> dict[str, object]:
+    def ascii_call(method: str, params: dict[str, object]) -> dict[str, Any]:
         """JSON with escapes: a lone surrogate cannot travel any other way."""
         envelope = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         answer = httpx.post(url, content=json.dumps(envelope).encode("ascii"))
@@ -141,5 +142,5 @@ def test_an_id_no_store_can_hold_is_not_found_never_internal(seller: Seller, tas
 
     error_of(ascii_call("tasks/get", {"id": task_id}), -32001)
     follow = ascii_call("message/send", {"message": message(text("hourly"), task_id=task_id)})
-    assert follow["error"]["code"] in (-32001, -32602), follow  # type: ignore[index]
+    assert follow["error"]["code"] in (-32001, -32602), follow
     assert "Traceback" not in seller.server.logs()

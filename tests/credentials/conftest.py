@@ -7,7 +7,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sanic import Sanic
 
-from tests.credentials.support import FrozenClock
+from tests.support.credentials import FrozenClock
 
 # Every guard test builds its own app under the same name (the root conftest
 # sets this too; kept here so these tests stand alone).

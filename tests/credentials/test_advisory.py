@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sanic import Sanic
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     FROZEN_NOW,
     SECRET,

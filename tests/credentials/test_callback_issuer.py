@@ -1,4 +1,4 @@
-"""The ``callback`` issuer with real seller functions from ``tests.credentials.callbacks``."""
+"""The ``callback`` issuer with real seller functions from ``tests.support.issuer_callbacks``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.credentials import callbacks
-from tests.credentials.support import (
+from tests.support import issuer_callbacks
+from tests.support.credentials import (
     FROZEN_NOW,
     TTL,
     FrozenClock,
@@ -22,7 +22,7 @@ from x402srv.default_plugins.callback_issuer import CallbackIssuerError
 from x402srv.errors import ConfigError, ProblemError
 from x402srv.interfaces import CredentialIssuer
 
-MODULE = "tests.credentials.callbacks"
+MODULE = "tests.support.issuer_callbacks"
 EXPECTED_PAYLOAD = {
     "requestId": "6f1c2b8e-6a43-4d0e-9a65-2f3b9b1d7c11",
     "challengeId": "ch_7Yq2n4Kp",
@@ -35,9 +35,9 @@ EXPECTED_PAYLOAD = {
 
 @pytest.fixture(autouse=True)
 def _fresh_calls() -> Iterator[None]:
-    callbacks.CALLS.clear()
+    issuer_callbacks.CALLS.clear()
     yield
-    callbacks.CALLS.clear()
+    issuer_callbacks.CALLS.clear()
 
 
 def issuer_for(function: str, clock: FrozenClock, **options: Any) -> Any:
@@ -50,8 +50,8 @@ def issuer_for(function: str, clock: FrozenClock, **options: Any) -> Any:
 
 def _never_shows_token(error: BaseException) -> None:
     shown = "".join(traceback.format_exception(error))
-    assert callbacks.TOKEN not in shown
-    assert callbacks.TOKEN not in repr(error)
+    assert issuer_callbacks.TOKEN not in shown
+    assert issuer_callbacks.TOKEN not in repr(error)
 
 
 async def test_sync_callback_gets_the_grant_fields_in_a_worker_thread(clock: FrozenClock) -> None:
@@ -61,10 +61,10 @@ async def test_sync_callback_gets_the_grant_fields_in_a_worker_thread(clock: Fro
     credential = await issuer.issue(grant_request())
     await issuer.close()
 
-    assert credential.token == callbacks.TOKEN
+    assert credential.token == issuer_callbacks.TOKEN
     assert credential.token_type == "Bearer"
     assert credential.expires_at == FROZEN_NOW + TTL
-    [(payload, thread)] = callbacks.CALLS
+    [(payload, thread)] = issuer_callbacks.CALLS
     assert payload == EXPECTED_PAYLOAD
     assert thread != threading.get_ident()  # not on the event loop's thread
     assert issuer.jwks() is None
@@ -72,9 +72,9 @@ async def test_sync_callback_gets_the_grant_fields_in_a_worker_thread(clock: Fro
 
 async def test_async_callback_is_awaited_on_the_loop(clock: FrozenClock) -> None:
     credential = await issuer_for(f"{MODULE}:issue_async", clock).issue(grant_request())
-    assert credential.token == callbacks.TOKEN
+    assert credential.token == issuer_callbacks.TOKEN
     assert credential.expires_at == FROZEN_NOW + 7200  # "2026-01-01T02:00:00Z"
-    [(payload, thread)] = callbacks.CALLS
+    [(payload, thread)] = issuer_callbacks.CALLS
     assert payload == EXPECTED_PAYLOAD
     assert thread == threading.get_ident()
 
@@ -94,7 +94,7 @@ async def test_unix_seconds_expiry(clock: FrozenClock) -> None:
     "spec", [f"{MODULE}.issue_sync", f"{MODULE}:issue_sync", f"{MODULE}:Nested.issue"]
 )
 async def test_dotted_path_forms(clock: FrozenClock, spec: str) -> None:
-    assert (await issuer_for(spec, clock).issue(grant_request())).token == callbacks.TOKEN
+    assert (await issuer_for(spec, clock).issue(grant_request())).token == issuer_callbacks.TOKEN
 
 
 @pytest.mark.parametrize(
@@ -123,15 +123,15 @@ async def test_slow_async_callback_times_out(clock: FrozenClock) -> None:
 
 async def test_slow_sync_callback_times_out(clock: FrozenClock) -> None:
     issuer = issuer_for(f"{MODULE}:slow_sync", clock, timeout_seconds=0.05)
-    callbacks.RELEASE.clear()
+    issuer_callbacks.RELEASE.clear()
     try:
         with pytest.raises(CallbackIssuerError, match="did not answer"):
             await issuer.issue(grant_request())
     finally:
-        callbacks.RELEASE.set()  # let the abandoned worker thread finish
+        issuer_callbacks.RELEASE.set()  # let the abandoned worker thread finish
 
 
-TOKEN = callbacks.TOKEN
+TOKEN = issuer_callbacks.TOKEN
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ TOKEN = callbacks.TOKEN
 async def test_malformed_answer_is_refused_without_showing_the_token(
     clock: FrozenClock, monkeypatch: pytest.MonkeyPatch, answer: Any, complaint: str
 ) -> None:
-    monkeypatch.setattr(callbacks, "ANSWER", answer)
+    monkeypatch.setattr(issuer_callbacks, "ANSWER", answer)
     with pytest.raises(CallbackIssuerError, match=complaint) as caught:
         await issuer_for(f"{MODULE}:answer_as_set", clock).issue(grant_request())
     _never_shows_token(caught.value)

@@ -10,7 +10,7 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     FROZEN_NOW,
     SECRET,

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     FROZEN_NOW,
     SECRET,

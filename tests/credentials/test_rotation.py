@@ -9,8 +9,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tests.credentials.support import SECRET, FrozenClock, build_issuer, grant_request, make_config
-from tests.helpers import Seller
+from tests.support.credentials import SECRET, FrozenClock, build_issuer, grant_request, make_config
+from tests.support.seller import Seller
 from x402srv.errors import ConfigError, InvalidToken
 from x402srv.jwks import JWKSKeySource
 from x402srv.tokens import TokenVerifier

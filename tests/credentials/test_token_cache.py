@@ -7,12 +7,11 @@ on every call, failures are never cached, entries age out and the map is bounded
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     SECRET,
     TTL,
@@ -23,7 +22,7 @@ from tests.credentials.support import (
 from x402srv import tokens as tokens_module
 from x402srv.errors import InvalidToken, TokenExpired
 from x402srv.token_cache import DEFAULT_TTL_SECONDS, VerifiedTokens
-from x402srv.tokens import HS256KeySource, TokenVerifier, hs256_key_id
+from x402srv.tokens import AccessClaims, HS256KeySource, TokenVerifier, hs256_key_id
 
 HS_KID = hs256_key_id(SECRET.encode())
 
@@ -100,9 +99,21 @@ async def test_entries_age_out(decodes: list[str]) -> None:
 def test_the_cache_is_bounded() -> None:
     clock = FrozenClock()
     cache = VerifiedTokens(entries=2)
-    claims = SimpleNamespace(expires_at=clock.now + TTL)
+    claims = AccessClaims(
+        request_id="r-1",
+        challenge_id="c-1",
+        resource_id="default",
+        plan_id="hourly",
+        tx_hash="0x" + "ab" * 32,
+        payer=None,
+        issued_at=clock.now,
+        expires_at=clock.now + TTL,
+        issuer=AGENT_URL,
+        audience=AGENT_URL,
+        claims={},
+    )
     for name in ("a", "b", "c"):
-        cache.put(name, claims, clock.now)  # type: ignore[arg-type]
+        cache.put(name, claims, clock.now)
     assert cache.get("a", clock.now, 0) is None  # the oldest left first
     assert cache.get("b", clock.now, 0) is claims
     assert cache.get("c", clock.now, 0) is claims

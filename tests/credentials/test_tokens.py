@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.credentials.support import (
+from tests.support.credentials import (
     AGENT_URL,
     FROZEN_NOW,
     SECRET,
@@ -91,7 +91,7 @@ async def test_round_trip_with_configured_audience_and_kid(clock: FrozenClock) -
 async def test_claims_mapping_is_read_only(clock: FrozenClock) -> None:
     claims = await hs_verifier(clock).verify(hs_token())
     with pytest.raises(TypeError):
-        claims.claims["planId"] = "yearly"  # type: ignore[index]
+        claims.claims["planId"] = "yearly"  # type: ignore[index]  # mypy refuses it too: the point
 
 
 async def test_payer_claim_is_optional(clock: FrozenClock) -> None:

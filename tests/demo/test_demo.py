@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 PID = re.compile(r"\bpid (\d+)")
 TX_HASH = re.compile(r"txHash +(0x[0-9a-f]{64})")
 STOP = re.compile(r"^  kill ([\d ]+) && rm -rf (\S+)$", re.MULTILINE)

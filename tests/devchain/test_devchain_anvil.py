@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from x402srv.devchain import (
     ANVIL_ENV_VAR,
     AnvilNotFoundError,
@@ -18,8 +19,6 @@ from x402srv.devchain import (
     ensure_anvil,
     find_anvil,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_gone(pid: int) -> None:
@@ -52,7 +51,7 @@ def test_ensure_anvil_does_not_reinstall(monkeypatch: pytest.MonkeyPatch) -> Non
     """With node_modules present it must not run npm (no network in tests)."""
     monkeypatch.delenv(ANVIL_ENV_VAR, raising=False)
     monkeypatch.setenv("PATH", "")  # npm unreachable: calling it would fail the test
-    assert ensure_anvil(ROOT) == find_anvil(ROOT)
+    assert ensure_anvil(REPO) == find_anvil(REPO)
 
 
 def test_anvil_process_stops_by_pid() -> None:

@@ -12,18 +12,14 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 from eth_account import Account
 
-from tests.helpers import JWT_SECRET, Seller, settlement_table
+from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
-
-REPO = Path(__file__).resolve().parents[2]
-SAMPLES = REPO / "docs" / "samples"
 
 
 class _Upstream(BaseHTTPRequestHandler):

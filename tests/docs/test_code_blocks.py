@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 DOCS = REPO / "docs"
 SITE_PAGES = sorted(p for p in DOCS.rglob("*.md") if "examples" not in p.relative_to(DOCS).parts)
 PAGES = [
@@ -94,10 +95,10 @@ def test_every_code_block_is_run_generated_or_an_output(block: Block) -> None:
 def test_every_sample_file_is_included_somewhere() -> None:
     """A sample no page shows is dead weight (and one the tests still run for nothing)."""
     included = {
-        INCLUDE.match(line)["path"]  # type: ignore[index]
+        include["path"]
         for block in ALL_BLOCKS
         for line in block.body
-        if INCLUDE.match(line)
+        if (include := INCLUDE.match(line))
     }
     shown = {str(path.relative_to(REPO)) for path in (DOCS / "samples").iterdir()}
     helpers = {"docs/samples/package.json", "docs/samples/tsconfig.json"}  # make buy.ts run

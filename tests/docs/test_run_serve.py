@@ -17,9 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.paths import REPO
 from x402srv.testing.servers import free_port, wait_for_http
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_run_serve_serves_the_agent_card(tmp_path: Path) -> None:

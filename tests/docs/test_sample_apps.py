@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import runpy
 import secrets
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.paths import SAMPLES
 from x402srv.config import load_config
 from x402srv.interfaces import GrantRequest
 from x402srv.registry import Registry
 
-SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"
 SECRET = "docs-sample-secret-" + "z" * 32
 PAYER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
 

@@ -15,8 +15,8 @@ import sys
 
 from eth_account.signers.local import LocalAccount
 
-from tests.docs.conftest import REPO, SAMPLES
-from tests.helpers import Seller
+from tests.support.paths import REPO, SAMPLES
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import official_client
 
@@ -108,6 +108,24 @@ async def test_the_a2a_buyer(docs_seller: Seller, devchain: Devchain) -> None:
         "hourly",
         "Bearer",
     )
+    assert paid_by(devchain, docs_seller, buyer) == [100_000]
+
+
+async def test_the_a2a_streaming_buyer_sees_each_step(
+    docs_seller: Seller, devchain: Devchain
+) -> None:
+    buy_streaming = runpy.run_path(str(SAMPLES / "a2a_stream_buyer.py"))["buy_streaming"]
+    buyer = devchain.new_account(eth=0)
+    shown: list[str] = []
+    grant = await buy_streaming(docs_seller.server.url, official_client(buyer), shown.append)
+    assert (grant["type"], grant["planId"]) == ("AccessGrant", "hourly")
+    assert shown == [
+        "TASK_STATE_WORKING payment-submitted",
+        "TASK_STATE_WORKING payment-verified",
+        f"TASK_STATE_WORKING payment-verified {grant['txHash']}",
+        "AccessGrant received",
+        "TASK_STATE_COMPLETED payment-completed",
+    ]
     assert paid_by(devchain, docs_seller, buyer) == [100_000]
 
 

@@ -15,11 +15,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from tests.support.paths import SAMPLES
 from x402srv.config import Config, load_config
 from x402srv.registry import Registry
 from x402srv.testing import toml
 
-SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"
 QUICKSTART = SAMPLES / "seller.toml"
 FRAGMENTS = sorted(path for path in SAMPLES.glob("*.toml") if path != QUICKSTART)
 

@@ -11,14 +11,14 @@ import os
 import subprocess
 import sys
 
-from tests.docs.conftest import REPO, SAMPLES
-from tests.helpers import Seller
+from tests.support.paths import REPO, SAMPLES
+from tests.support.seller import Seller
 
 
 def test_the_operator_commands(docs_seller: Seller) -> None:
     challenge = docs_seller.challenge("hourly")["challengeId"]  # one PENDING to show, then cancel
     result = subprocess.run(
-        [sys.executable, "-m", "tests.docs.command_lines", str(SAMPLES / "operator.sh")],
+        [sys.executable, "-m", "tests.support.command_lines", str(SAMPLES / "operator.sh")],
         cwd=docs_seller.server.directory,  # the seller's seller.toml is here
         env={
             **os.environ,

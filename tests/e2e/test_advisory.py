@@ -19,8 +19,8 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import Seller, decode_header
+from tests.support.problems import assert_problem
+from tests.support.seller import Seller, decode_header
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
 

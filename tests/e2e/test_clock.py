@@ -6,7 +6,6 @@ settlement still happens for real on anvil through the facilitator process.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,27 +14,15 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from sanic import Sanic
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import JWT_SECRET
+from tests.support.clock import MovableClock
+from tests.support.problems import assert_problem
+from tests.support.seller import JWT_SECRET
 from x402srv.app import create_app
 from x402srv.config import parse_config
 from x402srv.devchain import Devchain
 from x402srv.records import State
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import seller_config
-
-
-class MovableClock:
-    """Real time plus an offset the test controls."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 class _Response:

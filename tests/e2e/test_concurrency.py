@@ -8,7 +8,7 @@ from collections import Counter
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 
@@ -62,7 +62,7 @@ def _check_one_settlement(
     for response in responses:
         if response.status_code == 409:
             assert int(response.headers["retry-after"]) >= 1
-    grants = [r.json() for r in responses if r.status_code == 200]
+    grants: list[dict[str, str]] = [r.json() for r in responses if r.status_code == 200]
     assert all(g == grants[0] for g in grants)
     assert len(seller.chain.transfer_logs(to=seller.wallet)) - transfers == 1
     return grants[0]

@@ -7,8 +7,8 @@ import copy
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem, nothing_changes
-from tests.helpers import Seller
+from tests.support.problems import assert_problem, nothing_changes
+from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
 from tests.support.cli import x402srv
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.failpoints import POINTS
 from x402srv.testing.buyers import encode_payment, signed_payment

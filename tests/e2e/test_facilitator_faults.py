@@ -14,14 +14,13 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import Seller
+from tests.support.faults import FAST, facilitator_seller
+from tests.support.problems import assert_problem
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port
-
-FAST = {"read_timeout_seconds": 2, "confirm_seconds": 1}
 
 
 def _pay(seller: Seller, header: str) -> httpx.Response:
@@ -37,17 +36,6 @@ def _transfers(seller: Seller) -> int:
     return len(seller.chain.transfer_logs(to=seller.wallet))
 
 
-def _seller_with(start_seller: Callable[..., Seller], url: str, **options: object) -> Seller:
-    return start_seller(
-        "facilitator",
-        settlement={
-            "strategy": "facilitator",
-            "facilitator_url": url,
-            "facilitator": {**FAST, **options},
-        },
-    )
-
-
 def test_facilitator_down_at_settle_time(
     start_seller: Callable[..., Seller],
     facilitator: Callable[..., FacilitatorProcess],
@@ -56,7 +44,7 @@ def test_facilitator_down_at_settle_time(
     """Connection refused on /settle: nothing left, 402, the claim released; later it settles."""
     port = free_port()
     process = facilitator(port=port)
-    seller = _seller_with(start_seller, process.url, verify_before_settle=False)
+    seller = facilitator_seller(start_seller, process.url, verify_before_settle=False)
     challenge = seller.challenge("hourly")
     header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
     process.stop()
@@ -80,7 +68,7 @@ def test_facilitator_hangs_past_the_timeout_then_settles(
 ) -> None:
     """Our timeout fires first (502); the facilitator settles later; the retry gets the grant."""
     process = facilitator("settle-late", delay=4)
-    seller = _seller_with(start_seller, process.url)
+    seller = facilitator_seller(start_seller, process.url)
     challenge = seller.challenge("hourly")
     header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
 
@@ -107,7 +95,7 @@ def test_facilitator_500_after_broadcast(
 ) -> None:
     """The transfer happened but the answer was a 500: the chain decides; the buyer gets it."""
     process = facilitator("settle-500-after")
-    seller = _seller_with(start_seller, process.url)
+    seller = facilitator_seller(start_seller, process.url)
     challenge = seller.challenge("hourly")
     header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
 
@@ -122,6 +110,26 @@ def test_facilitator_500_after_broadcast(
     assert receipt.status == 1
 
 
+def test_facilitator_400_naming_its_transaction_is_decided_by_the_chain(
+    start_seller: Callable[..., Seller],
+    facilitator: Callable[..., FacilitatorProcess],
+    buyer: LocalAccount,
+) -> None:
+    """A 4xx that names a transaction is not a refusal: the transfer happened, the chain says
+    so, and the buyer gets its grant for that one transfer (issue 13, item 4)."""
+    process = facilitator("settle-400-after")
+    seller = facilitator_seller(start_seller, process.url)
+    challenge = seller.challenge("hourly")
+    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+
+    first = _pay(seller, header)
+    assert first.status_code in (200, 502), first.text  # never 402: nothing was refused
+    grant = first.json() if first.status_code == 200 else _pay(seller, header).json()
+    assert grant["challengeId"] == challenge["challengeId"]
+    assert _transfers(seller) == 1
+    assert seller.chain.rpc.wait_for_receipt(grant["txHash"]).status == 1
+
+
 def test_facilitator_that_never_settles_releases_after_valid_before(
     start_seller: Callable[..., Seller],
     facilitator: Callable[..., FacilitatorProcess],
@@ -130,7 +138,7 @@ def test_facilitator_that_never_settles_releases_after_valid_before(
 ) -> None:
     """Unknown stays SETTLING (502) until the chain passes validBefore; then PENDING, pay again."""
     process = facilitator("settle-hang")
-    seller = _seller_with(start_seller, process.url)
+    seller = facilitator_seller(start_seller, process.url)
     challenge = seller.challenge("hourly")
     valid_before = int(time.time()) + 8  # the shortest window step 5 accepts, plus margin
     header = encode_payment(
@@ -159,7 +167,7 @@ def test_facilitator_word_is_not_trusted_alone(
 ) -> None:
     """A success with a transaction the chain does not have delivers nothing."""
     process = facilitator(mode)
-    seller = _seller_with(start_seller, process.url)
+    seller = facilitator_seller(start_seller, process.url)
     challenge = seller.challenge("hourly")
     header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
     response = _pay(seller, header)

@@ -7,21 +7,18 @@ the store cannot be reached (nothing settled).
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import Seller
+from tests.support.faults import issuer_failing_once, lockable_store, locked
+from tests.support.problems import assert_problem
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 
-REPO = Path(__file__).resolve().parents[2]
 HOURLY = 100_000
 
 
@@ -54,15 +51,7 @@ def test_settlement_refused_releases_the_claim(seller: Seller, devchain: Devchai
 def callback_seller(
     start_seller: Callable[..., Seller], tmp_path_factory: pytest.TempPathFactory
 ) -> Seller:
-    callback_dir = tmp_path_factory.mktemp("callbacks")
-    return start_seller(
-        "facilitator",
-        credentials={
-            "issuer": "callback",
-            "callback": "tests.e2e.seller_callbacks:fail_first_time",
-        },
-        env={"PYTHONPATH": str(REPO), "X402SRV_TEST_CALLBACK_DIR": str(callback_dir)},
-    )
+    return start_seller("facilitator", **issuer_failing_once(tmp_path_factory.mktemp("callbacks")))
 
 
 def test_issuer_failure_after_payment_is_500_and_retry_delivers(
@@ -93,23 +82,11 @@ def test_issuer_failure_after_payment_is_500_and_retry_delivers(
     assert seller.balance() - before == HOURLY  # no second settlement
 
 
-@contextmanager
-def locked(database: Path) -> Iterator[None]:
-    """Hold sqlite's write lock from another connection, as a stuck writer would."""
-    connection = sqlite3.connect(database, isolation_level=None, timeout=0.1)
-    connection.execute("BEGIN EXCLUSIVE")
-    try:
-        yield
-    finally:
-        connection.execute("ROLLBACK")
-        connection.close()
-
-
 @pytest.fixture(scope="module")
 def lockable_seller(start_seller: Callable[..., Seller]) -> Seller:
     return start_seller(
         "facilitator",
-        store={"backend": "sqlite", "path": "x402srv.db", "sqlite": {"busy_timeout_ms": 200}},
+        store=lockable_store(),
     )
 
 
@@ -141,7 +118,7 @@ def test_gas_wallet_receipt_timeout_is_502_then_the_retry_delivers(
     start_seller: Callable[..., Seller], devchain: Devchain, buyer: LocalAccount
 ) -> None:
     """A transaction not mined in time: 502; once it is mined, the retry gets the grant."""
-    from tests.helpers import GAS_KEY_ENV
+    from tests.support.seller import GAS_KEY_ENV
 
     gas = devchain.new_account(eth=1000, usdc_atomic=0)
     seller = start_seller(

@@ -4,12 +4,12 @@ The promise under test (SPEC 5.2): a buyer whose transfer reached the chain gets
 its grant on its FIRST retry after the restart, with no operator step (no
 ``x402srv reconcile``) and whatever lease the dead process left behind. Every
 round kills the server at a random moment (seeded, so a failure replays)
-while its buyers pay at once with the gas wallet, on sqlite and on Redis.
+while its buyers pay at once with the gas wallet, on sqlite, Redis and PostgreSQL.
 
 Buyers whose transfer did not happen are not owed anything yet; the test only
 checks that nothing was granted without a transfer and that no payment moved
 twice. The figures of each run (rounds, kills, purchases, transfers, grants, the
-longest time from restart to grant) are printed for the closing note.
+longest time from restart to grant, the slowest single paid retry) are printed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 
@@ -88,7 +88,7 @@ def burst(seller: Seller, purchases: list[Purchase], kill_after: float | None = 
     return time.monotonic() - started
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 def test_every_paid_buyers_first_retry_after_a_kill_gets_its_grant(
     start_seller: Callable[..., Seller],
     devchain: Devchain,
@@ -102,10 +102,12 @@ def test_every_paid_buyers_first_retry_after_a_kill_gets_its_grant(
             "url": request.getfixturevalue("redis_url"),
             "redis": {"key_prefix": f"burst-{id(request)}:"},
         }
+    if backend == "postgres":  # a fresh, migrated schema on the session's cluster
+        store = request.getfixturevalue("postgres_store_table")
     seller = start_seller("gas-wallet", store=store)
     rng = random.Random(f"{SEED}-{backend}")
     totals = {"rounds": 0, "paid": 0, "grants": 0, "unpaid": 0, "died_mid_request": 0}
-    slowest = 0.0
+    slowest = slowest_retry = 0.0
     # One burst without a kill says how long a burst takes here, so kills land inside one.
     calibration = prepare(seller, devchain)
     duration = burst(seller, calibration)
@@ -120,10 +122,12 @@ def test_every_paid_buyers_first_retry_after_a_kill_gets_its_grant(
         restarted = time.monotonic()
         for purchase in purchases:
             paid = devchain.authorization_state(purchase.buyer.address, purchase.nonce)
+            sent = time.monotonic()
             retry = post(seller, purchase)
             if paid:
                 assert retry.status_code == 200, (backend, retry.text)
                 slowest = max(slowest, time.monotonic() - restarted)
+                slowest_retry = max(slowest_retry, time.monotonic() - sent)
             if retry.status_code == 200:
                 grant = retry.json()
                 assert grant["requestId"] == purchase.body["requestId"]
@@ -144,5 +148,6 @@ def test_every_paid_buyers_first_retry_after_a_kill_gets_its_grant(
         f"\nkill-during-burst [{backend}]: {totals['rounds']} rounds, {totals['rounds']} kills, "
         f"{totals['died_mid_request']} requests cut off, {totals['paid']} paid before the retry, "
         f"{len(transfers)} transfers, {totals['grants']} grants, {totals['unpaid']} not paid yet; "
-        f"longest restart-to-grant {slowest * 1000:.0f} ms"
+        f"longest restart-to-grant {slowest * 1000:.0f} ms (the retries go one after another), "
+        f"slowest single paid retry {slowest_retry * 1000:.0f} ms"
     )

@@ -23,9 +23,9 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.helpers import GAS_KEY_ENV, Seller
 from tests.support.cli import x402srv
+from tests.support.problems import assert_problem
+from tests.support.seller import GAS_KEY_ENV, Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import free_port
@@ -124,7 +124,10 @@ def test_used_authorization_without_a_visible_receipt_is_never_released(
     payment = signed_payment(buyer, devchain.token, challenge["accepts"][0])
     nonce = payment["payload"]["authorization"]["nonce"]
     header = encode_payment(payment)
-    request = {"json": {"planId": "hourly"}, "headers": {"PAYMENT-SIGNATURE": header}}
+    request: dict[str, Any] = {
+        "json": {"planId": "hourly"},
+        "headers": {"PAYMENT-SIGNATURE": header},
+    }
 
     lagging_rpc.hide_receipts = True
     pending = httpx.post(seller.access_url, timeout=30, **request)

@@ -12,10 +12,10 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.e2e.test_clock import MovableClock
-from tests.helpers import JWT_SECRET, Seller
 from tests.support.cli import x402srv
+from tests.support.clock import MovableClock
+from tests.support.problems import assert_problem
+from tests.support.seller import JWT_SECRET, Seller
 from x402srv.app import create_app
 from x402srv.config import parse_config
 from x402srv.devchain import Devchain

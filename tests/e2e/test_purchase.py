@@ -9,49 +9,13 @@ back the stored grant without a second transfer.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx
 from eth_account.signers.local import LocalAccount
-from sanic import Request, Sanic
-from sanic.response import HTTPResponse
-from sanic.response import json as json_response
 
-from tests.helpers import Seller, decode_header
-from x402srv.config import parse_config
-from x402srv.guard import access_claims, require_access
+from tests.support.purchase import HOURLY, check_grant, seller_api
+from tests.support.seller import Seller, decode_header
 from x402srv.testing.buyers import paying_client
-from x402srv.tokens import TokenVerifier
-
-HOURLY = 100_000  # $0.10 with 6 decimals
-
-
-def seller_api(seller: Seller) -> Sanic[Any, Any]:
-    """The seller's own API: one route behind the guard, as in the README."""
-    app: Sanic[Any, Any] = Sanic("seller_api")
-    verifier = TokenVerifier.from_config(parse_config(seller.config, env=seller.server.env))
-
-    @app.get("/weather")
-    @require_access(verifier)
-    async def weather(request: Request) -> HTTPResponse:
-        claims = access_claims(request)
-        return json_response(
-            {"forecast": "sunny", "plan": claims.plan_id, "sub": claims.request_id}
-        )
-
-    return app
-
-
-def check_grant(grant: dict[str, Any], seller: Seller, plan_id: str = "hourly") -> None:
-    assert grant["type"] == "AccessGrant"
-    assert grant["planId"] == plan_id
-    assert grant["resourceId"] == "default"
-    assert grant["tokenType"] == "Bearer"
-    assert grant["network"] == seller.chain.network
-    assert grant["txHash"].startswith("0x") and len(grant["txHash"]) == 66
-    assert grant["expiresAt"].endswith("Z")
-    receipt = seller.chain.rpc.wait_for_receipt(grant["txHash"])
-    assert receipt.status == 1
 
 
 async def test_challenge_first_purchase(seller: Seller, buyer: LocalAccount) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv import operations
 from x402srv.config import load_config
 from x402srv.reconciler import PassReport, Reconciler
@@ -95,8 +95,9 @@ async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
             return response, time.perf_counter() - started
 
     started = time.perf_counter()
-    *floods, (paid, latency) = await asyncio.gather(
-        *(flood(seller.access_url, source) for source in FLOODERS), pay_during_flood()
+    floods, (paid, latency) = await asyncio.gather(
+        asyncio.gather(*(flood(seller.access_url, source) for source in FLOODERS)),
+        pay_during_flood(),
     )
     elapsed = time.perf_counter() - started
     assert paid.status_code == 200, paid.text

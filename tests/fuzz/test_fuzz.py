@@ -22,8 +22,8 @@ from eth_account.signers.local import LocalAccount
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.test_bad_input import snapshot
-from tests.helpers import Seller
+from tests.support.problems import snapshot
+from tests.support.seller import Seller
 from x402srv.errors import InvalidRequest
 from x402srv.protocol import decode_payment_header, parse_access_body
 from x402srv.testing.buyers import encode_payment, signed_payment

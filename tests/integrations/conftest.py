@@ -10,22 +10,14 @@ x402 client.
 
 from __future__ import annotations
 
-import secrets
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers import JWT_SECRET, Seller
-from tests.integrations.support import AppProcess
-from x402srv.default_plugins.jwt_issuer import JwtIssuer
-from x402srv.interfaces import GrantRequest
-from x402srv.testing.servers import free_port
-
-AGENT_URL = "http://127.0.0.1"  # what x402srv.testing.servers.seller_config sets
-UPSTREAM_SECRET = "gateway-shared-secret-" + "g" * 16
+from tests.support.apps import AppProcess
+from tests.support.gateway import AGENT_URL, eddsa_credentials, gateway_routes
+from tests.support.seller import Seller
 
 
 @pytest.fixture(scope="session")
@@ -37,57 +29,10 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
     process.stop()
 
 
-def gateway_routes(upstream_url: str) -> list[dict[str, object]]:
-    return [
-        {"prefix": "/api", "upstream": upstream_url, "secret": UPSTREAM_SECRET},
-        {"prefix": "/api/premium", "upstream": upstream_url, "plans": ["daily"]},
-        {"prefix": "/strip", "upstream": upstream_url + "/base", "strip_prefix": True},
-        {"prefix": "/slow", "upstream": upstream_url, "read_timeout_seconds": 0.5},
-        {"prefix": "/down", "upstream": f"http://127.0.0.1:{free_port()}"},
-        {"prefix": "/small", "upstream": upstream_url, "max_body_bytes": 1000},
-    ]
-
-
 @pytest.fixture(scope="session")
 def gateway(start_seller: Callable[..., Seller], upstream: AppProcess) -> Seller:
     """x402srv in gateway mode in front of ``upstream``."""
     return start_seller("gas-wallet", routes=gateway_routes(upstream.url))
-
-
-async def mint_token(plan_id: str = "hourly", *, ttl: int = 600, secret: str = JWT_SECRET) -> str:
-    """A token exactly as the gateway's own ``jwt`` issuer signs one (no purchase needed)."""
-    issuer = JwtIssuer(secret.encode(), issuer=AGENT_URL, audience=AGENT_URL, clock=time.time)
-    credential = await issuer.issue(
-        GrantRequest(
-            request_id=str(uuid.uuid4()),
-            challenge_id=str(uuid.uuid4()),
-            plan_id=plan_id,
-            resource_id="default",
-            tx_hash="0x" + secrets.token_hex(32),
-            payer="0x" + "ab" * 20,
-            token_ttl_seconds=ttl,
-        )
-    )
-    return credential.token
-
-
-def ed25519_pem() -> str:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    return (
-        Ed25519PrivateKey.generate()
-        .private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        .decode()
-    )
-
-
-def eddsa_credentials(kid: str) -> dict[str, str]:
-    return {"algorithm": "EdDSA", "private_key": ed25519_pem(), "kid": kid}
 
 
 @pytest.fixture(scope="session")

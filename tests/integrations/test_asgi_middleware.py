@@ -17,9 +17,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tests.credentials.support import guarded_app
-from tests.helpers import JWT_SECRET
-from tests.integrations.conftest import AGENT_URL, mint_token
+from tests.support.credentials import guarded_app
+from tests.support.gateway import AGENT_URL, mint_token
+from tests.support.seller import JWT_SECRET
 from x402srv.asgi import STATE_KEY, AccessMiddleware, access_claims
 from x402srv.jwks import JWKSKeySource
 from x402srv.testing.servers import free_port

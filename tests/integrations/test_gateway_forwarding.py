@@ -15,20 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import Seller, decode_header
-from tests.integrations.conftest import UPSTREAM_SECRET, mint_token
-from tests.integrations.support import AppProcess
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def received_headers(echo: dict[str, Any]) -> dict[str, list[str]]:
-    headers: dict[str, list[str]] = {}
-    for name, value in echo["headers"]:
-        headers.setdefault(name.lower(), []).append(value)
-    return headers
+from tests.support.apps import AppProcess
+from tests.support.credentials import bearer
+from tests.support.gateway import UPSTREAM_SECRET, mint_token, received_headers
+from tests.support.seller import Seller, decode_header
 
 
 async def test_forwards_method_path_query_body_and_identity_headers(

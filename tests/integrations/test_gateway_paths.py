@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import Seller
-from tests.integrations.conftest import mint_token
-from tests.integrations.support import raw_request
+from tests.support.apps import raw_request
+from tests.support.gateway import mint_token
+from tests.support.seller import Seller
 from x402srv.errors import InvalidRequest
 from x402srv.paths import gateway_segments, is_guarded, path_forms
 

@@ -15,8 +15,9 @@ import json
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller, decode_header
-from tests.integrations.test_gateway_forwarding import bearer, received_headers
+from tests.support.credentials import bearer
+from tests.support.gateway import received_headers
+from tests.support.seller import Seller, decode_header
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 
 HOURLY = 100_000

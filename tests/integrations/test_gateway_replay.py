@@ -20,10 +20,10 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from sanic import Sanic
 
-from tests.e2e.test_clock import MovableClock
-from tests.helpers import JWT_SECRET, decode_header, settlement_table
-from tests.integrations.conftest import gateway_routes
-from tests.integrations.support import AppProcess
+from tests.support.apps import AppProcess
+from tests.support.clock import MovableClock
+from tests.support.gateway import gateway_routes
+from tests.support.seller import JWT_SECRET, decode_header, settlement_table
 from x402srv.app import create_app
 from x402srv.config import parse_config
 from x402srv.devchain import Devchain

@@ -19,10 +19,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
-from tests.integrations.conftest import AGENT_URL, eddsa_credentials
-from tests.integrations.support import AppProcess
-from tests.integrations.test_seller_apps_e2e import buy
+from tests.support.apps import AppProcess
+from tests.support.gateway import AGENT_URL, eddsa_credentials
+from tests.support.purchase import buy
+from tests.support.seller import Seller
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.errors import ConfigError, InvalidToken, KeySourceUnavailable
 from x402srv.interfaces import GrantRequest
@@ -266,7 +266,7 @@ async def test_rotation_against_a_restarted_x402srv(
         assert (await verify(first, source)).plan_id == "hourly"
         assert source.kids == ["rot-1"]
 
-        seller.server.config["credentials"] = eddsa_credentials("rot-2")
+        seller.server.config = {**seller.server.config, "credentials": eddsa_credentials("rot-2")}
         seller.server.stop()
         seller.server.start()
         second = (await buy(seller, buyer))["accessToken"]

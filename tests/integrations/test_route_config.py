@@ -10,9 +10,9 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from tests.credentials.support import make_config
-from tests.helpers import JWT_SECRET
-from tests.integrations.conftest import AGENT_URL
+from tests.support.credentials import make_config
+from tests.support.gateway import AGENT_URL
+from tests.support.seller import JWT_SECRET
 from x402srv import guard
 from x402srv.config import parse_config
 from x402srv.errors import ConfigError

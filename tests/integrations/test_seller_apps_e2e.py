@@ -12,19 +12,9 @@ from __future__ import annotations
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
-from tests.integrations.support import AppProcess
-from x402srv.testing.buyers import paying_client
-
-
-async def buy(seller: Seller, buyer: LocalAccount, plan_id: str = "hourly") -> dict[str, str]:
-    before = seller.balance()
-    http, _ = paying_client(buyer)
-    async with http:
-        response = await http.post(seller.access_url, json={"planId": plan_id})
-    assert response.status_code == 200, response.text
-    assert seller.balance() > before
-    return dict(response.json())
+from tests.support.apps import AppProcess
+from tests.support.purchase import buy
+from tests.support.seller import Seller
 
 
 def assert_refused_like_the_guard(response: httpx.Response) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import JWT_SECRET
-from tests.integrations.conftest import AGENT_URL, mint_token
+from tests.support.gateway import AGENT_URL, mint_token
+from tests.support.seller import JWT_SECRET
 from x402srv.errors import ConfigError, InvalidToken, TokenExpired
 from x402srv.tokens import (
     HS256KeySource,

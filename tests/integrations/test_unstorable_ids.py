@@ -20,9 +20,9 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
-from tests.integrations.conftest import gateway_routes
-from tests.integrations.support import AppProcess
+from tests.support.apps import AppProcess
+from tests.support.gateway import gateway_routes
+from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 
 UNSTORABLE = {"lone-surrogate": "\ud800", "nul": "a\x00b", "301-chars": "x" * 301}

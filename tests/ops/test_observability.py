@@ -11,9 +11,9 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.e2e.test_bad_input import assert_problem
-from tests.e2e.test_failures import locked
-from tests.helpers import GAS_KEY_ENV, JWT_SECRET, Seller
+from tests.support.faults import lockable_store, locked
+from tests.support.problems import assert_problem
+from tests.support.seller import GAS_KEY_ENV, JWT_SECRET, Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
@@ -155,7 +155,7 @@ def metered_seller(start_seller: Callable[..., Seller]) -> Seller:
         "gas-wallet",
         workers=2,
         metrics={"enabled": True},
-        store={"backend": "sqlite", "path": "x402srv.db", "sqlite": {"busy_timeout_ms": 200}},
+        store=lockable_store(),
         routes=[{"prefix": "/api", "upstream": f"http://127.0.0.1:{free_port()}"}],
     )
 

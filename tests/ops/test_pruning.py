@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.support import config_dict, make_config
+from tests.support.configs import config_dict, make_config
 from x402srv import operations
 from x402srv.config import Config
 from x402srv.errors import ConfigError

@@ -16,14 +16,15 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 
@@ -47,7 +48,7 @@ class Traffic:
         self.buyers = buyers
         self.statuses: Counter[int] = Counter()
         self.kinds: Counter[str] = Counter()
-        self.grants: list[dict[str, object]] = []
+        self.grants: list[dict[str, Any]] = []
         self.failures: list[str] = []
 
     def record(self, kind: str, response: httpx.Response) -> None:
@@ -112,7 +113,7 @@ class Traffic:
         self.record("challenge", await http.post(self.seller.access_url, json=body))
 
     async def client(self, deadline: float) -> None:
-        actions: list[tuple[float, Callable[[httpx.AsyncClient], object]]] = [
+        actions: list[tuple[float, Callable[[httpx.AsyncClient], Awaitable[None]]]] = [
             (0.15, self.purchase),
             (0.25, self.challenge),
             (0.45, self.garbage),
@@ -122,7 +123,7 @@ class Traffic:
         async with httpx.AsyncClient(timeout=60) as http:
             while time.monotonic() < deadline:
                 ((_, action),) = random.choices(actions, weights)
-                await action(http)  # type: ignore[misc]
+                await action(http)
 
 
 async def test_soak(start_seller: Callable[..., Seller], devchain: Devchain) -> None:

@@ -143,9 +143,10 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
         version = other.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_schema.SCHEMA_VERSION == 3
+        assert version == sqlite_schema.SCHEMA_VERSION == 4
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
         expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
+        expected |= {"credits", "credit_entries"}
         assert expected <= tables
     finally:
         other.close()
@@ -216,8 +217,64 @@ async def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
         check.close()
 
 
+async def test_a_version_3_file_gains_credit_accounts(tmp_path: Path) -> None:
+    """The previous release's files keep their records and counters and gain version 4."""
+    path = tmp_path / "v3.db"
+    record = make_record()
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in (*sqlite_schema._SCHEMA_V1, *sqlite_schema._SCHEMA_V2):
+        raw.execute(statement)
+    for statement in sqlite_schema._SCHEMA_V3:
+        raw.execute(statement)
+    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", sqlite_ops.challenge_row(record))
+    raw.execute("PRAGMA user_version = 3")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.start()
+    try:
+        assert await store.get_challenge(record.challenge_id) == record
+        credited = await store.credit("g", 5, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+        assert (credited.balance, credited.applied) == (5, True)
+        spent = await store.spend("g", 2, now=BASE_TIME, keep_until=BASE_TIME + 60)
+        assert spent.balance == 3
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 4
+        schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+        assert "WITHOUT ROWID" in schema["credits"]
+        assert "UNIQUE (grant_id, key)" in schema["credit_entries"]
+        assert "credits_by_keep_until" in schema
+    finally:
+        check.close()
+
+
+async def test_forgotten_accounts_leave_the_file(tmp_path: Path) -> None:
+    """Each credit deletes some accounts past keep_until: the table holds the live grants."""
+    store = SqliteStore(tmp_path / "store.db")
+    await store.start()
+    try:
+        for i in range(30):
+            await store.credit(f"old-{i}", 1, key="k", now=BASE_TIME, keep_until=BASE_TIME + 10)
+        later = BASE_TIME + 100
+        await store.credit("new-1", 1, key="k", now=later, keep_until=later + 10)
+        await store.credit("new-2", 1, key="k", now=later, keep_until=later + 10)
+    finally:
+        await store.close()
+    check = sqlite3.connect(tmp_path / "store.db")
+    try:
+        grants = sorted(row[0] for row in check.execute("SELECT grant_id FROM credits"))
+        keys = check.execute("SELECT count(*) FROM credit_entries").fetchone()[0]
+    finally:
+        check.close()
+    assert grants == ["new-1", "new-2"]
+    assert keys == 2
+
+
 async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
-    """The previous release's files keep their records and tasks and gain version 3."""
+    """Version 2 files keep their records and tasks and gain version 3 (and what follows)."""
     path = tmp_path / "v2.db"
     record = make_record(at=BASE_TIME + 0.1)
     raw = sqlite3.connect(path, isolation_level=None)
@@ -248,7 +305,7 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
         await store.close()
     check = sqlite3.connect(path)
     try:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
         schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
         assert "(state, updated_at, challenge_id)" in schema["challenges_by_state"]
         assert "(updated_at, challenge_id)" in schema["challenges_by_updated"]

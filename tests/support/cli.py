@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 
 
 def x402srv(seller: Seller, *args: str) -> subprocess.CompletedProcess[str]:

@@ -23,9 +23,9 @@ import httpx
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from tests.helpers import JWT_SECRET
 from tests.support.racing import FrozenClock, RacingStore
 from tests.support.scripted import ScriptedSettler
+from tests.support.seller import JWT_SECRET
 from x402srv.chain import ChainReader
 from x402srv.config import Config, parse_config
 from x402srv.default_plugins.jwt_issuer import build_jwt_issuer

@@ -8,7 +8,7 @@ import pytest
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3.types import AgentCard
 
-from tests.unit.support import AGENT_URL, config_dict, custom_network_dict, make_config
+from tests.support.configs import AGENT_URL, config_dict, custom_network_dict, make_config
 from x402srv.card import X402_EXTENSION_URI, agent_card
 from x402srv.config import Config
 
@@ -134,7 +134,7 @@ def test_skills(card: dict[str, Any]) -> None:
         assert card["url"] in skill["description"]
     assert (discover["id"], discover["name"]) == ("discover-products", "Discover products")
     assert (request["id"], request["name"]) == ("request-access", "Request access")
-    assert "hourly, daily" in request["description"]
+    assert "Plans: hourly ($0.10: 1 hour); daily ($1.50: 1 day)." in request["description"]
     assert any("hourly" in example for example in request["examples"])
 
 

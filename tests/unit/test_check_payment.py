@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import (
+from tests.support.configs import (
     BUYER,
     CUSTOM_ASSET,
     NOW,
@@ -45,14 +45,14 @@ MAX_TIMEOUT = CONFIG.server.max_timeout_seconds
 
 
 def test_reason_strings_are_the_x402_ones() -> None:
-    assert Reason.INVALID_PAYMENT_REQUIREMENTS == "invalid_payment_requirements"
-    assert Reason.UNSUPPORTED_SCHEME == "unsupported_scheme"
-    assert Reason.INVALID_NETWORK == "invalid_network"
-    assert Reason.RECIPIENT_MISMATCH == "invalid_exact_evm_payload_recipient_mismatch"
-    assert Reason.VALUE_MISMATCH == "invalid_exact_evm_payload_authorization_value_mismatch"
-    assert Reason.VALID_AFTER == "invalid_exact_evm_payload_authorization_valid_after"
-    assert Reason.VALID_BEFORE == "invalid_exact_evm_payload_authorization_valid_before"
-    assert Reason.INVALID_SIGNATURE == "invalid_exact_evm_payload_signature"
+    assert Reason.INVALID_PAYMENT_REQUIREMENTS.value == "invalid_payment_requirements"
+    assert Reason.UNSUPPORTED_SCHEME.value == "unsupported_scheme"
+    assert Reason.INVALID_NETWORK.value == "invalid_network"
+    assert Reason.RECIPIENT_MISMATCH.value == "invalid_exact_evm_payload_recipient_mismatch"
+    assert Reason.VALUE_MISMATCH.value == "invalid_exact_evm_payload_authorization_value_mismatch"
+    assert Reason.VALID_AFTER.value == "invalid_exact_evm_payload_authorization_valid_after"
+    assert Reason.VALID_BEFORE.value == "invalid_exact_evm_payload_authorization_valid_before"
+    assert Reason.INVALID_SIGNATURE.value == "invalid_exact_evm_payload_signature"
 
 
 def offered() -> dict[str, Any]:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.configs import make_config
 from tests.support.scripted import ScriptedSettler
-from tests.unit.support import make_config
 from x402srv.breaker import BreakerState, CircuitBreaker
 from x402srv.config import BreakerConfig, SettlerConfig, SettlerSpec
 from x402srv.failover import FailoverSettler

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.paths import REPO
 from x402srv.testing.servers import free_port, wait_for_http
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config.example.toml"
 DEV_SECRET = "dev-secret-for-unit-tests-" + "d" * 32
 
@@ -149,6 +149,14 @@ def test_plugins_lists_every_installed_plugin(tmp_path: Path) -> None:
         assert name in result.stdout
     assert "stores: memory" in result.stdout
     assert "settlers: gas-wallet" in result.stdout
+
+
+def test_migrate_of_a_store_that_keeps_its_own_schema(example_dir: Path) -> None:
+    """sqlite upgrades its file when it opens it: ``migrate`` has nothing to do, and says so."""
+    result = run("migrate", "--config", "config.example.toml", cwd=example_dir)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "the sqlite store keeps its own schema: nothing to migrate\n"
+    assert not (example_dir / "x402srv.db").exists()
 
 
 def test_help(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import AGENT_URL, WALLET, config_dict, custom_network_dict, make_config
+from tests.support.configs import AGENT_URL, WALLET, config_dict, custom_network_dict, make_config
 from x402srv.config import load_config, parse_config
 from x402srv.errors import ConfigError
 

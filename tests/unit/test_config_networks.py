@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import (
+from tests.support.configs import (
     CUSTOM_ASSET,
     CUSTOM_CHAIN_ID,
     config_dict,

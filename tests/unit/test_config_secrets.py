@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import CUSTOM_ASSET, config_dict, custom_network_dict, make_config
+from tests.support.configs import CUSTOM_ASSET, config_dict, custom_network_dict, make_config
 from x402srv.config import Config, Secret, load_config, parse_config, redact_url
 from x402srv.errors import ConfigError
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.configs import BUYER, NOW, WALLET, config_dict, token_for
 from tests.support.scripted import ScriptedSettler
-from tests.unit.support import BUYER, NOW, WALLET, config_dict, token_for
 from x402srv.config import Config, parse_config
 from x402srv.default_plugins.jwt_issuer import build_jwt_issuer
 from x402srv.default_plugins.memory_store import MemoryStore

@@ -17,7 +17,7 @@ from eth_utils.crypto import keccak
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.support import BUYER, CUSTOM_ASSET, WALLET
+from tests.support.configs import BUYER, CUSTOM_ASSET, WALLET
 from x402srv.eip712 import Eip3009Domain, TransferAuthorization, recover_signer
 
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
+from tests.support.configs import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
 from x402srv import offers as offers_module
 from x402srv.config import Config
 from x402srv.offers import OfferBuilder, rfc3339
@@ -71,8 +71,18 @@ def test_discovery_offers_one_requirement_per_plan(builder: OfferBuilder) -> Non
         assert accepted["maxTimeoutSeconds"] == 120
     assert hourly["amount"] == "100000"
     assert daily["amount"] == "1500000"
-    assert hourly["extra"] == {"name": "USDC", "version": "2", "planId": "hourly"}
-    assert daily["extra"] == {"name": "USDC", "version": "2", "planId": "daily"}
+    assert hourly["extra"] == {
+        "name": "USDC",
+        "version": "2",
+        "planId": "hourly",
+        "periodSeconds": 3600,
+    }
+    assert daily["extra"] == {
+        "name": "USDC",
+        "version": "2",
+        "planId": "daily",
+        "periodSeconds": 86400,
+    }
 
 
 def test_discovery_adds_plans_wallet_and_chain(builder: OfferBuilder) -> None:
@@ -86,6 +96,7 @@ def test_discovery_adds_plans_wallet_and_chain(builder: OfferBuilder) -> None:
             "amount": "100000",
             "asset": SEPOLIA_USDC,
             "network": "eip155:84532",
+            "periodSeconds": 3600,
         },
         {
             "planId": "daily",
@@ -94,6 +105,7 @@ def test_discovery_adds_plans_wallet_and_chain(builder: OfferBuilder) -> None:
             "amount": "1500000",
             "asset": SEPOLIA_USDC,
             "network": "eip155:84532",
+            "periodSeconds": 86400,
         },
     ]
     assert body["walletAddress"] == WALLET
@@ -150,6 +162,7 @@ def test_challenge_offer(config: Config, builder: OfferBuilder) -> None:
             "name": "USDC",
             "version": "2",
             "planId": "daily",
+            "periodSeconds": 86400,
             "challengeId": record.challenge_id,
             "requestId": record.request_id,
         },
@@ -213,7 +226,12 @@ def test_offered_requirement_of_an_implicit_record_has_no_ids(
 ) -> None:
     record = record_for(config, implicit=True)
     offered = builder.offered_requirement(record)
-    assert offered["extra"] == {"name": "USDC", "version": "2", "planId": "daily"}
+    assert offered["extra"] == {
+        "name": "USDC",
+        "version": "2",
+        "planId": "daily",
+        "periodSeconds": 86400,
+    }
     # the same requirement discovery offered, so the buyer's ``accepted`` matches it
     assert offered == builder.discovery.body["accepts"][1]
 

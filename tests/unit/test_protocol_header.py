@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.support import WALLET, custom_config
+from tests.support.configs import WALLET, custom_config
 from x402srv.errors import InvalidRequest
 from x402srv.protocol import (
     MAX_HEADER_CHARS,

@@ -11,12 +11,13 @@ from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.errors import NotReady
 from x402srv.health import Readiness
 from x402srv.network_settlers import NetworkSettlers
+from x402srv.plugin import BaseSettler
 
 NETWORK = "eip155:84532"
 LABEL = "counting #1 on eip155:84532"
 
 
-class CountingSettler:
+class CountingSettler(BaseSettler):
     """A settler whose readiness probe counts its calls (and can be made to fail)."""
 
     name = "counting"
@@ -33,7 +34,7 @@ class CountingSettler:
 
 def _of(settler: CountingSettler) -> NetworkSettlers:
     spec = SettlerSpec(NETWORK, 1, 1, "settlement", SettlerConfig(strategy="counting"), LABEL)
-    return NetworkSettlers({NETWORK: settler}, {NETWORK: spec})  # type: ignore[dict-item]
+    return NetworkSettlers({NETWORK: settler}, {NETWORK: spec})
 
 
 class Monotonic:

@@ -10,16 +10,17 @@ import types
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from tests.unit.support import make_config
+from tests.support.configs import config_dict, make_config
 from x402srv import hookimpl
-from x402srv.config import Config
+from x402srv.config import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorSettler
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.default_plugins.sqlite_store import SqliteStore
 from x402srv.errors import ConfigError, PluginNotFound
-from x402srv.plugin import DelegatingStore, PluginContext
+from x402srv.plugin import DelegatingStore, PluginContext, SecretValue
 from x402srv.registry import LOAD_PLUGINS_ENV, Registry
 
 
@@ -38,17 +39,17 @@ def store_plugin(
 ) -> Any:
     """A third-party plugin, shaped like a real one: a module with a hookimpl."""
     module = types.ModuleType(module_name)
-    module.store = AcmeStore(MemoryStore(), name=store_name)  # type: ignore[attr-defined]
+    store = AcmeStore(MemoryStore(), name=store_name)
 
     def factory(ctx: PluginContext) -> object:
         built.append(ctx)
-        return module.store if returns is None else returns  # type: ignore[attr-defined]
+        return store if returns is None else returns
 
     @hookimpl
     def register_stores(register: Any) -> None:
         register(store_name, factory)
 
-    module.register_stores = register_stores  # type: ignore[attr-defined]
+    vars(module).update(store=store, register_stores=register_stores)
     return module
 
 
@@ -220,7 +221,7 @@ def test_a_factory_that_returns_no_store_is_a_config_error_naming_the_plugin() -
 
 def test_a_store_whose_methods_are_not_async_is_refused() -> None:
     class Blocking(AcmeStore):
-        def transition(self, request: Any) -> Any:  # type: ignore[override]
+        def transition(self, request: Any) -> Any:
             return None
 
     plugin = store_plugin("acme_store", "acme", [], returns=Blocking(MemoryStore()))
@@ -292,3 +293,43 @@ def test_the_allow_list_loads_only_the_plugins_it_names(monkeypatch: pytest.Monk
     assert "acme" in registry.names("store")
     monkeypatch.setenv(LOAD_PLUGINS_ENV, "")
     assert Registry().names("store") == ["memory", "sqlite"]
+
+
+# ------------------------------------------------------- stores built by stores
+
+
+def test_a_store_builds_the_store_it_wraps_by_name() -> None:
+    """``PluginContext.build_store``: a wrapper gets a registered store, built like any."""
+
+    def factory(ctx: PluginContext) -> object:
+        return AcmeStore(ctx.build_store("memory"), name="acme")
+
+    @hookimpl
+    def register_stores(register: Any) -> None:
+        register("acme", factory)
+
+    module = types.ModuleType("acme_wrapper")
+    vars(module).update(register_stores=register_stores)
+    registry = Registry(entry_points=False, extra_plugins=[module])
+    store = registry.build_store(make_config(store={"backend": "acme"}))
+    assert isinstance(store, AcmeStore)
+    assert isinstance(store.inner, MemoryStore)
+
+
+def test_a_plugin_option_typed_secret_value_reads_the_config_environment() -> None:
+    """``{ env = ... }`` in a plugin's table comes from the env the config was loaded with."""
+
+    class Options(BaseModel):
+        token: SecretValue
+
+    config = parse_config(config_dict(store={"backend": "memory"}), env={"ACME_TOKEN": "s3cret"})
+    ctx = PluginContext(
+        config=config, name="acme", key_path="store.acme", options={"token": {"env": "ACME_TOKEN"}}
+    )
+    token = ctx.parse_options(Options).token
+    assert token.reveal() == "s3cret"
+    assert "s3cret" not in repr(token)
+    with pytest.raises(ConfigError, match=r"store\.acme\.token: .*MISSING is not set"):
+        PluginContext(
+            config=config, name="acme", key_path="store.acme", options={"token": {"env": "MISSING"}}
+        ).parse_options(Options)

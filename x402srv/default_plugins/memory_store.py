@@ -6,7 +6,8 @@ each worker process would see its own copy: the factory refuses
 
 Every operation runs under one ``asyncio.Lock`` and never awaits inside it, so
 each is atomic with respect to every other, which is the guarantee the sqlite
-and Redis stores give across processes.
+and Redis stores give across processes. Credit accounts are immutable
+``CreditAccount`` values decided by ``credit_rules``, replaced whole.
 """
 
 from __future__ import annotations
@@ -21,10 +22,21 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigError
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Lease, PaymentClaimed, Store, TransitionApplied, TransitionRequest
+from ..interfaces import (
+    CreditAccount,
+    Credited,
+    Lease,
+    PaymentClaimed,
+    RateWindow,
+    Spend,
+    Store,
+    TransitionApplied,
+    TransitionRequest,
+)
 from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
+from .credit_rules import apply_credit, apply_refund, apply_spend, live
 from .store_rules import (
     check_state,
     claim_conflict,
@@ -88,6 +100,9 @@ class MemoryStore:
         self._counters: dict[str, _Counter] = {}
         # (window_end, key) of every counter, oldest first: what to forget next.
         self._counter_ends: list[tuple[float, str]] = []
+        self._accounts: dict[str, CreditAccount] = {}
+        # (keep_until, grant_id) of every account as created or extended: what to forget next.
+        self._account_ends: list[tuple[float, str]] = []
 
     async def start(self) -> None:
         """Nothing to connect to."""
@@ -274,6 +289,76 @@ class MemoryStore:
             counter = self._counters.get(key)
             if counter is not None and counter.window_end == end:
                 del self._counters[key]
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        async with self._lock:
+            self._forget_accounts(now)
+            current = live(self._accounts.get(grant_id), now)
+            before = current is not None and any(e.key == key for e in current.entries)
+            updated, answer = apply_credit(
+                current,
+                grant_id,
+                amount,
+                key=key,
+                now=now,
+                keep_until=keep_until,
+                credited_before=before,
+            )
+            if updated is not None:
+                self._put_account(updated)
+            return answer
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        async with self._lock:
+            updated, answer = apply_spend(
+                self._accounts.get(grant_id),
+                grant_id,
+                cost,
+                now=now,
+                keep_until=keep_until,
+                rate=rate,
+                credits=credits,
+            )
+            if updated is not None:
+                self._put_account(updated)
+            return answer
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        async with self._lock:
+            updated, balance = apply_refund(self._accounts.get(grant_id), amount, now=now)
+            if updated is not None:
+                self._put_account(updated)
+            return balance
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        async with self._lock:
+            return self._accounts.get(grant_id)
+
+    def _put_account(self, account: CreditAccount) -> None:
+        previous = self._accounts.get(account.grant_id)
+        if previous is None or previous.keep_until != account.keep_until:
+            heapq.heappush(self._account_ends, (account.keep_until, account.grant_id))
+        self._accounts[account.grant_id] = account
+
+    def _forget_accounts(self, now: float) -> None:
+        """Drop accounts past ``keep_until``; called on each credit, so memory stays bounded."""
+        ends = self._account_ends
+        while ends and ends[0][0] < now:
+            end, grant_id = heapq.heappop(ends)
+            account = self._accounts.get(grant_id)
+            if account is not None and account.keep_until == end:
+                del self._accounts[grant_id]
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         async with self._lock:

@@ -14,7 +14,10 @@ challenge (``prune`` deletes a record's claims with it) and adds the A2A
 ``tasks`` table; 3 puts ``challenge_id`` at the end of both listing indexes
 (a cursor page is then one range of an index, no sort), gives tasks a
 ``prune_after`` time with a partial index for ``prune_tasks``, and adds the
-shared hit counters ``rate_counters`` with an index on their window's end.
+shared hit counters ``rate_counters`` with an index on their window's end;
+4 adds the grants' credit accounts (``credits``, the account's JSON beside
+its ``keep_until``) and the keys credited to each (``credit_entries``, whose
+unique ``(grant_id, key)`` is what makes a credit count once).
 Each step runs in the one transaction that sets the version, so a file is at
 one version or the next, never in between.
 """
@@ -30,7 +33,7 @@ from ..errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -87,11 +90,29 @@ _SCHEMA_V3 = (
     "CREATE INDEX rate_counters_by_window_end ON rate_counters (window_end)",
 )
 
+_SCHEMA_V4 = (
+    """CREATE TABLE credits (
+        grant_id TEXT PRIMARY KEY NOT NULL,
+        keep_until REAL NOT NULL,
+        account TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX credits_by_keep_until ON credits (keep_until)",
+    """CREATE TABLE credit_entries (
+        seq INTEGER PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        amount INTEGER NOT NULL,
+        at REAL NOT NULL,
+        UNIQUE (grant_id, key)
+    )""",
+)
+
 #: The statements that bring a file from version ``n - 1`` to ``n``.
 _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1),
     (2, _SCHEMA_V2),
     (3, _SCHEMA_V3),
+    (4, _SCHEMA_V4),
 )
 
 

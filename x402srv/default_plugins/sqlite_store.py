@@ -36,10 +36,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError, StoreUnavailable
 from ..hookspecs import Register, hookimpl
-from ..interfaces import Lease, PaymentClaimed, Store, TransitionRequest
+from ..interfaces import (
+    CreditAccount,
+    Credited,
+    Lease,
+    PaymentClaimed,
+    RateWindow,
+    Spend,
+    Store,
+    TransitionRequest,
+)
 from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
+from . import sqlite_credits as credits_ops
 from . import sqlite_ops as ops
 from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
 from .sqlite_checkpoint import SAFETY_NET_PAGES, Checkpointer
@@ -220,6 +230,36 @@ class SqliteStore:
             return {}
         pairs = [(key, int(delta)) for key, delta in hits.items()]
         return await self._run("count_hits", lambda c: ops.count_hits(c, pairs, window_end, now))
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        return await self._run(
+            "credit", lambda c: credits_ops.credit(c, grant_id, amount, key, now, keep_until)
+        )
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        return await self._run(
+            "spend",
+            lambda c: credits_ops.spend(c, grant_id, cost, now, keep_until, rate, credits),
+        )
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        return await self._run("refund", lambda c: credits_ops.refund(c, grant_id, amount, now))
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        if not nameable(grant_id):
+            return None
+        return await self._run("get_credits", lambda c: credits_ops.get_credits(c, grant_id))
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(

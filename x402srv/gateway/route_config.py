@@ -11,6 +11,8 @@ secret_header = "X-X402-Gateway-Secret"
 connect_timeout_seconds = 5              # -> 502/504 problem details when exceeded
 read_timeout_seconds = 30
 max_body_bytes = 10485760
+cost = 1                                 # credits a call spends on plans that sell calls
+refund_on_5xx = true                     # an upstream 5xx (or 502/504) gives them back
 ```
 
 ``Config`` (``x402srv/config.py``) holds ``routes: list[RouteConfig]`` and calls
@@ -57,6 +59,8 @@ class RouteConfig(BaseModel):
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
     description: str | None = Field(default=None, min_length=1)
+    cost: int = Field(default=1, ge=1, le=1_000_000)
+    refund_on_5xx: bool = True
 
     @field_validator("prefix")
     @classmethod
@@ -106,8 +110,26 @@ def check_routes(config: Config) -> None:
                 raise ValueError(f"{path}.plans: no plan {plan_id!r}")
         if route.plans == []:
             raise ValueError(f"{path}.plans: must name at least one plan (or be left out)")
+        _check_cost(config, route, path)
     if config.routes and config.credentials.issuer != "jwt":
         raise ValueError(
             "routes: the gateway verifies the tokens it forwards, so it needs "
             f'credentials.issuer = "jwt" (not {config.credentials.issuer!r})'
         )
+
+
+def _check_cost(config: Config, route: RouteConfig, path: str) -> None:
+    """A cost needs a plan that sells calls, and no plan may sell fewer calls than one costs."""
+    plans = [config.plan_map[plan_id] for plan_id in route.plans or config.plan_map]
+    selling = [plan for plan in plans if plan.calls is not None]
+    if route.cost != 1 and not selling:
+        raise ValueError(
+            f"{path}.cost: none of the route's plans sells calls (set calls = N on one)"
+        )
+    for plan in selling:
+        assert plan.calls is not None
+        if plan.calls < route.cost:
+            raise ValueError(
+                f"{path}.cost: a call costs {route.cost} credits but plan {plan.plan_id!r} "
+                f"sells only {plan.calls}: its buyers could never make one"
+            )

@@ -3,7 +3,8 @@
 ``StoreContract`` (``store_contract``, built on ``store_contract_base``, with
 topics in ``store_contract_*``) is the one test-suite every ``Store`` runs,
 built-in or third-party; ``builders`` makes records, payment keys and payments
-for any suite.
+for any suite; ``build_store`` (``plugins``) builds a store from a config the
+way the server does.
 
 Nothing is imported eagerly: helper processes started with
 ``python -m x402srv.testing.<module>`` should not pay for pytest.
@@ -23,16 +24,22 @@ if "pytest" in sys.modules:
         "x402srv.testing.store_contract",
         "x402srv.testing.store_contract_base",
         "x402srv.testing.store_contract_counters",
+        "x402srv.testing.store_contract_credits",
         "x402srv.testing.store_contract_listing",
     )
 
 if TYPE_CHECKING:
+    from .plugins import build_store
     from .store_contract import Reopen, StoreContract
 
-__all__ = ["Reopen", "StoreContract"]
+__all__ = ["Reopen", "StoreContract", "build_store"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "build_store":
+        from . import plugins
+
+        return plugins.build_store
     if name in __all__:
         from . import store_contract
 

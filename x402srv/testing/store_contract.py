@@ -53,13 +53,14 @@ from .store_contract_base import (
     tx_is_free,
 )
 from .store_contract_counters import CounterContract
+from .store_contract_credits import CreditContract
 from .store_contract_listing import ListingContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
 __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
-class StoreContract(ListingContract, CounterContract, StoreContractBase):
+class StoreContract(ListingContract, CounterContract, CreditContract, StoreContractBase):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
 
     # ------------------------------------------------------------ open, ping

@@ -33,6 +33,7 @@ __all__ = [
     "delivering",
     "expiring",
     "full_record",
+    "move",
     "paid",
     "settling",
     "settling_again",
@@ -104,6 +105,21 @@ class StoreContractBase:
 # ------------------------------------------------------------ transitions the pipeline asks for
 
 
+def move(
+    record: ChallengeRecord,
+    expect: State,
+    to: State,
+    at: float,
+    reason: str,
+    changes: RecordChanges | None = None,
+    **fields: Any,
+) -> TransitionRequest:
+    """``record`` from ``expect`` to ``to`` at ``at`` for ``reason``; ``fields`` are the rest
+    of ``TransitionRequest`` (``attempt_id``, the claims). Each builder below is one move."""
+    changes = changes if changes is not None else RecordChanges()
+    return TransitionRequest(record.challenge_id, expect, to, at, reason, changes, **fields)
+
+
 def settling(
     record: ChallengeRecord,
     key: PaymentKey | None = None,
@@ -114,14 +130,10 @@ def settling(
 ) -> TransitionRequest:
     """PENDING -> SETTLING for ``key`` as pipeline step 7 asks for it."""
     key = key or make_key()
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PENDING,
-        to=State.SETTLING,
-        at=at,
-        reason="settling",
-        changes=RecordChanges(payment=make_payment(key, attempt_id=attempt_id)),
-        claim_payment=key if claim else None,
+    changes = RecordChanges(payment=make_payment(key, attempt_id=attempt_id))
+    claimed = key if claim else None
+    return move(
+        record, State.PENDING, State.SETTLING, at, "settling", changes, claim_payment=claimed
     )
 
 
@@ -132,51 +144,32 @@ def settling_again(
 
     ``fields`` are further ``TransitionRequest`` fields (``changes``, claims).
     """
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.SETTLING,
-        at=at,
-        reason=reason,
-        attempt_id=attempt_id,
-        **fields,
-    )
+    return move(record, State.SETTLING, State.SETTLING, at, reason, attempt_id=attempt_id, **fields)
 
 
 def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -> TransitionRequest:
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.PAID,
-        at=at,
-        reason="settled",
-        changes=RecordChanges(tx_hash=tx_hash, payer="0x" + "ab" * 20),
-        claim_tx_hash=tx_hash,
-    )
+    """SETTLING -> PAID in ``tx_hash``, which the record claims."""
+    changes = RecordChanges(tx_hash=tx_hash, payer="0x" + "ab" * 20)
+    return move(record, State.SETTLING, State.PAID, at, "settled", changes, claim_tx_hash=tx_hash)
 
 
 def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
     """SETTLING -> PENDING after a definite failure: the claim is released."""
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.SETTLING,
-        to=State.PENDING,
-        at=at,
-        reason="settlement rejected",
-        changes=RecordChanges(clear_payment=True),
+    changes = RecordChanges(clear_payment=True)
+    return move(
+        record,
+        State.SETTLING,
+        State.PENDING,
+        at,
+        "settlement rejected",
+        changes,
         release_payment=True,
     )
 
 
 def expiring(record: ChallengeRecord, *, at: float = BASE_TIME + 900) -> TransitionRequest:
     """PENDING -> EXPIRED, as the reconciler moves a challenge past its ``expires_at``."""
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PENDING,
-        to=State.EXPIRED,
-        at=at,
-        reason="expired",
-    )
+    return move(record, State.PENDING, State.EXPIRED, at, "expired")
 
 
 def claiming_delivery(
@@ -189,15 +182,8 @@ def claiming_delivery(
     """
     assert record.payment is not None, "a PAID record keeps its payment"
     claim = dataclasses.replace(record.payment, attempt_id=new_attempt, lease_until=at + 60)
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PAID,
-        to=State.PAID,
-        at=at,
-        reason="delivering",
-        changes=RecordChanges(payment=claim),
-        attempt_id=attempt_id,
-    )
+    changes = RecordChanges(payment=claim)
+    return move(record, State.PAID, State.PAID, at, "delivering", changes, attempt_id=attempt_id)
 
 
 def delivering(
@@ -208,14 +194,9 @@ def delivering(
     attempt_id: str | None = None,
 ) -> TransitionRequest:
     """PAID -> DELIVERED with ``grant`` (one made for ``record`` unless given)."""
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PAID,
-        to=State.DELIVERED,
-        at=at,
-        reason="delivered",
-        changes=RecordChanges(grant=grant if grant is not None else make_grant(record)),
-        attempt_id=attempt_id,
+    changes = RecordChanges(grant=grant if grant is not None else make_grant(record))
+    return move(
+        record, State.PAID, State.DELIVERED, at, "delivered", changes, attempt_id=attempt_id
     )
 
 

@@ -4,18 +4,23 @@ This directory overrides the repository-wide ``devchain`` with its own chain:
 these tests switch automine off and move chain time forward, which must not
 leak into other suites. Tests stay independent on it by using fresh random
 accounts: a new gas wallet (nonce 0), a new buyer, a new seller per test.
+
+Most tests take ``rig`` (``x402srv_gaswallet.testing.SettlerRig``): that wallet,
+seller and config, settlers started through the plugin's factory, and the checks
+that read the chain (``rig.assert_nothing_moved(request)``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from eth_account.signers.local import LocalAccount
 from x402srv_gaswallet import GasWalletSettler, build_gas_wallet
-from x402srv_gaswallet.testing import StartSettler, key_hex, make_config
+from x402srv_gaswallet.testing import Configure, SettlerRig, StartSettler, key_hex, make_config
 
 from x402srv.chain import ChainReader
 from x402srv.config import Config
@@ -58,14 +63,17 @@ def buyer(devchain: Devchain) -> LocalAccount:
 
 
 @pytest.fixture
-def config(devchain: Devchain, gas_account: LocalAccount, seller: str) -> Config:
-    return make_config(
-        devchain,
-        gas_key=key_hex(gas_account),
-        seller=seller,
-        rpc_url=devchain.rpc_url,
-        options=FAST,
+def configure(devchain: Devchain, gas_account: LocalAccount, seller: str) -> Configure:
+    """``configure(**overrides)``: ``make_config`` for this test's gas wallet and seller,
+    on anvil's RPC unless ``rpc_url`` says otherwise."""
+    return partial(
+        make_config, devchain, gas_key=key_hex(gas_account), seller=seller, rpc_url=devchain.rpc_url
     )
+
+
+@pytest.fixture
+def config(configure: Configure) -> Config:
+    return configure(options=FAST)
 
 
 @pytest.fixture
@@ -98,3 +106,17 @@ async def start_settler(chain_reader: ChainReader) -> AsyncIterator[StartSettler
     yield start
     for settler in started:
         await settler.close()
+
+
+@pytest.fixture
+def rig(
+    devchain: Devchain,
+    chain_reader: ChainReader,
+    gas_account: LocalAccount,
+    config: Config,
+    configure: Configure,
+    start_settler: StartSettler,
+) -> SettlerRig:
+    """This test's gas wallet, seller and ``config``, with ``start_settler``; the buyer's
+    account is made when the test first asks for ``rig.buyer``."""
+    return SettlerRig(devchain, chain_reader, gas_account, config, configure, start_settler)

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eth_account.signers.local import LocalAccount
 from x402srv_gaswallet import GasWalletSettler
-from x402srv_gaswallet.testing import StartSettler, key_hex, make_config
+from x402srv_gaswallet.testing import Configure, StartSettler
 
 from x402srv.config import Config
-from x402srv.devchain import Devchain
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Settler
 from x402srv.registry import Registry
@@ -27,16 +25,8 @@ def test_the_installed_entry_point_registers_gas_wallet(config: Config) -> None:
     assert built.settler.name == "gas-wallet"
 
 
-def test_a_gas_wallet_key_alone_selects_the_strategy(
-    devchain: Devchain, gas_account: LocalAccount, seller: str
-) -> None:
-    config = make_config(
-        devchain,
-        gas_key=key_hex(gas_account),
-        seller=seller,
-        rpc_url=devchain.rpc_url,
-        strategy=None,
-    )
+def test_a_gas_wallet_key_alone_selects_the_strategy(configure: Configure) -> None:
+    config = configure(strategy=None)
 
     assert isinstance(Registry().build(config).settler, GasWalletSettler)
 
@@ -47,19 +37,16 @@ def _build_error(config: Config) -> ConfigError:
     return caught.value
 
 
-def test_the_private_key_is_required(devchain: Devchain, seller: str) -> None:
-    config = make_config(devchain, gas_key=None, seller=seller, rpc_url=devchain.rpc_url)
+def test_the_private_key_is_required(configure: Configure) -> None:
+    config = configure(gas_key=None)
 
     error = _build_error(config)
 
     assert error.path == "settlement.gas_wallet_private_key"
 
 
-def test_a_key_that_is_not_a_key_is_refused_without_quoting_it(
-    devchain: Devchain, seller: str
-) -> None:
-    bad = "0x" + "zz" * 32
-    config = make_config(devchain, gas_key=bad, seller=seller, rpc_url=devchain.rpc_url)
+def test_a_key_that_is_not_a_key_is_refused_without_quoting_it(configure: Configure) -> None:
+    config = configure(gas_key="0x" + "zz" * 32)
 
     error = _build_error(config)
 
@@ -67,8 +54,8 @@ def test_a_key_that_is_not_a_key_is_refused_without_quoting_it(
     assert "zz" not in str(error)
 
 
-def test_an_rpc_is_required(devchain: Devchain, gas_account: LocalAccount, seller: str) -> None:
-    config = make_config(devchain, gas_key=key_hex(gas_account), seller=seller, rpc_url=None)
+def test_an_rpc_is_required(configure: Configure) -> None:
+    config = configure(rpc_url=None)
 
     error = _build_error(config)
 
@@ -88,21 +75,9 @@ def test_an_rpc_is_required(devchain: Devchain, gas_account: LocalAccount, selle
     ],
 )
 def test_a_receipt_wait_that_would_outlive_the_settling_lease_is_refused(
-    devchain: Devchain,
-    gas_account: LocalAccount,
-    seller: str,
-    options: dict[str, Any],
-    lease_seconds: int,
-    key: str,
+    configure: Configure, options: dict[str, Any], lease_seconds: int, key: str
 ) -> None:
-    config = make_config(
-        devchain,
-        gas_key=key_hex(gas_account),
-        seller=seller,
-        rpc_url=devchain.rpc_url,
-        options=options,
-        lease_seconds=lease_seconds,
-    )
+    config = configure(options=options, lease_seconds=lease_seconds)
 
     error = _build_error(config)
 
@@ -119,16 +94,8 @@ def test_a_receipt_wait_that_would_outlive_the_settling_lease_is_refused(
         {"rpc_timeout_seconds": 10, "nonce_lease_seconds": 5},
     ],
 )
-def test_bad_options_name_their_table(
-    devchain: Devchain, gas_account: LocalAccount, seller: str, options: dict[str, Any]
-) -> None:
-    config = make_config(
-        devchain,
-        gas_key=key_hex(gas_account),
-        seller=seller,
-        rpc_url=devchain.rpc_url,
-        options=options,
-    )
+def test_bad_options_name_their_table(configure: Configure, options: dict[str, Any]) -> None:
+    config = configure(options=options)
 
     error = _build_error(config)
 
@@ -136,15 +103,9 @@ def test_bad_options_name_their_table(
 
 
 async def test_start_refuses_a_node_on_another_chain(
-    devchain: Devchain, start_settler: StartSettler, gas_account: LocalAccount, seller: str
+    configure: Configure, start_settler: StartSettler
 ) -> None:
-    config = make_config(
-        devchain,
-        gas_key=key_hex(gas_account),
-        seller=seller,
-        rpc_url=devchain.rpc_url,
-        network="eip155:8453",
-    )
+    config = configure(network="eip155:8453")
 
     with pytest.raises(ConfigError) as caught:
         await start_settler(config)
@@ -154,14 +115,10 @@ async def test_start_refuses_a_node_on_another_chain(
 
 
 async def test_start_refuses_a_node_it_cannot_reach(
-    devchain: Devchain, start_settler: StartSettler, gas_account: LocalAccount, seller: str
+    configure: Configure, start_settler: StartSettler
 ) -> None:
-    config = make_config(
-        devchain,
-        gas_key=key_hex(gas_account),
-        seller=seller,
-        rpc_url="http://127.0.0.1:9/rpc/SECRET-API-KEY",
-        options={"rpc_timeout_seconds": 0.5},
+    config = configure(
+        rpc_url="http://127.0.0.1:9/rpc/SECRET-API-KEY", options={"rpc_timeout_seconds": 0.5}
     )
 
     with pytest.raises(ConfigError) as caught:

@@ -11,17 +11,9 @@ from pathlib import Path
 
 import pytest
 from eth_account.signers.local import LocalAccount
-from x402srv_gaswallet.testing import (
-    PRICE,
-    RecordingHooks,
-    StartSettler,
-    nonce_of,
-    signed_request,
-    tx_nonce,
-)
+from x402srv_gaswallet.testing import PRICE, RecordingHooks, SettlerRig, tx_nonce
 
 from x402srv.chain import ChainReader
-from x402srv.config import Config
 from x402srv.default_plugins.sqlite_store import SqliteStore
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Settled
@@ -38,8 +30,8 @@ async def sqlite_stores(tmp_path: Path) -> AsyncIterator[list[SqliteStore]]:
         await store.close()
 
 
-def _lease_name(devchain: Devchain, wallet: str) -> str:
-    return f"gas-wallet-nonce:{devchain.chain_id}:{wallet.lower()}"
+def _lease_name(rig: SettlerRig) -> str:
+    return f"gas-wallet-nonce:{rig.devchain.chain_id}:{rig.gas_account.address.lower()}"
 
 
 def _resyncs(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -47,52 +39,35 @@ def _resyncs(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_two_settlers_sharing_a_sqlite_store_never_collide(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    config: Config,
-    gas_account: LocalAccount,
-    sqlite_stores: list[SqliteStore],
-    caplog: pytest.LogCaptureFixture,
+    rig: SettlerRig, sqlite_stores: list[SqliteStore], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each settler has its own asyncio lock, as separate processes would; only the
     store's lease keeps them apart, and it does: no nonce is ever refused."""
-    first, second = [await start_settler(config, store=store) for store in sqlite_stores]
-    requests = [
-        signed_request(devchain, config, devchain.new_account(eth=0), challenge=f"c{i}")
-        for i in range(20)
-    ]
+    first, second = [await rig.start(store=store) for store in sqlite_stores]
+    requests = [rig.request(rig.devchain.new_account(eth=0), challenge=f"c{i}") for i in range(20)]
     caplog.set_level(logging.INFO)
 
     outcomes = await asyncio.gather(
         *(
-            (first if i % 2 else second).settle(request, RecordingHooks(chain_reader))
+            (first if i % 2 else second).settle(request, rig.hooks())
             for i, request in enumerate(requests)
         )
     )
 
     assert all(isinstance(o, Settled) for o in outcomes), outcomes
     hashes = [o.tx_hash for o in outcomes if isinstance(o, Settled)]
-    assert sorted(tx_nonce(devchain, h) for h in hashes) == list(range(20))
-    assert devchain.balance_of(config.seller.wallet_address) == 20 * PRICE
+    assert sorted(tx_nonce(rig.devchain, h) for h in hashes) == list(range(20))
+    assert rig.received() == 20 * PRICE
     assert _resyncs(caplog) == []
     # The last holder left the next nonce in the lease for whoever comes next.
-    probe = await sqlite_stores[0].acquire_lease(
-        _lease_name(devchain, gas_account.address), "probe", 1, time.time()
-    )
+    probe = await sqlite_stores[0].acquire_lease(_lease_name(rig), "probe", 1, time.time())
     assert probe is not None and probe.value is not None
     assert json.loads(probe.value)["next_nonce"] == 20
     await sqlite_stores[0].release_lease(probe, None)
 
 
 async def test_a_lease_left_by_a_crashed_holder_delays_at_most_its_ttl(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    config: Config,
-    buyer: LocalAccount,
-    gas_account: LocalAccount,
-    sqlite_stores: list[SqliteStore],
+    rig: SettlerRig, sqlite_stores: list[SqliteStore]
 ) -> None:
     ttl = 1.0
     options = {
@@ -100,21 +75,21 @@ async def test_a_lease_left_by_a_crashed_holder_delays_at_most_its_ttl(
         "nonce_lease_seconds": ttl,
         "rpc_timeout_seconds": 0.5,
     }
-    settler = await start_settler(config, store=sqlite_stores[0], options=options)
-    request = signed_request(devchain, config, buyer)
+    settler = await rig.start(store=sqlite_stores[0], options=options)
+    request = rig.request()
     # Another worker took the lease and died before releasing it.
     crashed = await sqlite_stores[1].acquire_lease(
-        _lease_name(devchain, gas_account.address), "crashed-worker", ttl, time.time()
+        _lease_name(rig), "crashed-worker", ttl, time.time()
     )
     assert crashed is not None
 
     started = time.monotonic()
-    outcome = await settler.settle(request, RecordingHooks(chain_reader))
+    outcome = await settler.settle(request, rig.hooks())
     waited = time.monotonic() - started
 
     assert isinstance(outcome, Settled), outcome
     assert 0.5 * ttl < waited < ttl + 0.5
-    assert tx_nonce(devchain, outcome.tx_hash) == 0
+    assert tx_nonce(rig.devchain, outcome.tx_hash) == 0
 
 
 class _OutsiderSendsFirst(RecordingHooks):
@@ -133,21 +108,15 @@ class _OutsiderSendsFirst(RecordingHooks):
 
 
 async def test_a_nonce_taken_from_outside_is_resynced_and_sent_again(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    config: Config,
-    buyer: LocalAccount,
-    gas_account: LocalAccount,
-    caplog: pytest.LogCaptureFixture,
+    rig: SettlerRig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settler = await start_settler(config)
-    hooks = _OutsiderSendsFirst(chain_reader, devchain, gas_account)
+    settler = await rig.start()
+    hooks = _OutsiderSendsFirst(rig.chain, rig.devchain, rig.gas_account)
 
-    outcome = await settler.settle(signed_request(devchain, config, buyer), hooks)
+    outcome = await settler.settle(rig.request(), hooks)
 
     assert isinstance(outcome, Settled), outcome
     assert len(hooks.noted) == 2 and hooks.noted[-1] == outcome.tx_hash
-    assert tx_nonce(devchain, outcome.tx_hash) == 1
-    assert nonce_of(devchain, gas_account.address, "latest") == 2
+    assert tx_nonce(rig.devchain, outcome.tx_hash) == 1
+    assert rig.gas_nonce("latest") == 2
     assert len(_resyncs(caplog)) == 1

@@ -9,21 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
-from eth_account.signers.local import LocalAccount
 from eth_typing import HexStr
-from x402srv_gaswallet.testing import (
-    PRICE,
-    RecordingHooks,
-    StartSettler,
-    key_hex,
-    make_config,
-    manual_mining,
-    signed_request,
-)
+from x402srv_gaswallet.testing import PRICE, RecordingHooks, SettlerRig, key_hex, manual_mining
 
 from x402srv.chain import ChainReader
-from x402srv.config import Config
-from x402srv.devchain import Devchain, encode_call
+from x402srv.devchain import encode_call
 from x402srv.interfaces import Rejected, Settled
 
 WAIT = {"poll_interval_seconds": 0.05, "receipt_timeout_seconds": 10}
@@ -42,50 +32,39 @@ async def _until_pooled(chain: ChainReader, hooks: list[RecordingHooks]) -> None
 
 
 async def test_two_settlers_racing_one_authorization_both_answer_the_winner(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    config: Config,
-    buyer: LocalAccount,
+    rig: SettlerRig,
 ) -> None:
-    other_wallet = devchain.new_account(eth=10, usdc_atomic=0)
-    other_config = make_config(
-        devchain,
-        gas_key=key_hex(other_wallet),
-        seller=config.seller.wallet_address,
-        rpc_url=devchain.rpc_url,
-        options=WAIT,
-    )
-    settlers = [await start_settler(config), await start_settler(other_config)]
-    request = signed_request(devchain, config, buyer)
-    hooks = [RecordingHooks(chain_reader), RecordingHooks(chain_reader)]
+    other_wallet = rig.devchain.new_account(eth=10, usdc_atomic=0)
+    other_config = rig.configure(gas_key=key_hex(other_wallet), options=WAIT)
+    settlers = [await rig.start(), await rig.start(other_config)]
+    request = rig.request()
+    hooks = [rig.hooks(), rig.hooks()]
 
-    with manual_mining(devchain):
+    with manual_mining(rig.devchain):
         racing = asyncio.gather(
             *(s.settle(request, h) for s, h in zip(settlers, hooks, strict=True))
         )
-        await _until_pooled(chain_reader, hooks)
-        devchain.rpc.mine()
+        await _until_pooled(rig.chain, hooks)
+        rig.devchain.rpc.mine()
         outcomes = await racing
 
-    (transfer,) = devchain.transfer_logs(to=config.seller.wallet_address)
-    assert outcomes == [Settled(transfer.tx_hash, buyer.address)] * 2
+    (transfer,) = rig.devchain.transfer_logs(to=rig.seller)
+    assert outcomes == [Settled(transfer.tx_hash, rig.buyer.address)] * 2
     loser = next(h.noted[0] for h in hooks if h.noted[0] != transfer.tx_hash)
-    assert (await chain_reader.receipt(loser)).status == 0  # type: ignore[union-attr]
-    assert devchain.balance_of(config.seller.wallet_address) == PRICE
+    lost = await rig.chain.receipt(loser)
+    assert lost is not None and lost.status == 0
+    assert rig.received() == PRICE
 
 
 async def test_a_payer_who_drains_the_balance_first_gets_transaction_failed(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    config: Config,
+    rig: SettlerRig,
 ) -> None:
+    devchain, chain_reader = rig.devchain, rig.chain
     payer = devchain.new_account(eth=1)
     elsewhere = devchain.new_account(eth=0, usdc_atomic=0).address
-    settler = await start_settler(config)
-    request = signed_request(devchain, config, payer)
-    hooks = RecordingHooks(chain_reader)
+    settler = await rig.start()
+    request = rig.request(payer)
+    hooks = rig.hooks()
     # The payer moves everything away with a higher tip: mined first in the block.
     drain = payer.sign_transaction(
         {
@@ -115,5 +94,6 @@ async def test_a_payer_who_drains_the_balance_first_gets_transaction_failed(
     assert outcome == Rejected(
         "transaction_failed", "The token contract refused the transfer; nothing moved."
     )
-    assert (await chain_reader.receipt(hooks.noted[0])).status == 0  # type: ignore[union-attr]
+    receipt = await chain_reader.receipt(hooks.noted[0])
+    assert receipt is not None and receipt.status == 0
     assert not devchain.authorization_state(payer.address, request.authorization.nonce)

@@ -13,11 +13,11 @@ from dataclasses import replace
 import pytest
 from eth_account.signers.local import LocalAccount
 from x402srv_gaswallet.testing import (
+    Configure,
     RecordingHooks,
     RpcRelay,
     StartSettler,
     key_hex,
-    make_config,
     signed_request,
 )
 
@@ -46,8 +46,8 @@ async def test_key_and_rpc_credentials_never_reach_logs_outcomes_or_errors(
     devchain: Devchain,
     chain_reader: ChainReader,
     start_settler: StartSettler,
+    configure: Configure,
     gas_account: LocalAccount,
-    seller: str,
     buyer: LocalAccount,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -56,13 +56,7 @@ async def test_key_and_rpc_credentials_never_reach_logs_outcomes_or_errors(
     try:
         # A hosted-RPC style URL: credentials in the user info and the API key in the path.
         rpc_url = relay.url.replace("http://", f"http://gas:{RPC_PASSWORD}@") + f"/v2/{API_KEY}"
-        config = make_config(
-            devchain,
-            gas_key=key_hex(gas_account),
-            seller=seller,
-            rpc_url=rpc_url,
-            options={"poll_interval_seconds": 0.05},
-        )
+        config = configure(rpc_url=rpc_url, options={"poll_interval_seconds": 0.05})
         # The core's ChainReader (receipts, resolution) goes direct: this test is
         # about what the plugin itself logs and returns.
         settler = await start_settler(config, chain=chain_reader)
@@ -74,13 +68,7 @@ async def test_key_and_rpc_credentials_never_reach_logs_outcomes_or_errors(
         settled = await settler.settle(good, RecordingHooks(chain_reader))
         rejected = await settler.settle(bad, RecordingHooks(chain_reader))
         texts += [repr(settled), repr(rejected)]
-        wrong_chain = make_config(
-            devchain,
-            gas_key=key_hex(gas_account),
-            seller=seller,
-            rpc_url=rpc_url,
-            network="eip155:1",
-        )
+        wrong_chain = configure(rpc_url=rpc_url, network="eip155:1")
         with pytest.raises(ConfigError) as caught:
             await start_settler(wrong_chain)
         texts.append(str(caught.value))
@@ -101,9 +89,8 @@ async def test_key_and_rpc_credentials_never_reach_logs_outcomes_or_errors(
     _assert_hidden(texts, _secrets(gas_account))
 
 
-def test_a_config_error_about_the_key_does_not_quote_it(devchain: Devchain, seller: str) -> None:
-    almost = "0x" + "ab" * 31  # 31 bytes: a plausible typo of a real key
-    config = make_config(devchain, gas_key=almost, seller=seller, rpc_url=devchain.rpc_url)
+def test_a_config_error_about_the_key_does_not_quote_it(configure: Configure) -> None:
+    config = configure(gas_key="0x" + "ab" * 31)  # 31 bytes: a plausible typo of a real key
 
     with pytest.raises(ConfigError) as caught:
         Registry().build(config)

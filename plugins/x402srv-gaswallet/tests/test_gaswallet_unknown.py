@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
-from eth_account.signers.local import LocalAccount
-from x402srv_gaswallet.testing import (
-    RecordingHooks,
-    RpcRelay,
-    StartSettler,
-    key_hex,
-    make_config,
-    manual_mining,
-    nonce_of,
-    signed_request,
-    tx_nonce,
-)
+from x402srv_gaswallet.testing import RecordingHooks, RpcRelay, SettlerRig, manual_mining, tx_nonce
 
 from x402srv.chain import ChainReader
-from x402srv.config import Config
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Rejected, Settled, SettlementRequest, Unknown
 from x402srv.resolution import Transferred, Undecided, resolve_authorization
@@ -41,13 +30,9 @@ async def relay(devchain: Devchain) -> AsyncIterator[RpcRelay]:
 
 
 @pytest.fixture
-def relayed_config(
-    devchain: Devchain, relay: RpcRelay, gas_account: LocalAccount, seller: str
-) -> Config:
+def relayed(rig: SettlerRig, relay: RpcRelay) -> SettlerRig:
     """The settler talks to anvil through the relay; the chain reader goes direct."""
-    return make_config(
-        devchain, gas_key=key_hex(gas_account), seller=seller, rpc_url=relay.url, options=IMPATIENT
-    )
+    return replace(rig, config=rig.configure(rpc_url=relay.url, options=IMPATIENT))
 
 
 async def _verdict(chain: ChainReader, request: SettlementRequest, tx_hint: str | None) -> object:
@@ -64,47 +49,36 @@ async def _verdict(chain: ChainReader, request: SettlementRequest, tx_hint: str 
     )
 
 
-async def test_a_receipt_that_never_comes_is_unknown_with_its_tx_hash(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    config: Config,
-    buyer: LocalAccount,
-) -> None:
-    settler = await start_settler(config, options=IMPATIENT)
-    request = signed_request(devchain, config, buyer)
-    hooks = RecordingHooks(chain_reader)
-    with manual_mining(devchain):  # the transaction waits in the pool
+async def test_a_receipt_that_never_comes_is_unknown_with_its_tx_hash(rig: SettlerRig) -> None:
+    settler = await rig.start(options=IMPATIENT)
+    request = rig.request()
+    hooks = rig.hooks()
+    with manual_mining(rig.devchain):  # the transaction waits in the pool
         outcome = await settler.settle(request, hooks)
 
         assert isinstance(outcome, Unknown), outcome
         assert outcome.tx_hash is not None
         assert hooks.noted == [outcome.tx_hash]
-        assert isinstance(await _verdict(chain_reader, request, outcome.tx_hash), Undecided)
+        assert isinstance(await _verdict(rig.chain, request, outcome.tx_hash), Undecided)
 
-        devchain.rpc.mine()
+        rig.devchain.rpc.mine()
 
-        verdict = await _verdict(chain_reader, request, outcome.tx_hash)
+        verdict = await _verdict(rig.chain, request, outcome.tx_hash)
         assert verdict == Transferred(outcome.tx_hash)
-    assert devchain.balance_of(config.seller.wallet_address) == request.authorization.value
+    assert rig.received() == request.authorization.value
 
 
 async def test_a_send_whose_reply_is_lost_is_followed_to_its_receipt(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    relayed_config: Config,
-    relay: RpcRelay,
-    buyer: LocalAccount,
+    relayed: SettlerRig, relay: RpcRelay
 ) -> None:
     """The node got the transaction but the reply never came: the send may or may
     not be out, so the settler polls for the receipt instead of giving up, and the
     next settlement asks the chain for the nonce instead of trusting a guess."""
-    settler = await start_settler(relayed_config)
+    settler = await relayed.start()
     relay.withhold_sends = True
-    hooks = RecordingHooks(chain_reader)
+    hooks = relayed.hooks()
 
-    outcome = await settler.settle(signed_request(devchain, relayed_config, buyer), hooks)
+    outcome = await settler.settle(relayed.request(), hooks)
 
     assert relay.forwarded_sends == 1
     assert isinstance(outcome, Settled), outcome
@@ -112,26 +86,19 @@ async def test_a_send_whose_reply_is_lost_is_followed_to_its_receipt(
     relay.withhold_sends = False
     relay.release.set()
     second = await settler.settle(
-        signed_request(devchain, relayed_config, devchain.new_account(eth=0)),
-        RecordingHooks(chain_reader),
+        relayed.request(relayed.devchain.new_account(eth=0)), relayed.hooks()
     )
     assert isinstance(second, Settled), second
-    assert (tx_nonce(devchain, outcome.tx_hash), tx_nonce(devchain, second.tx_hash)) == (0, 1)
+    assert [tx_nonce(relayed.devchain, o.tx_hash) for o in (outcome, second)] == [0, 1]
 
 
 async def test_an_unreachable_node_before_sending_refuses_and_sends_nothing(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    relayed_config: Config,
-    relay: RpcRelay,
-    buyer: LocalAccount,
-    gas_account: LocalAccount,
+    relayed: SettlerRig, relay: RpcRelay
 ) -> None:
-    settler = await start_settler(relayed_config)
-    request = signed_request(devchain, relayed_config, buyer)
+    settler = await relayed.start()
+    request = relayed.request()
     await relay.stop()
-    hooks = RecordingHooks(chain_reader)
+    hooks = relayed.hooks()
 
     outcome = await settler.settle(request, hooks)
 
@@ -139,8 +106,7 @@ async def test_an_unreachable_node_before_sending_refuses_and_sends_nothing(
     assert outcome.reason == "unexpected_settle_error"
     assert "could not be reached" in outcome.detail
     assert hooks.noted == []
-    assert nonce_of(devchain, gas_account.address) == 0
-    assert not devchain.authorization_state(buyer.address, request.authorization.nonce)
+    relayed.assert_nothing_moved(request)
 
 
 class _StopRelayOnNote(RecordingHooks):
@@ -156,22 +122,15 @@ class _StopRelayOnNote(RecordingHooks):
 
 
 async def test_a_node_gone_at_the_moment_of_sending_refuses_and_sends_nothing(
-    devchain: Devchain,
-    chain_reader: ChainReader,
-    start_settler: StartSettler,
-    relayed_config: Config,
-    relay: RpcRelay,
-    buyer: LocalAccount,
-    gas_account: LocalAccount,
+    relayed: SettlerRig, relay: RpcRelay
 ) -> None:
-    settler = await start_settler(relayed_config)
-    request = signed_request(devchain, relayed_config, buyer)
-    hooks = _StopRelayOnNote(chain_reader, relay)
+    settler = await relayed.start()
+    request = relayed.request()
+    hooks = _StopRelayOnNote(relayed.chain, relay)
 
     outcome = await settler.settle(request, hooks)
 
     assert isinstance(outcome, Rejected), outcome
     assert len(hooks.noted) == 1
     assert relay.forwarded_sends == 0
-    assert nonce_of(devchain, gas_account.address) == 0
-    assert not devchain.authorization_state(buyer.address, request.authorization.nonce)
+    relayed.assert_nothing_moved(request)

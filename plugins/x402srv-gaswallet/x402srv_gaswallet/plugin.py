@@ -18,7 +18,6 @@ from .settler import GasWalletSettler
 __all__ = ["build_gas_wallet", "register_settlers"]
 
 
-
 def build_gas_wallet(ctx: PluginContext) -> GasWalletSettler:
     """The factory the TOML selects with ``strategy = "gas-wallet"`` (or just a key).
 

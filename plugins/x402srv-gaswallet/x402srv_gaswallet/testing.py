@@ -1,8 +1,9 @@
 """Test helpers for the gas-wallet settler (need x402srv's ``test`` extra and anvil).
 
 Configs for the devchain, payment requests signed like an x402 buyer, hooks
-that record what the settler notes, and ``RpcRelay``, a real HTTP hop that a
-test can break. Shipped in the package, like ``x402srv.testing``, because the
+that record what the settler notes, ``SettlerRig`` (one test's wallet, seller
+and buyer with the checks that read the chain) and ``RpcRelay``, a real HTTP
+hop that a test can break. Shipped in the package, like ``x402srv.testing``, because the
 project's tests import helpers by module path (``--import-mode=importlib``).
 """
 
@@ -13,6 +14,8 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -21,7 +24,7 @@ from eth_account.signers.local import LocalAccount
 
 from x402srv.config import Config, parse_config
 from x402srv.devchain import Devchain, sign_transfer_authorization
-from x402srv.plugin import ChainReader, SettlementRequest
+from x402srv.plugin import ChainReader, SettlementRequest, Store
 from x402srv.testing.buyers import settlement_request as request_from
 
 if TYPE_CHECKING:
@@ -29,8 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PRICE",
+    "Configure",
     "RecordingHooks",
     "RpcRelay",
+    "SettlerRig",
     "StartSettler",
     "key_hex",
     "make_config",
@@ -45,6 +50,8 @@ PRICE = 10_000  # $0.01 in 6-decimal units
 
 #: ``await start_settler(config, *, store=None, chain=<reader>, options=None)``
 StartSettler = Callable[..., Awaitable["GasWalletSettler"]]
+#: ``configure(**make_config options)`` with a test's wallet and seller filled in.
+Configure = Callable[..., Config]
 
 
 def key_hex(account: LocalAccount) -> str:
@@ -215,3 +222,64 @@ class RpcRelay:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self.release.wait()
         return web.Response(body=answer.content, content_type="application/json")
+
+
+@dataclass(frozen=True)
+class SettlerRig:
+    """One test's gas wallet, seller and buyer on the session's anvil, and its settlers.
+
+    ``config`` pays the seller from ``gas_account``'s key over anvil's RPC;
+    ``start`` builds settlers through the plugin's factory (``start_settler``
+    closes them at teardown). The checks read the chain, never the settler.
+    """
+
+    devchain: Devchain
+    chain: ChainReader
+    gas_account: LocalAccount
+    config: Config
+    #: ``configure(**overrides)``: another config for this wallet and seller (``make_config``).
+    configure: Configure
+    start_settler: StartSettler
+
+    @property
+    def seller(self) -> str:
+        return self.config.seller.wallet_address
+
+    @cached_property
+    def buyer(self) -> LocalAccount:
+        """A payer with 100 test USDC and no ETH (made when first asked for)."""
+        return self.devchain.new_account(eth=0)
+
+    async def start(
+        self,
+        config: Config | None = None,
+        *,
+        store: Store | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> GasWalletSettler:
+        """A started settler for ``config`` (this rig's unless given), on a memory store
+        unless given one, with the ``[settlement.gas-wallet]`` options of its config unless
+        given ``options``."""
+        return await self.start_settler(config or self.config, store=store, options=options)
+
+    def request(self, payer: LocalAccount | None = None, **fields: Any) -> SettlementRequest:
+        """A payment to the seller signed by ``payer`` (the buyer unless given)."""
+        return signed_request(self.devchain, self.config, payer or self.buyer, **fields)
+
+    def hooks(self) -> RecordingHooks:
+        return RecordingHooks(self.chain)
+
+    def gas_nonce(self, block: str = "pending") -> int:
+        """How many transactions the gas wallet sent (``pending``: the pool's too)."""
+        return nonce_of(self.devchain, self.gas_account.address, block)
+
+    def received(self) -> int:
+        """The seller's token balance (each rig's seller starts with none)."""
+        return self.devchain.balance_of(self.seller)
+
+    def assert_nothing_moved(self, request: SettlementRequest) -> None:
+        """Nothing left the gas wallet, the seller got nothing, the authorization is unused."""
+        assert self.gas_nonce() == 0, "the gas wallet sent a transaction"
+        assert self.received() == 0, "the seller was paid"
+        authorization = request.authorization
+        assert not self.devchain.authorization_state(authorization.payer, authorization.nonce)

@@ -74,7 +74,7 @@ def test_several_workers_are_fine(tmp_path: Path) -> None:
 
 
 def test_options_are_validated_with_their_key_path(tmp_path: Path) -> None:
-    options = {
+    options: dict[str, Any] = {
         "key_prefix": "shop-a:",
         "max_connections": 8,
         "pool_timeout_seconds": 0.5,

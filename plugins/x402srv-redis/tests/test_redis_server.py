@@ -96,6 +96,23 @@ async def test_every_record_key_expires_with_the_record(
         await store.close()
 
 
+async def test_a_grants_credit_keys_expire_at_its_keep_until(
+    redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    """Credits live as long as the grant's token (plus a margin), by the caller's clock."""
+    store = await _open(redis_server.url, key_prefix=key_prefix)
+    try:
+        await store.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 2 * DAY)
+        await store.spend("g", 1, now=BASE_TIME + DAY, keep_until=BASE_TIME + DAY + 60)
+        names = [f"{key_prefix}cr:g", f"{key_prefix}cr:g:k", f"{key_prefix}cr:g:u"]
+        for name in names:
+            assert DAY - 5 <= await raw.ttl(name) <= DAY, name
+        everything = sorted([k async for k in raw.scan_iter(match=f"{key_prefix}*")])
+        assert everything == sorted(names)
+    finally:
+        await store.close()
+
+
 async def test_a_record_whose_ttl_ran_out_is_gone_everywhere(
     redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
 ) -> None:
@@ -269,7 +286,10 @@ async def test_idle_connections_survive_a_restart(start_redis: StartRedis) -> No
     store = await _open(server.url)
     try:
         records = [make_record() for _ in range(8)]
-        await asyncio.gather(*(store.create_challenge(r) for r in records))  # 8 connections
+        for record in records:
+            await store.create_challenge(record)
+        # Eight reads at once hold eight pooled connections (creates would share one call).
+        await asyncio.gather(*(store.get_challenge(r.challenge_id) for r in records))
         await asyncio.to_thread(server.restart)  # the event loop runs on, as in a server
         found = await asyncio.gather(*(store.get_challenge(r.challenge_id) for r in records))
         assert found == records
@@ -302,7 +322,7 @@ async def test_a_stalled_server_times_out(start_redis: StartRedis) -> None:
     try:
         record = make_record()
         await store.create_challenge(record)
-        await admin.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+        await admin.client_pause(1500, all=True)  # CLIENT PAUSE 1500 ALL
         with pytest.raises(StoreUnavailable) as caught:
             await store.create_challenge(make_record())
         _assert_hidden(caught.value)

@@ -34,7 +34,15 @@ from x402srv.plugin import ConfigError, Secret, StoreUnavailable, redact_url
 
 from .options import RedisOptions
 
-__all__ = ["RETRY_AFTER", "UNAVAILABLE", "client_for", "converted", "describe", "is_auth_failure"]
+__all__ = [
+    "RETRY_AFTER",
+    "UNAVAILABLE",
+    "client_for",
+    "converted",
+    "describe",
+    "is_auth_failure",
+    "unavailable",
+]
 
 log = logging.getLogger("x402srv_redis")
 
@@ -98,7 +106,14 @@ def converted(op: str, url: Secret) -> Iterator[None]:
         yield
     except (RedisError, OSError) as exc:
         log.error("redis store %s: %s failed: %s", redact_url(url.reveal()), op, describe(exc))
-        raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER) from None
+        raise unavailable() from None
+
+
+def unavailable() -> StoreUnavailable:
+    """The 503 every outage becomes; chained to nothing, so no Redis error rides along."""
+    error = StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
+    error.__suppress_context__ = True
+    return error
 
 
 def describe(exc: BaseException) -> str:

@@ -14,17 +14,22 @@ With the default prefix ``x402srv:``::
     x402srv:task:<taskId>           hash   doc (JSON), ver
     x402srv:tasks-by-prune          zset   taskId by prune_after (tasks that have one)
     x402srv:hits:<key>              hash   n (hits), end (window_end)   (count_hits)
+    x402srv:cr:<grantId>            hash   bal, cred, spent, refd, calls, wend, wcalls,
+                                           keep (keep_until), n (entries so far)  (credits)
+    x402srv:cr:<grantId>:k          hash   credited key -> "<seq> <amount> <at>"
+    x402srv:cr:<grantId>:u          list   "<hour> <calls> <spent> <refunded>", newest first
 
 Records, their indexes, claims and tasks expire ``record_ttl_seconds`` after
 their last write; hit counters at the end of their window by the caller's clock
-(the TTL is ``window_end - now`` of the last call). Leases never expire (their
+(the TTL is ``window_end - now`` of the last call); a grant's credit keys at its
+``keep_until`` by the caller's clock, reset by each write. Leases never expire (their
 fence must only grow), nor do the sorted sets, whose members ``prune`` and
 ``prune_tasks`` remove with the records and tasks (and members whose record or
 task expired first).
 
-The Lua scripts derive some key names from the prefix themselves (a record's
-claims, the records a listing returns), so the store needs one Redis primary,
-not a Redis Cluster.
+The Lua scripts derive some key names from the prefix themselves (every key
+of the records ``CREATE`` writes, a record's claims, the records a listing
+returns), so the store needs one Redis primary, not a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -76,3 +81,12 @@ class KeySpace:
 
     def hits(self, key: str) -> str:
         return f"{self.prefix}hits:{key}"
+
+    def credits(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}"
+
+    def credit_keys(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}:k"
+
+    def usage(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}:u"

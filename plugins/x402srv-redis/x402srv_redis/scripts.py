@@ -7,8 +7,11 @@ write, so an error (a wrong key type, a bug) stops it before anything changed.
 
 The decisions are those of ``x402srv.default_plugins.store_rules``:
 
-- ``CREATE``: an existing requestId wins, then a duplicate challengeId is an
-  error, then a payment claimed by another challenge refuses the insert.
+- ``CREATE``: one or more records (the store sends the creates that queued
+  while the previous call was on the wire together, ``batch``), each decided
+  as if on its own, in order: an existing requestId wins, then a duplicate
+  challengeId is an error, then a payment claimed by another challenge refuses
+  the insert.
 - ``TRANSITION``: the caller read the record, checked its state and attempt
   with ``store_rules.check_state`` and computed the new record with
   ``ChallengeRecord.apply``; the script applies it only if the record's write
@@ -88,32 +91,57 @@ end
 """
 
 CREATE = """#!lua
--- KEYS: c:<id>, rid:<requestId>, pay:<key> (KEYS[1] if no claim), claims:<id>,
---       by-updated, by-state:<state>
--- ARGV: id, requestId, json, state, updated_at, ttl, claim ("1"/"0"), prefix
-local id, ttl, claim = ARGV[1], ARGV[6], ARGV[7] == '1'
-local owner = redis.call('GET', KEYS[2])
-if owner then
-  local json = redis.call('HGET', ARGV[8] .. 'c:' .. owner, 'json')
-  if json then return {'exists', json} end
+-- ARGV: prefix, ttl, then six per record, in call order:
+--       id, requestId, json, state, updated_at, payment claim key ("" for none)
+-- Returns one outcome per record: 1 created, 0 duplicate challengeId,
+-- the existing record's json (its requestId was taken), {holder} (payment claimed).
+-- Every decision is taken before the first write; records earlier in the call
+-- count as written already (``made``), so the calls decide as if run one by one.
+local prefix, ttl = ARGV[1], ARGV[2]
+local made = {rid = {}, id = {}, claim = {}}
+local out, writes = {}, {}
+for b = 3, #ARGV, 6 do
+  local id, rid, claim = ARGV[b], ARGV[b + 1], ARGV[b + 5]
+  local json = made.rid[rid]
+  if not json then
+    local owner = redis.call('GET', prefix .. 'rid:' .. rid)
+    if owner then json = redis.call('HGET', prefix .. 'c:' .. owner, 'json') end
+  end
+  local holder = nil
+  if claim ~= '' then
+    holder = made.claim[claim] or redis.call('GET', prefix .. 'pay:' .. claim)
+    if holder == id then holder = nil end
+  end
+  if json then
+    out[#out + 1] = json
+  elseif made.id[id] or redis.call('EXISTS', prefix .. 'c:' .. id) == 1 then
+    out[#out + 1] = 0
+  elseif holder then
+    out[#out + 1] = {holder}
+  else
+    out[#out + 1] = 1
+    made.rid[rid], made.id[id] = ARGV[b + 2], true
+    if claim ~= '' then made.claim[claim] = id end
+    writes[#writes + 1] = b
+  end
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'duplicate'} end
-if claim then
-  local holder = redis.call('GET', KEYS[3])
-  if holder and holder ~= id then return {'claimed', holder} end
+for _, b in ipairs(writes) do
+  local id, rid, state, at, claim = ARGV[b], ARGV[b + 1], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local key = prefix .. 'c:' .. id
+  redis.call('HSET', key, 'json', ARGV[b + 2], 'state', state, 'updated_at', at,
+             'rid', rid, 'ver', '1')
+  redis.call('EXPIRE', key, ttl)
+  redis.call('SET', prefix .. 'rid:' .. rid, id, 'EX', ttl)
+  redis.call('ZADD', prefix .. 'by-updated', at, id)
+  redis.call('ZADD', prefix .. 'by-state:' .. state, at, id)
+  if claim ~= '' then
+    local claims = prefix .. 'claims:' .. id
+    redis.call('SET', prefix .. 'pay:' .. claim, id, 'EX', ttl)
+    redis.call('SADD', claims, prefix .. 'pay:' .. claim)
+    redis.call('EXPIRE', claims, ttl)
+  end
 end
-redis.call('HSET', KEYS[1], 'json', ARGV[3], 'state', ARGV[4], 'updated_at', ARGV[5],
-           'rid', ARGV[2], 'ver', '1')
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('SET', KEYS[2], id, 'EX', ttl)
-redis.call('ZADD', KEYS[5], ARGV[5], id)
-redis.call('ZADD', KEYS[6], ARGV[5], id)
-if claim then
-  redis.call('SET', KEYS[3], id, 'EX', ttl)
-  redis.call('SADD', KEYS[4], KEYS[3])
-  redis.call('EXPIRE', KEYS[4], ttl)
-end
-return {'created'}
+return out
 """
 
 TRANSITION = """#!lua

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -54,8 +55,18 @@ from x402srv.plugin import (
     tx_claim_key,
 )
 
-from . import scripts
-from .connection import RETRY_AFTER, UNAVAILABLE, client_for, converted, describe, is_auth_failure
+from . import credit_scripts, scripts
+from .batch import Coalescer
+from .connection import (
+    RETRY_AFTER,
+    UNAVAILABLE,
+    client_for,
+    converted,
+    describe,
+    is_auth_failure,
+    unavailable,
+)
+from .credits import CreditMethods
 from .keys import KeySpace
 from .options import RedisOptions
 
@@ -63,13 +74,19 @@ __all__ = ["RedisStore"]
 
 log = logging.getLogger("x402srv_redis")
 
+#: Creates sent in one ``CREATE`` call at most (the script runs them all without
+#: interleaving other commands: a few milliseconds at most, then the next call).
+MAX_BATCH = 128
+
+Created = tuple[ChallengeRecord, bool] | PaymentClaimed
+
 #: Rounds of read-decide-write one transition may lose to concurrent writers of
 #: the same record before giving up; each lost round means another write won.
 MAX_ROUNDS = 64
 
 
-class RedisStore:
-    """A ``Store`` on one Redis primary, reached at one URL."""
+class RedisStore(CreditMethods):
+    """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
 
@@ -79,6 +96,9 @@ class RedisStore:
         self.keys = KeySpace(self.options.key_prefix)
         self._client: Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
+        self._creates: Coalescer[_Create, Created] = Coalescer(
+            self._create_batch, max_batch=MAX_BATCH
+        )
 
     def __repr__(self) -> str:
         return f"RedisStore({redact_url(self.url.reveal())}, prefix={self.keys.prefix!r})"
@@ -95,7 +115,9 @@ class RedisStore:
             return
         client = client_for(self.url, self.options)
         self._scripts = {
-            name: client.register_script(getattr(scripts, name)) for name in scripts.__all__
+            name: client.register_script(getattr(module, name))
+            for module in (scripts, credit_scripts)
+            for name in module.__all__
         }
         self._client = client
         try:
@@ -114,6 +136,7 @@ class RedisStore:
             )
 
     async def close(self) -> None:
+        await self._creates.drained()  # creates already queued still get their answer
         client, self._client = self._client, None
         if client is None:
             return
@@ -130,37 +153,42 @@ class RedisStore:
     async def create_challenge(
         self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
     ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
-        k = self.keys
-        claim = k.payment(str(claim_payment)) if claim_payment is not None else None
-        reply = await self._script(
-            "CREATE",
-            keys=[
-                k.challenge(record.challenge_id),
-                k.request(record.request_id),
-                claim or k.challenge(record.challenge_id),
-                k.claims(record.challenge_id),
-                k.by_updated,
-                k.by_state(record.state),
-            ],
-            args=[
+        """Unpaid creates go out coalesced (``batch``); one with a payment goes at once.
+
+        A paying buyer's create never queues behind a burst of unpaid ones: it
+        is a call of its own, on another pooled connection, running the same
+        script.
+        """
+        if not (nameable(record.challenge_id) and nameable(record.request_id)):
+            raise ValueError("a challenge_id or request_id Redis cannot hold")
+        create = _Create(record, encode_record(record), str(claim_payment or ""))
+        if claim_payment is None:
+            return await self._creates.submit(create)
+        outcome = (await self._create_batch([create]))[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def _create_batch(self, batch: list[_Create]) -> list[Created | Exception]:
+        """One ``CREATE`` call for ``batch``: an outcome (or the error) per create, in order."""
+        args: list[Any] = [self.keys.prefix, self.options.record_ttl_seconds]
+        for create in batch:
+            record = create.record
+            args += [
                 record.challenge_id,
                 record.request_id,
-                encode_record(record),
+                create.json,
                 record.state.value,
                 repr(record.updated_at),
-                self.options.record_ttl_seconds,
-                "1" if claim else "0",
-                k.prefix,
-            ],
-        )
-        outcome = reply[0]
-        if outcome == "created":
-            return record, True
-        if outcome == "exists":
-            return decode_record(reply[1]), False
-        if outcome == "claimed":
-            return PaymentClaimed(str(reply[1]))
-        raise ValueError(f"challenge_id {record.challenge_id} already exists")
+                create.claim,
+            ]
+        try:
+            replies = await self._script("CREATE", keys=[], args=args)
+        except StoreUnavailable:
+            # Each caller gets an error of its own (one object raised in many
+            # tasks would collect all their tracebacks).
+            return [unavailable() for _ in batch]
+        return [_created(create, reply) for create, reply in zip(batch, replies, strict=True)]
 
     async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
         if not nameable(challenge_id):
@@ -399,6 +427,26 @@ class RedisStore:
             log.error("redis store: used while closed")
             raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
         return self._client
+
+
+@dataclass(frozen=True, slots=True)
+class _Create:
+    """One ``create_challenge`` call, encoded by its caller (a bad record fails alone)."""
+
+    record: ChallengeRecord
+    json: str
+    claim: str  # the payment claim's key, "" for none
+
+
+def _created(create: _Create, reply: Any) -> Created | Exception:
+    """One record's outcome from ``scripts.CREATE``'s reply."""
+    if reply == 1:
+        return create.record, True
+    if isinstance(reply, str):
+        return decode_record(reply), False
+    if isinstance(reply, list):
+        return PaymentClaimed(str(reply[0]))
+    return ValueError(f"challenge_id {create.record.challenge_id} already exists")
 
 
 def _states(states: Sequence[State] | None) -> list[str] | None:

@@ -12,18 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from x402srv_example.audit_store import AuditStore, build_audit_store
+from x402srv_example.audit_store import AuditStore
 
-from x402srv.plugin import Config, ConfigError, PluginContext, State, Store
-from x402srv.testing import StoreContract
+from x402srv.plugin import Config, ConfigError, State, Store
+from x402srv.testing import StoreContract, build_store
 from x402srv.testing.builders import BASE_TIME, make_record
 from x402srv.testing.servers import seller_config
 from x402srv.testing.store_contract import settling
 
+
 # --8<-- [start:contract]
-SQLITE = "x402srv.default_plugins.sqlite_store:build_sqlite_store"
-
-
 def build(directory: Path, **audit: Any) -> AuditStore:
     """``[store] backend = "audit"`` over sqlite, in ``directory``, as the server builds it."""
     document = seller_config(
@@ -31,14 +29,13 @@ def build(directory: Path, **audit: Any) -> AuditStore:
         chain_id=31337,
         asset="0x5FbDB2315678afecb367f032d93F642f64180aa3",
         wallet_address="0x90F79bf6EB2c4f870365E785982E1f101E93b906",
-        store={"backend": "audit", "path": "x402srv.db", "audit": {"wraps": SQLITE, **audit}},
+        store={"backend": "audit", "path": "x402srv.db", "audit": {"wraps": "sqlite", **audit}},
         settlement={"strategy": "facilitator", "facilitator_url": "http://127.0.0.1:1"},
     )
     config = Config.model_validate(document, context={"base_dir": directory})
-    options = config.store.plugin_options("audit")
-    return build_audit_store(
-        PluginContext(config=config, name="audit", key_path="store.audit", options=options)
-    )
+    store = build_store(config)
+    assert isinstance(store, AuditStore)
+    return store
 
 
 class TestAuditStoreOverSqlite(StoreContract):
@@ -79,9 +76,16 @@ async def test_each_applied_change_is_one_line_and_a_lost_one_none(tmp_path: Pat
     assert lines[1]["at"] > BASE_TIME
 
 
-def test_the_wrapped_store_must_import(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^store\.audit\.wraps: cannot import"):
-        build(tmp_path, wraps="x402srv_example.nowhere:build")
+def test_the_wrapped_store_must_be_installed(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^store\.audit\.wrapped: no store plugin named 'nowhere'"
+    ):
+        build(tmp_path, wraps="nowhere")
+
+
+def test_a_store_cannot_wrap_itself(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^store\.audit: store 'audit' cannot wrap itself"):
+        build(tmp_path, wraps="audit")
 
 
 def test_the_wrapped_store_options_are_checked_under_their_own_name(tmp_path: Path) -> None:

@@ -10,15 +10,14 @@ A line is appended after its change is committed, so after a crash the store,
 not the file, is the truth; and a line that cannot be written is logged, never
 raised, because the change it describes has already happened.
 
-``wraps`` names the wrapped store's factory by import path, the way
-``credentials.callback`` names a function: ``x402srv.plugin`` has no way yet to
-build another registered store by its name.
+``wraps`` names the wrapped store as the TOML's ``[store] backend`` would
+(``sqlite``, ``redis``, ``postgres``, ...); ``PluginContext.build_store`` builds
+it, checked like any store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 from pathlib import Path
@@ -28,9 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from x402srv.plugin import (
     ChallengeRecord,
-    ConfigError,
     DelegatingStore,
-    Factory,
     PaymentClaimed,
     PaymentKey,
     PluginContext,
@@ -55,8 +52,8 @@ class AuditOptions(BaseModel):
 
     #: The audit file, relative to the config file.
     log: str = "audit.jsonl"
-    #: ``"package.module:factory"``: the store to wrap, built from the same config.
-    wraps: str = Field(pattern=r"^[\w.]+:\w+$")
+    #: The registered store to wrap (a ``[store] backend`` name), built from the same config.
+    wraps: str = Field(min_length=1)
     #: The wrapped store's own options (its ``[store.<name>]`` table when it stands alone).
     wrapped: dict[str, Any] = Field(default_factory=dict)
 
@@ -102,30 +99,11 @@ class AuditStore(DelegatingStore):
             out.write(line)
 
 
-def _wrapped_factory(path: str) -> Factory[Store]:
-    module_name, _, name = path.partition(":")
-    try:
-        factory: Factory[Store] = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError):
-        raise ConfigError(f"cannot import {path!r}", path="store.audit.wraps") from None
-    if not callable(factory):
-        raise ConfigError(f"{path!r} is not a store factory", path="store.audit.wraps")
-    return factory
-
-
 def build_audit_store(ctx: PluginContext) -> AuditStore:
     """The factory ``[store] backend = "audit"`` selects; opens nothing (``check`` runs it)."""
     options = ctx.parse_options(AuditOptions)
-    wrapped_ctx = PluginContext(
-        config=ctx.config,
-        name=ctx.name,
-        key_path=f"{ctx.key_path}.wrapped",  # errors in its options name this table
-        options=options.wrapped,
-        clock=ctx.clock,
-    )
-    inner = _wrapped_factory(options.wraps)(wrapped_ctx)
-    if not isinstance(inner, Store):  # the registry checks the wrapper, this checks the inside
-        raise ConfigError(f"{options.wraps!r} did not build a Store", path="store.audit.wraps")
+    # Errors in the wrapped store's options name the table they come from.
+    inner = ctx.build_store(options.wraps, options.wrapped, key_path=f"{ctx.key_path}.wrapped")
     return AuditStore(inner, ctx.config.base_dir / options.log)
 
 

@@ -15,7 +15,6 @@ Only the exception's type reaches the log, never its message.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 
 import httpx
@@ -23,13 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from x402srv.plugin import (
     BaseIssuer,
-    ConfigError,
     CredentialIssuer,
     GrantRequest,
     IssuedCredential,
     PluginContext,
     Register,
     Secret,
+    SecretValue,
     hookimpl,
 )
 
@@ -42,8 +41,6 @@ __all__ = [
 
 #: The HTTP authentication scheme buyers send the key with (a name, not a secret).
 BEARER = "Bearer"
-#: Where the admin token comes from by default (the variable's name, not the token).
-ADMIN_TOKEN_ENV = "KEY_SERVICE_ADMIN_TOKEN"  # noqa: S105
 
 
 class KeyServiceOptions(BaseModel):
@@ -52,9 +49,9 @@ class KeyServiceOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(pattern=r"^https?://")
-    #: The environment variable holding the service's admin token. (Plugin options
-    #: cannot take the core's ``{ env = ... }`` secret references yet.)
-    admin_token_env: str = ADMIN_TOKEN_ENV
+    #: The service's admin token: ``{ env = "NAME" }``, ``{ file = "path" }`` or inline,
+    #: like every secret in the TOML.
+    admin_token: SecretValue
     timeout_seconds: float = Field(default=10, gt=0)
 
 
@@ -103,13 +100,7 @@ class KeyServiceIssuer(BaseIssuer):
 def build_key_service(ctx: PluginContext) -> KeyServiceIssuer:
     """The factory ``[credentials] issuer = "key-service"`` selects; opens nothing."""
     options = ctx.parse_options(KeyServiceOptions)
-    token = os.environ.get(options.admin_token_env)
-    if not token:
-        raise ConfigError(
-            f"environment variable {options.admin_token_env} is not set",
-            path=f"{ctx.key_path}.admin_token_env",
-        )
-    return KeyServiceIssuer(options, Secret(token, f"env {options.admin_token_env}"))
+    return KeyServiceIssuer(options, options.admin_token)
 
 
 @hookimpl

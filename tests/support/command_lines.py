@@ -1,6 +1,6 @@
 """Run the ``x402srv ...`` lines of a docs shell sample in one process: ``python -m``.
 
-    python -m tests.docs.command_lines docs/samples/operator.sh
+    python -m tests.support.command_lines docs/samples/operator.sh
 
 Each line goes through ``x402srv.cli.main``, the function the ``x402srv``
 console script calls, with ``$VARS`` expanded and ``#`` comments dropped as the

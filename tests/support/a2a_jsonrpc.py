@@ -19,7 +19,7 @@ from a2a.types import a2a_pb2
 from eth_account.signers.local import LocalAccount
 from google.protobuf.json_format import ParseDict
 
-from tests.helpers import Seller
+from tests.support.seller import Seller
 from x402srv.testing.buyers import signed_payment
 
 X402_EXTENSION = "https://github.com/google-agentic-commerce/a2a-x402/blob/main/spec/v0.2"

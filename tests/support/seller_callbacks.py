@@ -1,6 +1,6 @@
 """Seller credential callbacks used by real server processes in the tests.
 
-Referenced by dotted path (``tests.e2e.seller_callbacks:...``); the server's
+Referenced by dotted path (``tests.support.seller_callbacks:...``); the server's
 PYTHONPATH includes the repository root.
 """
 

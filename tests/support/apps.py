@@ -1,4 +1,4 @@
-"""Helpers for the integration tests (importable as ``tests.integrations.support``).
+"""The integration tests' apps as real server processes, and raw HTTP requests to them.
 
 ``AppProcess`` runs one of ``tests/integrations/apps`` as a real server
 process (uvicorn, or a plain ``python -m``) on a free port and stops it by
@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from tests.support.paths import REPO
 from x402srv.testing.servers import _kill_group, free_port, wait_for_http
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""Helpers shared by the core's test modules (importable as ``tests.helpers``)."""
+"""A running test seller (``Seller``) and the settings the core's seller fixtures give it.
+
+``tests/conftest.py`` starts sellers; tests in every directory take a ``Seller``.
+"""
 
 from __future__ import annotations
 

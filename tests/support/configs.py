@@ -1,4 +1,4 @@
-"""Builders shared by the unit tests (importable as ``tests.unit.support``).
+"""Configs and signed payments for in-process tests (unit, ops), built without a chain.
 
 Configs are plain dicts, as ``tomllib`` would hand them to ``parse_config``;
 every builder returns a fresh deep copy so a test can edit it freely. Payments

@@ -1,4 +1,4 @@
-"""Shared helpers for the credential tests (importable as ``tests.credentials.support``).
+"""Issuers, tokens and guarded apps for the credential and token-verification tests.
 
 Tokens that no honest issuer would make (``alg: none``, HS256 keyed with a
 public key, ...) are assembled by hand here, because pyjwt refuses to sign

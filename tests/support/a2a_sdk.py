@@ -23,8 +23,8 @@ from a2a.client.service_parameters import ServiceParametersFactory, with_a2a_ext
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, StreamResponse, Task
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.a2a.support import X402_EXTENSION
-from tests.helpers import Seller
+from tests.support.a2a_jsonrpc import X402_EXTENSION
+from tests.support.seller import Seller
 
 X402 = ClientCallContext(
     service_parameters=ServiceParametersFactory.create([with_a2a_extensions([X402_EXTENSION])])

@@ -1,6 +1,6 @@
 """Seller callbacks for the ``callback`` issuer tests, named by dotted path.
 
-``tests.credentials.callbacks:<name>`` is how a seller's TOML would name them.
+``tests.support.issuer_callbacks:<name>`` is how a seller's TOML would name them.
 Each records what it was given in ``CALLS`` so a test can check the payload and
 the thread it ran on.
 """

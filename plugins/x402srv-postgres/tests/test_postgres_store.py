@@ -1,0 +1,30 @@
+"""The PostgreSQL store runs the store contract against a real cluster the tests start."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from x402srv_postgres import PostgresOptions, PostgresStore
+from x402srv_postgres.testing import PostgresServer
+
+from x402srv.plugin import Secret, Store
+from x402srv.testing import StoreContract
+
+
+class TestPostgresStore(StoreContract):
+    durable = True
+
+    @pytest.fixture
+    async def store(
+        self, postgres_server: PostgresServer, empty_schema: str
+    ) -> AsyncIterator[PostgresStore]:
+        options = PostgresOptions(dsn=Secret(postgres_server.dsn()), schema=empty_schema)
+        store = PostgresStore(options.dsn, options)
+        await store.start()
+        yield store
+        await store.close()
+
+    def another_store(self, store: Store) -> Store:
+        assert isinstance(store, PostgresStore)
+        return PostgresStore(store.dsn, store.options)

@@ -1,0 +1,72 @@
+"""pytest fixtures: PostgreSQL clusters that tests start themselves (``testing.PostgresServer``).
+
+Loaded by the repository's root ``conftest.py`` when this plugin is installed,
+so the plugin's tests and the core's end-to-end tests share them:
+
+- ``start_postgres(**kwargs)``: a new cluster (password, TLS, settings ...),
+  stopped and deleted at the end of the session;
+- ``postgres_server``: one plain cluster for the session;
+- ``postgres_schema``: a fresh schema name per test, so tests sharing the
+  cluster never see each other's rows (as sellers sharing a database);
+- ``postgres_store_table``: the ``[store]`` table of a seller config on the
+  session's cluster, with a fresh schema already migrated.
+
+Without the PostgreSQL binaries these fixtures skip the tests that use them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .testing import PostgresServer, migrate_schema, postgres_bin_dir
+
+__all__ = [
+    "StartPostgres",
+    "postgres_schema",
+    "postgres_server",
+    "postgres_store_table",
+    "start_postgres",
+]
+
+#: ``start_postgres(password=None, tls=None, client_certificates=False, settings={})``.
+StartPostgres = Callable[..., PostgresServer]
+
+
+@pytest.fixture(scope="session")
+def start_postgres() -> Iterator[StartPostgres]:
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (set X402SRV_POSTGRES_BIN to its bin directory)")
+    started: list[PostgresServer] = []
+
+    def start(**kwargs: Any) -> PostgresServer:
+        server = PostgresServer(**kwargs)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in reversed(started):
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(start_postgres: StartPostgres) -> PostgresServer:
+    return start_postgres()
+
+
+@pytest.fixture
+def postgres_schema() -> str:
+    return f"test_{secrets.token_hex(6)}"
+
+
+@pytest.fixture
+def postgres_store_table(postgres_server: PostgresServer, postgres_schema: str) -> dict[str, Any]:
+    """``{"backend": "postgres", "postgres": {...}}`` for ``seller_config(store=...)``."""
+    migrate_schema(postgres_server.dsn(), postgres_schema)
+    return {
+        "backend": "postgres",
+        "postgres": {"dsn": postgres_server.dsn(), "schema": postgres_schema},
+    }

@@ -1,0 +1,63 @@
+"""Sellers with one thing wrong on purpose: a locked store, a slow facilitator, a failing issuer.
+
+Only the fault is injected; everything around it (the server process, the chain,
+the facilitator's code) is real.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.support.paths import REPO
+from tests.support.seller import Seller
+
+#: Facilitator timeouts short enough for a test to outwait.
+FAST = {"read_timeout_seconds": 2, "confirm_seconds": 1}
+
+
+def lockable_store() -> dict[str, Any]:
+    """A ``[store]`` table whose sqlite gives up within 200 ms when ``locked`` holds it."""
+    return {"backend": "sqlite", "path": "x402srv.db", "sqlite": {"busy_timeout_ms": 200}}
+
+
+@contextmanager
+def locked(database: Path) -> Iterator[None]:
+    """Hold sqlite's write lock from another connection, as a stuck writer would."""
+    connection = sqlite3.connect(database, isolation_level=None, timeout=0.1)
+    connection.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        connection.execute("ROLLBACK")
+        connection.close()
+
+
+def facilitator_seller(start_seller: Callable[..., Seller], url: str, **options: object) -> Seller:
+    """A seller settling through the facilitator at ``url``, with ``FAST`` timeouts."""
+    return start_seller(
+        "facilitator",
+        settlement={
+            "strategy": "facilitator",
+            "facilitator_url": url,
+            "facilitator": {**FAST, **options},
+        },
+    )
+
+
+def issuer_failing_once(callback_dir: Path) -> dict[str, Any]:
+    """``start_seller`` options: a ``callback`` issuer whose backend fails once per challenge.
+
+    The callback (``tests.support.seller_callbacks``) runs in the server process and
+    leaves a marker file per challenge in ``callback_dir``.
+    """
+    return {
+        "credentials": {
+            "issuer": "callback",
+            "callback": "tests.support.seller_callbacks:fail_first_time",
+        },
+        "env": {"PYTHONPATH": str(REPO), "X402SRV_TEST_CALLBACK_DIR": str(callback_dir)},
+    }
