@@ -22,7 +22,7 @@ from x402srv.devchain import sign_transfer_authorization
 from x402srv.errors import ConfigError, PaymentFailed, ProblemError
 from x402srv.interfaces import Settled
 from x402srv.offers import MAX_PAYMENT_REQUIRED_BYTES, AccessGranted, OfferBuilder, PaymentOffer
-from x402srv.pipeline import AccessPipeline, payment_key
+from x402srv.pipeline import AccessPipeline, AccessResult, payment_key
 from x402srv.plugin_context import PluginContext
 from x402srv.protocol import AccessBody, parse_payment_payload
 from x402srv.reasons import Reason
@@ -296,7 +296,7 @@ class Rig:
 
     async def pay(
         self, accepted: dict[str, Any], *, value: int | None = None, sign_for: Any = None
-    ):  # type: ignore[no-untyped-def]
+    ) -> AccessResult | ProblemError:
         option = sign_for or self.config.option(accepted["network"], accepted["asset"])
         option = option or self.config.network_info  # (an option nobody offers: any domain)
         token = token_for(option)
