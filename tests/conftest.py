@@ -19,7 +19,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.fixtures import FacilitatorProcess
-from x402srv.testing.servers import ServerProcess, seller_config
+from x402srv.testing.servers import ServerProcess, free_port, seller_config
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +28,10 @@ def start_seller(
     facilitator: Callable[..., FacilitatorProcess],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., Seller]]:
-    """``start_seller(strategy, **config overrides) -> Seller``; all stopped at session end."""
+    """``start_seller(strategy, **config overrides) -> Seller``; all stopped at session end.
+
+    Its agent card says ``http://127.0.0.1`` (no port) unless ``real_card_url`` is set.
+    """
     running: list[Seller] = []
     shared_facilitator: list[str] = []
 
@@ -39,6 +42,7 @@ def start_seller(
         facilitator_url: str | None = None,
         settlement: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
+        real_card_url: bool = False,
         **overrides: Any,
     ) -> Seller:
         directory: Path = tmp_path_factory.mktemp(f"seller-{strategy}")
@@ -59,7 +63,10 @@ def start_seller(
             credentials=overrides.pop("credentials", {"secret": JWT_SECRET}),
             **overrides,
         )
-        server = ServerProcess(config, directory, workers=workers, env=env).start()
+        port = free_port()
+        if real_card_url:  # the card's URLs reach this server (the a2a-sdk client follows them)
+            config["seller"]["agent_url"] = f"http://127.0.0.1:{port}"
+        server = ServerProcess(config, directory, workers=workers, env=env, port=port).start()
         seller = Seller(server, wallet, strategy, config, devchain)
         running.append(seller)
         return seller

@@ -27,6 +27,15 @@ are its own. Paths are matched fail-closed (``x402srv.paths.is_guarded``) on
 ``path``, ``raw_path`` and their decoded and normalised forms: uvicorn decodes
 ``%2F`` in ``path`` before Starlette routes on it, so a raw-only check could
 be walked around with ``/api%2Fdata``.
+
+With a ``meter`` (``x402srv.metering.Meter``) every guarded call of a plan
+that sells calls or limits them is metered before the app sees it: ``cost``
+credits (a number, or a function of the scope), 402 ``CREDITS_EXHAUSTED`` or
+429 with ``Retry-After`` when refused, else the app's answer gains the
+``RateLimit-Policy`` and ``RateLimit`` fields, and an answer of 5xx (or an app
+that raised) gives the credits back (``Meter.refund_on_5xx``). The ``Usage``
+is at ``request.state.x402_usage``. A metered websocket spends once, when it
+connects.
 """
 
 from __future__ import annotations
@@ -36,28 +45,44 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import admission
 from .errors import ProblemError
 from .http_problem import PROBLEM_CONTENT_TYPE
+from .metering import Meter, Usage
 from .paths import guarded_prefixes, is_guarded
 from .tokens import AccessClaims, TokenVerifier
 
-__all__ = ["CARD_PATHS", "STATE_KEY", "AccessMiddleware", "ScopePredicate", "access_claims"]
+__all__ = [
+    "CARD_PATHS",
+    "STATE_KEY",
+    "USAGE_KEY",
+    "AccessMiddleware",
+    "ScopeCost",
+    "ScopePredicate",
+    "access_claims",
+]
 
 #: The key of ``scope["state"]`` (``request.state.x402``) that holds the claims.
 STATE_KEY: Final = "x402"
+#: The key of ``scope["state"]`` (``request.state.x402_usage``) of a metered call's ``Usage``.
+USAGE_KEY: Final = "x402_usage"
 #: Where the agent card is served (SPEC 4.1: both spellings).
 CARD_PATHS: Final = frozenset({"/.well-known/agent.json", "/.well-known/agent-card.json"})
 #: RFC 6455 "policy violation": the websocket counterpart of a 401.
 _WS_POLICY_VIOLATION: Final = 1008
 
 ScopePredicate = Callable[[Scope], bool]
+ScopeCost = Callable[[Scope], int]
 
 
 def _json(document: Any) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _fixed(cost: int) -> ScopeCost:
+    return lambda scope: cost
 
 
 def _header_values(scope: Scope, name: bytes) -> list[str]:
@@ -74,9 +99,13 @@ class AccessMiddleware:
         verifier: TokenVerifier,
         paths: str | Sequence[str] | ScopePredicate,
         agent_card: Mapping[str, Any] | None = None,
+        meter: Meter | None = None,
+        cost: int | ScopeCost = 1,
     ) -> None:
         self.app = app
         self.verifier = verifier
+        self.meter = meter
+        self._cost: ScopeCost = cost if callable(cost) else _fixed(cost)
         if isinstance(paths, str):
             paths = [paths]
         if callable(paths):
@@ -117,7 +146,46 @@ class AccessMiddleware:
                 await self._refuse(result, scope, receive, send)
                 return
             scope.setdefault("state", {})[STATE_KEY] = result
+            if self.meter is not None:
+                try:
+                    usage = await self.meter.spend(result, self._cost(scope))
+                except ProblemError as err:  # 402, 429, 503: never reaches the app
+                    await self._refuse(err, scope, receive, send)
+                    return
+                if usage is not None:
+                    scope["state"][USAGE_KEY] = usage
+                    await self._metered(self.meter, usage, scope, receive, send)
+                    return
         await self.app(scope, receive, send)
+
+    async def _metered(
+        self, meter: Meter, usage: Usage, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Run the app with the RateLimit fields on its answer; a 5xx gets the credits back.
+
+        The refund happens before the answer starts (or before the server answers
+        500 for an app that raised), so the buyer's next call already sees it.
+        """
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal usage, started
+            if message["type"] == "http.response.start":
+                started = True
+                if meter.refunds(int(message["status"])):
+                    usage = await meter.refund(usage)
+                fields = [(k.lower().encode(), v.encode()) for k, v in usage.headers().items()]
+                message = {**message, "headers": [*message.get("headers", ()), *fields]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending if scope["type"] == "http" else send)
+        except BaseException:
+            if not started and meter.refund_on_5xx:
+                await meter.refund(usage)
+            raise
+        if scope["type"] == "http" and not started and meter.refund_on_5xx:
+            await meter.refund(usage)  # no answer at all: the server answers 500
 
     async def _refuse(self, err: ProblemError, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":

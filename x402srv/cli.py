@@ -4,6 +4,8 @@
     x402srv check --config FILE                                  validate, print resolved config
     x402srv plugins                                              list plugins and what they register
     x402srv migrate --config FILE                                bring the store's schema up to date
+    x402srv export --config FILE [--output F]                    the store as JSON lines
+    x402srv import --config FILE [--input F]                     load an export into an empty store
     x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
     x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
@@ -23,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,6 +40,7 @@ from .metrics import MULTIPROCESS_ENV
 from .offers import rfc3339
 from .records import State
 from .registry import Built, Registry
+from .store_dump import write_atomically
 from .validation_errors import problems
 
 __all__ = ["main"]
@@ -46,6 +50,8 @@ COMMANDS = (
     "check",
     "plugins",
     "migrate",
+    "export",
+    "import",
     "reconcile",
     "challenges",
     "audit",
@@ -76,6 +82,16 @@ def _parser() -> argparse.ArgumentParser:
         help="bring the store's schema up to date (PostgreSQL: before starting a new version)",
     )
     migrate.add_argument("--config", required=True, help="seller TOML file")
+    export = commands.add_parser(
+        "export", help="write the store's records, claims, tasks, credits and leases as JSON lines"
+    )
+    export.add_argument("--config", required=True, help="seller TOML file")
+    export.add_argument(
+        "--output", help="file to write, readable by its owner only (default: standard output)"
+    )
+    load = commands.add_parser("import", help="load an export into an empty store")
+    load.add_argument("--config", required=True, help="seller TOML file")
+    load.add_argument("--input", help="file to read (default: standard input)")
     reconcile = commands.add_parser("reconcile", help="run one reconciler pass and print it")
     reconcile.add_argument("--config", required=True, help="seller TOML file")
     reconcile.add_argument(
@@ -220,6 +236,35 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.output:
+        with write_atomically(Path(args.output)) as out:
+            counts = asyncio.run(operations.export_records(config, out))
+    else:
+        counts = asyncio.run(operations.export_records(config, sys.stdout))
+    print(f"exported {counts}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        if args.input:
+            with open(args.input, encoding="utf-8") as lines:
+                counts = asyncio.run(operations.import_records(config, lines))
+        else:
+            counts = asyncio.run(operations.import_records(config, sys.stdin))
+    except OSError as exc:
+        print(f"x402srv: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # DumpError, or the store refused an item
+        print(f"x402srv: import refused: {exc}", file=sys.stderr)
+        return 1
+    print(f"imported {counts}", file=sys.stderr)
+    return 0
+
+
 def _reconcile(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     report = asyncio.run(operations.reconcile(config, grace_seconds=args.grace_seconds))
@@ -297,6 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plugins(args)
         if args.command == "migrate":
             return _migrate(args)
+        if args.command == "export":
+            return _export(args)
+        if args.command == "import":
+            return _import(args)
         if args.command == "reconcile":
             return _reconcile(args)
         if args.command == "challenges":

@@ -235,7 +235,13 @@ class ServerConfig(_Model):
 class StoreConfig(_PluginTables):
     backend: str = "sqlite"
     path: str = "x402srv.db"
-    url: Annotated[SecretValue, url_secret("redis", "rediss", "unix")] | None = None
+    url: (
+        Annotated[
+            SecretValue,
+            url_secret("redis", "rediss", "unix", hosts_listed=("redis+sentinel",)),
+        ]
+        | None
+    ) = None
 
 
 class BreakerConfig(_Model):

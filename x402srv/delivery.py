@@ -11,6 +11,11 @@ claim: concurrent deliveries each sign, and the first compare-and-set wins.
 
 A failing issuer leaves the record PAID, gives the claim back (the next retry
 need not wait) and raises ``CredentialPending`` (500 with Retry-After).
+
+A plan that sells calls credits the grant between issuing and PAID ->
+DELIVERED, keyed by the paying challenge (``CreditStore.credit``): a crash in
+between leaves the record PAID, and the retry or the reconciler that delivers
+it credits again with the same key, which changes nothing. Exactly once.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
+from typing import cast
 
 from . import moves
 from .config import Plan
@@ -28,12 +34,14 @@ from .ids import uuid4_hex
 from .interfaces import (
     Clock,
     CredentialIssuer,
+    CreditStore,
     GrantRequest,
     IssuedCredential,
     TransitionApplied,
 )
 from .metrics import Metrics
 from .offers import OfferBuilder
+from .plan_terms import CREDITS_OUTLIVE_TOKEN_SECONDS
 from .records import ChallengeRecord, State
 
 __all__ = ["DELIVERY_LEASE_SECONDS", "Delivery"]
@@ -79,6 +87,7 @@ class Delivery:
             record = claimed
         credential = await self._issue(record)
         failpoint("after-grant")
+        await self._credit(record, record.challenge_id, credential.expires_at)
         grant = self.offers.grant(record, credential)
         result = await self.mover.apply(
             moves.deliver(record, self.clock(), grant, claimed=self.exclusive)
@@ -87,6 +96,34 @@ class Delivery:
             self.metrics.grant_issued()
             return result.record
         return await self.mover.current(record, result)
+
+    async def _credit(self, record: ChallengeRecord, grant_id: str, expires_at: float) -> None:
+        """Add the calls ``record`` paid for to ``grant_id``, once per paying challenge."""
+        plan = self.plans.get(record.plan_id)
+        # A challenge offered before its plan sold calls gets what the plan sells now.
+        calls = record.calls if record.calls is not None else (plan.calls if plan else None)
+        if calls is None:
+            return
+        store = cast(CreditStore, self.mover.store)  # the registry refused a store without
+        credited = await store.credit(
+            grant_id,
+            calls,
+            key=record.challenge_id,
+            now=self.clock(),
+            keep_until=expires_at + CREDITS_OUTLIVE_TOKEN_SECONDS,
+        )
+        if credited.applied:
+            self.metrics.credits_added(record.plan_id, calls)
+        log.info(
+            "challenge %s: %d calls credited to grant %s (balance %d)%s",
+            record.challenge_id,
+            calls,
+            grant_id,
+            credited.balance,
+            "" if credited.applied else ", already before",
+            extra={"challenge_id": record.challenge_id, "request_id": record.request_id},
+        )
+        failpoint("after-credit")
 
     async def _issue(self, record: ChallengeRecord) -> IssuedCredential:
         """The issuer's credential; a claim held meanwhile is renewed until it answers."""

@@ -15,6 +15,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── InvalidToken             401 INVALID_TOKEN
         │   └── TokenExpired         401 TOKEN_EXPIRED
         ├── PaymentFailed            402 PAYMENT_FAILED (+ x402 ``reason``)
+        ├── CreditsExhausted         402 CREDITS_EXHAUSTED, a grant's calls are spent (+ RateLimit)
         ├── NotFound                 404 NOT_FOUND
         ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
         ├── TxAlreadyRedeemed        409 TX_ALREADY_REDEEMED
@@ -22,6 +23,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
         ├── RateLimited              429 RATE_LIMITED, too many unpaid requests (+ Retry-After)
+        │   └── CallsThrottled       429 RATE_LIMITED, a grant's rate limit (+ RateLimit)
         ├── InternalError            500 INTERNAL_ERROR
         │   └── CredentialPending    500 INTERNAL_ERROR, paid but no credential yet (+ Retry-After)
         ├── SettlementPending        502 SETTLEMENT_PENDING (+ Retry-After)
@@ -41,9 +43,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "CallsThrottled",
     "ChallengeExpired",
     "ConfigError",
     "CredentialPending",
+    "CreditsExhausted",
     "InternalError",
     "InvalidRequest",
     "InvalidToken",
@@ -188,6 +192,19 @@ class PaymentFailed(ProblemError):
         super().__init__(detail, extra=extra, **kwargs)
 
 
+class CreditsExhausted(ProblemError):
+    """A metered call found its grant's credits spent: pay the plan again to top the grant up.
+
+    The gateway answers with the plan's 402 offer (a standard x402 client pays
+    it and keeps its token); an app's meter answers this problem with a
+    ``topUp`` member: the request that tops the grant up at ``/x402/access``.
+    """
+
+    status = 402
+    code = "CREDITS_EXHAUSTED"
+    title = "Credits exhausted"
+
+
 class NotFound(ProblemError):
     """No such route."""
 
@@ -242,6 +259,12 @@ class RateLimited(ProblemError):
     status = 429
     code = "RATE_LIMITED"
     title = "Too many unpaid requests"
+
+
+class CallsThrottled(RateLimited):
+    """A grant made more calls than its plan's ``rate_limit`` allows in this window."""
+
+    title = "Too many calls"
 
 
 class InternalError(ProblemError):

@@ -11,6 +11,8 @@ Points (in the order a settlement reaches them):
     after-broadcast   the gas wallet's transaction is sent, its receipt not awaited
     after-paid        the challenge is PAID, no credential issued yet
     after-grant       the credential is issued, the challenge not yet DELIVERED
+    after-credit      (plans that sell calls) the grant is credited, the challenge not yet
+                      DELIVERED: a retry credits with the same key, which changes nothing
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["POINTS", "failpoint"]
+__all__ = ["CREDIT_POINTS", "POINTS", "failpoint"]
 
 POINTS = ("after-claim", "after-broadcast", "after-paid", "after-grant")
+#: Reached only by purchases and top-ups of plans that sell calls.
+CREDIT_POINTS = ("after-credit",)
 
 _ARMED: str | None = os.environ.get("X402SRV_FAILPOINT") or None
 

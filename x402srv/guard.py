@@ -24,6 +24,14 @@ guarded prefix the request is guarded (``x402srv.paths``), so an encoded
 The verifier is built before the guard (``TokenVerifier.from_config``), and a
 missing or unusable key raises ``ConfigError`` there: the app fails at start-up
 instead of refusing every request.
+
+Given a ``meter`` (``x402srv.metering.Meter``), both meter the calls of plans
+that sell calls or limit them, as the gateway does: ``cost`` credits (a number
+or a function of the request) before the handler runs, 402
+``CREDITS_EXHAUSTED`` or 429 with ``Retry-After`` when refused, the
+``RateLimit-Policy`` and ``RateLimit`` fields on the answer, and the credits
+back when it is a 5xx (``Meter.refund_on_5xx``). The ``Usage`` is at
+``request.ctx.x402_usage``.
 """
 
 from __future__ import annotations
@@ -33,17 +41,21 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from sanic import Request, Sanic
-from sanic.response import HTTPResponse
+from sanic.response import BaseHTTPResponse, HTTPResponse
 
 from . import admission
+from .errors import ProblemError
 from .http_problem import problem_response
+from .metering import Meter, Usage
 from .paths import guarded_prefixes, is_guarded
 from .tokens import AccessClaims, TokenVerifier
 
 __all__ = [
     "CLAIMS_ATTRIBUTE",
     "DEFAULT_PRIORITY",
+    "USAGE_ATTRIBUTE",
     "PathPredicate",
+    "RequestCost",
     "access_claims",
     "access_guard",
     "bearer_token",
@@ -52,12 +64,15 @@ __all__ = [
 
 #: The attribute of ``request.ctx`` that holds the verified ``AccessClaims``.
 CLAIMS_ATTRIBUTE: Final = "x402"
+#: The attribute of ``request.ctx`` that holds a metered call's ``Usage``.
+USAGE_ATTRIBUTE: Final = "x402_usage"
 
 #: Request middleware priority: above Sanic's default 0, so the seller's own
 #: request middleware never sees an unauthenticated request to a guarded path.
 DEFAULT_PRIORITY: Final = 100
 
 PathPredicate = Callable[[Request], bool]
+RequestCost = Callable[[Request], int]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,17 +91,42 @@ def access_claims(request: Request) -> AccessClaims:
     return claims
 
 
-async def _admit(request: Request, verifier: TokenVerifier) -> HTTPResponse | None:
-    """None when the request may go on (claims attached), else the response to send."""
+async def _admit(
+    request: Request,
+    verifier: TokenVerifier,
+    meter: Meter | None = None,
+    cost: int | RequestCost = 1,
+) -> HTTPResponse | None:
+    """None when the request may go on (claims, and usage, attached), else the response."""
     result = await admission.admit(verifier, request.headers.getall("authorization", []))
     if not isinstance(result, AccessClaims):
         return problem_response(result)
     request.ctx.x402 = result
+    if meter is not None:
+        try:
+            usage = await meter.spend(result, cost(request) if callable(cost) else cost)
+        except ProblemError as err:
+            return problem_response(err)
+        request.ctx.x402_usage = usage
     return None
+
+
+async def _settle_usage(meter: Meter, request: Request, response: BaseHTTPResponse | None) -> None:
+    """The answer of a metered call gets its RateLimit fields; a 5xx gets its credits back."""
+    usage: Usage | None = getattr(request.ctx, USAGE_ATTRIBUTE, None)
+    if usage is None:
+        return
+    if meter.refunds(response.status if response is not None else 500):
+        usage = await meter.refund(usage)
+    if response is not None:
+        response.headers.update(usage.headers())
 
 
 def require_access(
     verifier: TokenVerifier,
+    *,
+    meter: Meter | None = None,
+    cost: int | RequestCost = 1,
 ) -> Callable[
     [Callable[Concatenate[Request, P], Coroutine[Any, Any, R]]],
     Callable[Concatenate[Request, P], Coroutine[Any, Any, R | HTTPResponse]],
@@ -100,10 +140,20 @@ def require_access(
         async def guarded(
             request: Request, /, *args: P.args, **kwargs: P.kwargs
         ) -> R | HTTPResponse:
-            refusal = await _admit(request, verifier)
+            refusal = await _admit(request, verifier, meter, cost)
             if refusal is not None:
                 return refusal
-            return await handler(request, *args, **kwargs)
+            if meter is None:
+                return await handler(request, *args, **kwargs)
+            try:
+                answer = await handler(request, *args, **kwargs)
+            except BaseException:
+                await _settle_usage(meter, request, None)
+                raise
+            await _settle_usage(
+                meter, request, answer if isinstance(answer, HTTPResponse) else None
+            )
+            return answer
 
         return guarded
 
@@ -128,11 +178,14 @@ def access_guard(
     *,
     paths: str | Sequence[str] | PathPredicate,
     priority: int = DEFAULT_PRIORITY,
+    meter: Meter | None = None,
+    cost: int | RequestCost = 1,
 ) -> Callable[[Request], Coroutine[Any, Any, HTTPResponse | None]]:
     """Guard every request whose path is under one of ``paths`` (or where ``paths(request)``).
 
     A prefix covers itself and what lies below it (``/api`` covers ``/api`` and
-    ``/api/x``, not ``/apix``). Returns the registered middleware.
+    ``/api/x``, not ``/apix``). With a ``meter`` the guarded calls are metered
+    (see the module docstring). Returns the registered request middleware.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -141,7 +194,13 @@ def access_guard(
     async def x402_access_guard(request: Request) -> HTTPResponse | None:
         if not predicate(request):
             return None
-        return await _admit(request, verifier)
+        return await _admit(request, verifier, meter, cost)
 
     app.on_request(x402_access_guard, priority=priority)
+    if meter is not None:
+
+        async def x402_metered_answer(request: Request, response: BaseHTTPResponse) -> None:
+            await _settle_usage(meter, request, response)
+
+        app.register_middleware(x402_metered_answer, "response")
     return x402_access_guard

@@ -13,7 +13,7 @@ every store runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -29,11 +29,16 @@ __all__ = [
     "CreditEntry",
     "CreditStore",
     "Credited",
+    "ExportItem",
+    "ExportedChallenge",
+    "ExportedLease",
+    "ExportedTask",
     "GrantRequest",
     "IssuedCredential",
     "Lease",
     "MigratingStore",
     "PaymentClaimed",
+    "PortableStore",
     "RateWindow",
     "Rejected",
     "Settled",
@@ -396,6 +401,67 @@ def keeps_credits(store: object) -> bool:
     if isinstance(inner, bool):
         return inner
     return isinstance(store, CreditStore)
+
+
+# ---------------------------------------------------------------- moving between stores
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedChallenge:
+    """A record with the claims it owns, as stored: ``str(PaymentKey)``, lowercase txHashes."""
+
+    record: ChallengeRecord
+    payment_claims: tuple[str, ...] = ()
+    tx_claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedTask:
+    """An A2A task document with its compare-and-set version and prune time."""
+
+    task_id: str
+    document: dict[str, Any]
+    version: int
+    prune_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedLease:
+    """A lease's fence and the value its last holder left (the holder itself is not moved)."""
+
+    name: str
+    fence: int
+    value: str | None = None
+
+
+#: One thing a store holds, as ``export_items`` yields it (a credit account with its entries).
+ExportItem = ExportedChallenge | ExportedTask | CreditAccount | ExportedLease
+
+
+@runtime_checkable
+class PortableStore(Protocol):
+    """A store whose whole content can move to another store (optional, beside ``Store``).
+
+    ``x402srv export`` writes what ``export_items`` yields as JSON lines;
+    ``x402srv import`` hands the items to another store's ``import_items``, in
+    batches, after checking that it holds no challenge, task or credit account.
+    The built-in stores and the redis and postgres plugins implement it, and
+    ``x402srv.testing.StoreContract`` checks that a store's export, imported
+    into a fresh store of the same kind, exports the same again.
+    """
+
+    def export_items(self) -> AsyncIterator[ExportItem]:
+        """Everything held: challenges (each with the claims it owns) first, then tasks,
+        credit accounts (with entries and usage), then leases; in no particular order within
+        a kind. Hit counters are not exported (they only count a window)."""
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        """Write ``items`` as they were exported: records with their history, claims,
+        task versions, credit accounts (accounts past ``keep_until`` at ``now`` are skipped:
+        they are absent anyway). A challenge, request id, claim, task or account that exists
+        already raises ``ValueError`` and nothing of the batch is written. A lease that
+        exists keeps its holder and value; its fence becomes at least the exported one, so
+        fences never go back."""
 
 
 # ---------------------------------------------------------------- settlement

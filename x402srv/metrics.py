@@ -20,6 +20,10 @@ and whichever worker answers ``/metrics`` adds them all up.
                                                       worst worker's, with several workers)
     x402srv_settler_failovers_total{network, settler} payments it could not settle, passed
                                                       on to the next settler
+    x402srv_credits_added_total{plan}                 calls credited by purchases and top-ups
+    x402srv_credits_spent_total{plan}                 credits metered calls spent (refunds aside)
+    x402srv_credits_refunded_total{plan}              credits given back (the upstream's 5xx)
+    x402srv_metered_refusals_total{plan, reason}      reason: no-credits | throttled
 """
 
 from __future__ import annotations
@@ -59,6 +63,18 @@ class Metrics:
         return None
 
     def failover(self, network: str, settler: str) -> None:
+        return None
+
+    def credits_added(self, plan: str, amount: int) -> None:
+        return None
+
+    def credits_spent(self, plan: str, amount: int) -> None:
+        return None
+
+    def credits_refunded(self, plan: str, amount: int) -> None:
+        return None
+
+    def metered_refusal(self, plan: str, reason: str) -> None:
         return None
 
     def exposition(self) -> tuple[bytes, str]:
@@ -119,6 +135,22 @@ class PrometheusMetrics(Metrics):
             ["network", "settler"],
             registry=registry,
         )
+        self._credits = {
+            kind: prometheus_client.Counter(
+                f"x402srv_credits_{kind}", text, ["plan"], registry=registry
+            )
+            for kind, text in (
+                ("added", "Calls credited to grants by purchases and top-ups"),
+                ("spent", "Credits spent by metered calls"),
+                ("refunded", "Credits given back after the upstream failed"),
+            )
+        }
+        self._refusals = prometheus_client.Counter(
+            "x402srv_metered_refusals",
+            "Metered calls refused, by plan and reason (no-credits, throttled)",
+            ["plan", "reason"],
+            registry=registry,
+        )
 
     def challenge_created(self) -> None:
         self._challenges.inc()
@@ -141,6 +173,18 @@ class PrometheusMetrics(Metrics):
 
     def failover(self, network: str, settler: str) -> None:
         self._failovers.labels(network, settler).inc()
+
+    def credits_added(self, plan: str, amount: int) -> None:
+        self._credits["added"].labels(plan).inc(amount)
+
+    def credits_spent(self, plan: str, amount: int) -> None:
+        self._credits["spent"].labels(plan).inc(amount)
+
+    def credits_refunded(self, plan: str, amount: int) -> None:
+        self._credits["refunded"].labels(plan).inc(amount)
+
+    def metered_refusal(self, plan: str, reason: str) -> None:
+        self._refusals.labels(plan, reason).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         prometheus = self._prometheus

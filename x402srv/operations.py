@@ -7,9 +7,9 @@ the same pipeline code, and closes them again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import IO, Any
 
 from .config import Config
 from .errors import ChallengeExpired, InvalidRequest, NotFound
@@ -25,8 +25,19 @@ from .pipeline import AccessPipeline
 from .reconciler import PassReport, Reconciler
 from .records import ChallengeRecord, State
 from .registry import Registry
+from .store_dump import DumpCounts, export_store, import_store
 
-__all__ = ["cancel", "list_records", "migrate", "opened", "reconcile", "redacted", "show"]
+__all__ = [
+    "cancel",
+    "export_records",
+    "import_records",
+    "list_records",
+    "migrate",
+    "opened",
+    "reconcile",
+    "redacted",
+    "show",
+]
 
 
 @asynccontextmanager
@@ -63,6 +74,30 @@ async def migrate(config: Config) -> list[str] | None:
     if not isinstance(store, MigratingStore):
         return None
     return await store.migrate()
+
+
+async def export_records(
+    config: Config, out: IO[str], *, clock: Clock = system_clock
+) -> DumpCounts:
+    """``x402srv export``: the store's whole content as JSON lines (``store_dump``)."""
+    store = Registry().build(config, clock=clock).store
+    await store.start()
+    try:
+        return await export_store(store, out, clock=clock)
+    finally:
+        await store.close()
+
+
+async def import_records(
+    config: Config, lines: Iterable[str], *, clock: Clock = system_clock
+) -> DumpCounts:
+    """``x402srv import``: an export written into this config's (empty) store."""
+    store = Registry().build(config, clock=clock).store
+    await store.start()
+    try:
+        return await import_store(store, lines, clock=clock)
+    finally:
+        await store.close()
 
 
 async def reconcile(config: Config, *, grace_seconds: float | None) -> PassReport | None:

@@ -254,6 +254,7 @@ class AccessPipeline:
             ttl_seconds=self.config.server.challenge_ttl_seconds,
             implicit=implicit,
             options=plan_offers(plan),
+            calls=plan.calls,
         )
 
     def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLS_TOKEN_TTL_SECONDS",
+    "CREDITS_OUTLIVE_TOKEN_SECONDS",
     "describe",
     "parse_rate_limit",
     "rate_limit_text",
@@ -32,6 +33,8 @@ __all__ = [
 
 #: The token lifetime of a plan that sells calls and sets no ``token_ttl_seconds``: 7 days.
 CALLS_TOKEN_TTL_SECONDS: Final = 7 * 86_400
+#: A grant's credits stay in the store this long after its token expired (for operators).
+CREDITS_OUTLIVE_TOKEN_SECONDS: Final = 86_400
 
 _UNITS: Final = {
     "s": 1,

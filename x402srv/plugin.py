@@ -46,7 +46,7 @@ kit) does not export is internal and may change between releases.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 from .chain import ChainReader, ChainUnavailable, Receipt
@@ -62,6 +62,7 @@ from .default_plugins.credit_rules import (
     encode_account,
     window_end,
 )
+from .default_plugins.dump_rules import ImportBatch, sort_items
 from .default_plugins.store_rules import (
     check_state,
     claim_conflict,
@@ -86,11 +87,16 @@ from .interfaces import (
     Credited,
     CreditEntry,
     CreditStore,
+    ExportedChallenge,
+    ExportedLease,
+    ExportedTask,
+    ExportItem,
     GrantRequest,
     IssuedCredential,
     Lease,
     MigratingStore,
     PaymentClaimed,
+    PortableStore,
     RateWindow,
     Rejected,
     Settled,
@@ -148,8 +154,13 @@ __all__ = [
     "CreditStore",
     "Credited",
     "DelegatingStore",
+    "ExportItem",
+    "ExportedChallenge",
+    "ExportedLease",
+    "ExportedTask",
     "Factory",
     "GrantRequest",
+    "ImportBatch",
     "IssuedCredential",
     "Lease",
     "MalformedSignature",
@@ -160,6 +171,7 @@ __all__ = [
     "PaymentDetails",
     "PaymentKey",
     "PluginContext",
+    "PortableStore",
     "RateWindow",
     "Reason",
     "Receipt",
@@ -219,6 +231,7 @@ __all__ = [
     "preflight",
     "redact_url",
     "resolve_authorization",
+    "sort_items",
     "state_values",
     "transfer_calldata",
     "tx_claim_key",
@@ -360,6 +373,20 @@ class DelegatingStore:
         if isinstance(self.inner, MigratingStore):
             return await self.inner.migrate()
         return []
+
+    # Moving between stores: the inner store's, when it has them (``PortableStore``).
+
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        async for item in self._portable().export_items():
+            yield item
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        await self._portable().import_items(items, now=now)
+
+    def _portable(self) -> PortableStore:
+        if not isinstance(self.inner, PortableStore):
+            raise ValueError(f"the {self.inner.name} store cannot export or import")
+        return self.inner
 
     # Credits: only when ``inner`` keeps them (``CreditStore``); see ``keeps_credits``.
 

@@ -139,6 +139,8 @@ class ChallengeRecord:
     several networks or tokens offers each in ``options`` (empty: the record's
     own network, asset and amount are the one offer); the claim of a payment
     sets ``network``/``asset``/``amount`` to the option that payment chose.
+    ``calls`` are the credits its delivery adds, for plans that sell calls;
+    ``top_up_of`` names the grant (its challengeId) a top-up adds its credits to.
     """
 
     challenge_id: str
@@ -161,6 +163,8 @@ class ChallengeRecord:
     grant: dict[str, Any] | None = None
     history: tuple[Transition, ...] = field(default_factory=tuple)
     options: tuple[Offer, ...] = ()
+    calls: int | None = None
+    top_up_of: str | None = None
 
     @property
     def offers(self) -> tuple[Offer, ...]:
@@ -192,6 +196,8 @@ class ChallengeRecord:
         ttl_seconds: float,
         implicit: bool = False,
         options: tuple[Offer, ...] = (),
+        calls: int | None = None,
+        top_up_of: str | None = None,
     ) -> ChallengeRecord:
         """A fresh PENDING challenge offering ``amount`` of ``asset`` (or ``options``)."""
         return cls(
@@ -211,6 +217,8 @@ class ChallengeRecord:
             implicit=implicit,
             history=(Transition(State.PENDING, now, "challenge created"),),
             options=options,
+            calls=calls,
+            top_up_of=top_up_of,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,6 +248,8 @@ class ChallengeRecord:
                 {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
             ],
             "options": [offer.to_dict() for offer in self.options],
+            "calls": self.calls,
+            "top_up_of": self.top_up_of,
         }
 
     @classmethod

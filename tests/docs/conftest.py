@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from eth_account import Account
 
-from tests.support.seller import JWT_SECRET, Seller, settlement_table
-from x402srv.devchain import Devchain
-from x402srv.testing.servers import ServerProcess, free_port, seller_config
+from tests.support.seller import Seller
 
 
 class _Upstream(BaseHTTPRequestHandler):
@@ -51,23 +48,7 @@ def upstream_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def docs_seller(
-    devchain: Devchain, upstream_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Seller]:
-    env: dict[str, str] = {}
-    wallet = Account.create().address
-    port = free_port()
-    config = seller_config(
-        rpc_url=devchain.rpc_url,
-        chain_id=devchain.chain_id,
-        asset=devchain.token.address,
-        wallet_address=wallet,
-        store={"backend": "sqlite", "path": "x402srv.db"},
-        settlement=settlement_table("gas-wallet", devchain, None, env),
-        credentials={"secret": JWT_SECRET},
-        routes=[{"prefix": "/api", "upstream": upstream_url}],
+def docs_seller(start_seller: Callable[..., Seller], upstream_url: str) -> Seller:
+    return start_seller(
+        "gas-wallet", routes=[{"prefix": "/api", "upstream": upstream_url}], real_card_url=True
     )
-    config["seller"]["agent_url"] = f"http://127.0.0.1:{port}"
-    server = ServerProcess(config, tmp_path_factory.mktemp("docs-seller"), env=env, port=port)
-    with server:
-        yield Seller(server, wallet, "gas-wallet", config, devchain)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from x402srv.config import Config, parse_config
+from tests.support.configs import make_config
 from x402srv.default_plugins.memory_store import MemoryStore, build_memory_store
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Store
@@ -26,6 +25,9 @@ class TestMemoryStore(StoreContract):
         yield store
         await store.close()
 
+    def fresh_store(self, store: Store) -> Store:
+        return MemoryStore()
+
 
 async def test_counters_of_ended_windows_leave_memory() -> None:
     """One process's memory must not grow with every client of every past window."""
@@ -38,29 +40,8 @@ async def test_counters_of_ended_windows_leave_memory() -> None:
     assert len(store._counter_ends) == 100
 
 
-def _config(tmp_path: Path, **sections: Any) -> Config:
-    return parse_config(
-        {
-            "seller": {
-                "agent_name": "Weather Oracle",
-                "agent_description": "Paid hourly weather data",
-                "agent_url": "https://api.example.com",
-                "provider_name": "Example Inc",
-                "provider_url": "https://example.com",
-                "wallet_address": "0x" + "11" * 20,
-                "network": "base-sepolia",
-            },
-            "plans": [{"plan_id": "hourly", "unit_amount": "$0.10", "description": "An hour"}],
-            "credentials": {"secret": "s" * 32},
-            **sections,
-        },
-        base_dir=tmp_path,
-        env={},
-    )
-
-
 def test_registry_selects_the_memory_store(tmp_path: Path) -> None:
-    config = _config(tmp_path, store={"backend": "memory"})
+    config = make_config(base_dir=tmp_path, store={"backend": "memory"})
     store = Registry(entry_points=False)._context("store", "store.backend", "memory", config)
     assert isinstance(store, MemoryStore)
     assert isinstance(store, Store)
@@ -68,14 +49,14 @@ def test_registry_selects_the_memory_store(tmp_path: Path) -> None:
 
 def test_several_workers_are_refused(tmp_path: Path) -> None:
     """Each worker process would hold its own claims: one payment could be sold twice."""
-    config = _config(tmp_path, store={"backend": "memory"}, server={"workers": 2})
+    config = make_config(base_dir=tmp_path, store={"backend": "memory"}, server={"workers": 2})
     with pytest.raises(ConfigError, match=r"server\.workers = 2") as caught:
         Registry(entry_points=False)._context("store", "store.backend", "memory", config)
     assert caught.value.path == "store.backend"
 
 
 def test_options_table_rejects_unknown_keys(tmp_path: Path) -> None:
-    config = _config(tmp_path, store={"backend": "memory", "memory": {"size": 10}})
+    config = make_config(base_dir=tmp_path, store={"backend": "memory", "memory": {"size": 10}})
     ctx = PluginContext(
         config=config,
         name="memory",

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from x402srv.config import Config, parse_config
+from tests.support.configs import make_config
+from x402srv.config import Config
 from x402srv.default_plugins import sqlite_ops, sqlite_schema
 from x402srv.default_plugins.sqlite_checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
 from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
@@ -50,6 +51,10 @@ class TestSqliteStore(StoreContract):
         assert isinstance(store, SqliteStore)
         return SqliteStore(store.path, store.options)
 
+    def fresh_store(self, store: Store) -> Store:
+        assert isinstance(store, SqliteStore)
+        return SqliteStore(store.path.with_name("fresh.db"), store.options)
+
 
 @pytest.fixture
 async def opened(tmp_path: Path) -> AsyncIterator[SqliteStore]:
@@ -68,24 +73,8 @@ async def _pragma(store: SqliteStore, name: str) -> Any:
 
 
 def _config(tmp_path: Path, **store: Any) -> Config:
-    return parse_config(
-        {
-            "seller": {
-                "agent_name": "Weather Oracle",
-                "agent_description": "Paid hourly weather data",
-                "agent_url": "https://api.example.com",
-                "provider_name": "Example Inc",
-                "provider_url": "https://example.com",
-                "wallet_address": "0x" + "11" * 20,
-                "network": "base-sepolia",
-            },
-            "plans": [{"plan_id": "hourly", "unit_amount": "$0.10", "description": "An hour"}],
-            "credentials": {"secret": "s" * 32},
-            "store": store,
-        },
-        base_dir=tmp_path,
-        env={},
-    )
+    """A config whose ``[store]`` is ``store``, with paths read from ``tmp_path``."""
+    return make_config(base_dir=tmp_path, store=store)
 
 
 def _build(config: Config) -> SqliteStore:

@@ -9,6 +9,7 @@ token is a ``TokenInfo`` built by hand, so no chain is needed.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from eth_account import Account
@@ -82,9 +83,14 @@ def custom_network_dict(decimals: int | None = None, **network: Any) -> dict[str
     return document
 
 
-def make_config(document: dict[str, Any] | None = None, **sections: Any) -> Config:
-    """``parse_config`` with an empty environment: no test reads the real one by accident."""
-    return parse_config(document or config_dict(**sections), env={})
+def make_config(
+    document: dict[str, Any] | None = None, *, base_dir: Path | None = None, **sections: Any
+) -> Config:
+    """``parse_config`` with an empty environment: no test reads the real one by accident.
+
+    Relative paths in the config (the sqlite file) are read from ``base_dir``.
+    """
+    return parse_config(document or config_dict(**sections), base_dir=base_dir, env={})
 
 
 def custom_config() -> Config:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,10 @@ from ..hookspecs import Register, hookimpl
 from ..interfaces import (
     CreditAccount,
     Credited,
+    ExportedChallenge,
+    ExportedLease,
+    ExportedTask,
+    ExportItem,
     Lease,
     PaymentClaimed,
     RateWindow,
@@ -37,6 +41,7 @@ from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
 from .credit_rules import apply_credit, apply_refund, apply_spend, live
+from .dump_rules import sort_items
 from .store_rules import (
     check_state,
     claim_conflict,
@@ -379,6 +384,66 @@ class MemoryStore:
             if value is not None:
                 row.value = value
             return True
+
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        """A snapshot taken under the lock, handed out after it."""
+        async with self._lock:
+            owned: dict[str, tuple[list[str], list[str]]] = {}
+            for claims, side in ((self._payments, 0), (self._txs, 1)):
+                for key, owner in claims.items():
+                    owned.setdefault(owner, ([], []))[side].append(key)
+            items: list[ExportItem] = []
+            for challenge_id, row in sorted(self._rows.items()):
+                payments, txs = owned.get(challenge_id, ([], []))
+                record = decode_record(row.json)
+                items.append(ExportedChallenge(record, tuple(sorted(payments)), tuple(sorted(txs))))
+            for task_id, task in sorted(self._tasks.items()):
+                document = decode_task(task.json)
+                items.append(ExportedTask(task_id, document, task.version, task.prune_after))
+            items += [self._accounts[grant_id] for grant_id in sorted(self._accounts)]
+            for name, lease in sorted(self._leases.items()):
+                items.append(ExportedLease(name, lease.fence, lease.value))
+        for item in items:
+            yield item
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        batch = sort_items(items)
+        tasks = {task.task_id: encode_task(task.document) for task in batch.tasks}
+        async with self._lock:
+            for item in batch.challenges:
+                record = item.record
+                taken = (
+                    record.challenge_id in self._rows
+                    or record.request_id in self._by_request
+                    or any(key in self._payments for key in item.payment_claims)
+                    or any(tx in self._txs for tx in item.tx_claims)
+                )
+                if taken:
+                    raise ValueError(f"challenge {record.challenge_id} (or a claim) exists")
+            for task_id in tasks:
+                if task_id in self._tasks:
+                    raise ValueError(f"task {task_id} exists")
+            for account in batch.accounts:
+                if live(self._accounts.get(account.grant_id), now) is not None:
+                    raise ValueError(f"the credit account of {account.grant_id} exists")
+            for item in batch.challenges:
+                self._put(item.record)
+                for key in item.payment_claims:
+                    self._payments[key] = item.record.challenge_id
+                for tx in item.tx_claims:
+                    self._txs[tx] = item.record.challenge_id
+            for task in batch.tasks:
+                self._tasks[task.task_id] = _Task(
+                    tasks[task.task_id], task.version, task.prune_after
+                )
+            for account in batch.live_accounts(now):
+                self._put_account(account)
+            for lease in batch.leases:
+                row = self._leases.get(lease.name)
+                if row is None:
+                    self._leases[lease.name] = _LeaseRow("", lease.fence, 0.0, True, lease.value)
+                else:
+                    row.fence = max(row.fence, lease.fence)
 
     def _get(self, challenge_id: str) -> ChallengeRecord | None:
         row = self._rows.get(challenge_id)

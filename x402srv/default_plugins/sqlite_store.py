@@ -25,9 +25,10 @@ go to the log only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ from ..hookspecs import Register, hookimpl
 from ..interfaces import (
     CreditAccount,
     Credited,
+    ExportItem,
     Lease,
     PaymentClaimed,
     RateWindow,
@@ -50,6 +52,7 @@ from ..interfaces import TransitionResult as Result
 from ..plugin_context import PluginContext
 from ..records import ChallengeRecord, PaymentKey, State
 from . import sqlite_credits as credits_ops
+from . import sqlite_dump as dump
 from . import sqlite_ops as ops
 from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
 from .sqlite_checkpoint import SAFETY_NET_PAGES, Checkpointer
@@ -261,6 +264,20 @@ class SqliteStore:
             return None
         return await self._run("get_credits", lambda c: credits_ops.get_credits(c, grant_id))
 
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        """Page by page (``sqlite_dump``): challenges, tasks, credit accounts, leases."""
+        for kind in ("challenges", "tasks", "credits", "leases"):
+            after = ""
+            while True:
+                page, after = await self._run("export", functools.partial(_page, kind, after))
+                for item in page:
+                    yield item
+                if len(page) < dump.PAGE:
+                    break
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        await self._run("import", lambda c: dump.import_items(c, items, now))
+
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
         return await self._run(
             "acquire_lease", lambda c: ops.acquire_lease(c, name, holder, ttl, now)
@@ -322,6 +339,10 @@ class SqliteStore:
             conn.close()
         except sqlite3.Error as exc:
             _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+
+
+def _page(kind: str, after: str, conn: sqlite3.Connection) -> tuple[list[ExportItem], str]:
+    return dump.export_page(conn, kind, after)
 
 
 def _unavailable() -> StoreUnavailable:

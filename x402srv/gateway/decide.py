@@ -5,7 +5,11 @@ In this order, the first that applies decides:
 1. ``Authorization`` present: the token must verify (``x402srv.admission``,
    the same 401 bodies as every guard) and its plan must be one of the
    route's -> ``Forward`` with the token's claims; else 401. A request that
-   carries a token is never charged, even if it also carries a payment.
+   carries a token is never charged, even if it also carries a payment. If
+   the plan is metered (``calls``, ``rate_limit``) the call spends the route's
+   ``cost`` first (``x402srv.metering``): a full rate window is 429, spent
+   credits are ``OutOfCredits``: the 402 offer of the token's plan with the
+   problem code ``CREDITS_EXHAUSTED``.
 2. ``PAYMENT-SIGNATURE`` present (the official x402 client retrying the SAME
    request after our 402): the paid plan (``accepted.extra.planId``) must be
    one of the route's (else the route's 402 again, nothing settled); then the
@@ -32,14 +36,15 @@ from typing import Any
 
 from .. import admission
 from ..config import Config
-from ..errors import InternalError, InvalidToken, TokenExpired
+from ..errors import CreditsExhausted, InternalError, InvalidToken, TokenExpired
+from ..metering import Meter, Usage
 from ..offers import AccessGranted, PaymentOffer
 from ..pipeline import AccessPipeline
 from ..protocol import AccessBody, decode_payment_header, encode_header
 from ..tokens import AccessClaims, TokenVerifier
 from .route_config import RouteConfig
 
-__all__ = ["Forward", "Gateway"]
+__all__ = ["Forward", "Gateway", "OutOfCredits"]
 
 log = logging.getLogger("x402srv.gateway")
 
@@ -55,15 +60,31 @@ class Forward:
     route: RouteConfig
     claims: AccessClaims
     granted: AccessGranted | None = None
+    usage: Usage | None = None  # a metered call: its RateLimit fields, its refund
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfCredits:
+    """The token's grant has no credits left: its plan's 402, with the RateLimit fields."""
+
+    offer: PaymentOffer
+    headers: dict[str, str]
 
 
 class Gateway:
     """The routes of one config, matched on decoded path segments (longest prefix wins)."""
 
-    def __init__(self, config: Config, pipeline: AccessPipeline, verifier: TokenVerifier) -> None:
+    def __init__(
+        self,
+        config: Config,
+        pipeline: AccessPipeline,
+        verifier: TokenVerifier,
+        meter: Meter | None = None,
+    ) -> None:
         self.config = config
         self.pipeline = pipeline
         self.verifier = verifier
+        self.meter = meter
         self.routes = sorted(config.routes, key=lambda r: len(r.prefix_segments), reverse=True)
         self._plans = {
             route.prefix: tuple(route.plans or config.plan_map) for route in config.routes
@@ -81,11 +102,20 @@ class Gateway:
         return self._plans[route.prefix]
 
     def offer(
-        self, route: RouteConfig, resource_url: str, error: str | None = None
+        self,
+        route: RouteConfig,
+        resource_url: str,
+        error: str | None = None,
+        *,
+        plans: tuple[str, ...] | None = None,
+        members: dict[str, Any] | None = None,
     ) -> PaymentOffer:
-        """The route's 402: the discovery offer narrowed to the route's plans."""
+        """The route's 402: the discovery offer narrowed to the route's plans (or ``plans``).
+
+        ``members`` are added to the JSON body (not to ``PAYMENT-REQUIRED``).
+        """
         discovery = self.pipeline.offers.discovery.body
-        allowed = self.plans(route)
+        allowed = plans or self.plans(route)
         by_plan = {accept["extra"]["planId"]: accept for accept in discovery["accepts"]}
         required: dict[str, Any] = {
             "x402Version": 2,
@@ -104,6 +134,7 @@ class Gateway:
             "walletAddress": discovery["walletAddress"],
             "chainId": discovery["chainId"],
             "network": discovery["network"],
+            **(members or {}),
         }
         return PaymentOffer(body=body, header=encode_header(required))
 
@@ -115,16 +146,18 @@ class Gateway:
         payment_signature: str | None,
         resource_url: str,
         client: str | None = None,
-    ) -> Forward | PaymentOffer:
+    ) -> Forward | PaymentOffer | OutOfCredits:
         """See the module docstring; refusals are raised as ``ProblemError``."""
         if authorization:
-            return await self._with_token(route, authorization)
+            return await self._with_token(route, authorization, resource_url)
         if payment_signature is not None:
             return await self._paid(route, payment_signature, resource_url)
         await self.pipeline.limit_unpaid(client)
         return self.offer(route, resource_url)
 
-    async def _with_token(self, route: RouteConfig, authorization: Sequence[str]) -> Forward:
+    async def _with_token(
+        self, route: RouteConfig, authorization: Sequence[str], resource_url: str
+    ) -> Forward | OutOfCredits:
         result = await admission.admit(self.verifier, authorization)
         if not isinstance(result, AccessClaims):
             raise result
@@ -133,11 +166,25 @@ class Gateway:
                 f"A token for plan {result.plan_id!r} does not open {route.prefix}; "
                 f"it needs one of: {', '.join(self.plans(route))}."
             )
-        return Forward(route, result)
+        return await self._metered(route, resource_url, result)
+
+    def _out_of_credits(
+        self, route: RouteConfig, resource_url: str, claims: AccessClaims, spent: CreditsExhausted
+    ) -> OutOfCredits:
+        """The offer of the token's plan again: paying it tops up the same grant."""
+        problem = spent.to_problem()
+        offer = self.offer(
+            route,
+            resource_url,
+            error="credits exhausted: pay again to top up this grant (keep sending its token)",
+            plans=(claims.plan_id,),
+            members={k: v for k, v in problem.items() if k != "type"},
+        )
+        return OutOfCredits(offer, spent.headers())
 
     async def _paid(
         self, route: RouteConfig, payment_signature: str, resource_url: str
-    ) -> Forward | PaymentOffer:
+    ) -> Forward | PaymentOffer | OutOfCredits:
         payment = decode_payment_header(payment_signature)
         plan_id = payment.extra_str("planId")
         if plan_id not in self.plans(route):
@@ -169,4 +216,20 @@ class Gateway:
             # Our own issuer's token failing any other way is a bug, not the buyer's fault.
             log.exception("the token of %s does not verify", result.grant["challengeId"])
             raise InternalError() from None
-        return Forward(route, claims, result)
+        return await self._metered(route, resource_url, claims, result)
+
+    async def _metered(
+        self,
+        route: RouteConfig,
+        resource_url: str,
+        claims: AccessClaims,
+        granted: AccessGranted | None = None,
+    ) -> Forward | OutOfCredits:
+        """The call spends the route's cost of a metered plan (the paying call too)."""
+        if self.meter is None:
+            return Forward(route, claims, granted)
+        try:
+            usage = await self.meter.spend(claims, route.cost)
+        except CreditsExhausted as spent:
+            return self._out_of_credits(route, resource_url, claims, spent)
+        return Forward(route, claims, granted, usage)

@@ -22,7 +22,7 @@ never a complete-looking one.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 import httpx
@@ -158,10 +158,15 @@ async def forward(
     claims: AccessClaims,
     *,
     extra_response_headers: Mapping[str, str] | None = None,
-) -> None:
+    on_status: Callable[[int], Awaitable[Mapping[str, str]]] | None = None,
+) -> int | None:
     """Send the upstream's answer through ``request.respond``, or raise a ``ProblemError``.
 
     Raised only before the answer starts (nothing was sent to the client yet).
+    Returns the upstream's status, or None when it broke in the middle of its
+    answer (metered calls get their credits back for either failure).
+    ``on_status`` hears the upstream's status before the answer starts and
+    returns more headers for it (a metered call's refund and RateLimit fields).
     """
     declared = _declared_length(request)
     if declared is not None and declared > route.max_body_bytes:
@@ -192,9 +197,12 @@ async def forward(
         log.warning("upstream %s for %s failed: %s", route.upstream, route.prefix, repr(exc))
         raise _problem(exc) from None
     try:
+        extra = dict(extra_response_headers or {})
+        if on_status is not None:
+            extra.update(await on_status(upstream.status_code))
         response = await request.respond(
             status=upstream.status_code,
-            headers=Header(response_headers(upstream.headers, extra_response_headers)),
+            headers=Header(response_headers(upstream.headers, extra)),
         )
         try:
             async for chunk in upstream.aiter_raw():
@@ -203,7 +211,8 @@ async def forward(
             log.warning("upstream %s broke mid-answer: %s", route.upstream, repr(exc))
             if request.transport is not None:
                 request.transport.close()  # no final chunk: the client sees the truncation
-            return
+            return None
         await response.eof()
     finally:
         await upstream.aclose()
+    return upstream.status_code

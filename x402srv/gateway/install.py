@@ -26,14 +26,16 @@ from sanic.response import HTTPResponse
 from ..errors import NotFound, ProblemError
 from ..http_problem import problem_response
 from ..http_response import offer_response
+from ..metering import Meter, Usage
 from ..offers import PaymentOffer
 from ..paths import gateway_segments
 from ..pipeline import AccessPipeline
 from ..protocol import encode_header
 from ..ratelimit import client_of
 from ..tokens import TokenVerifier
-from .decide import Forward, Gateway
+from .decide import Forward, Gateway, OutOfCredits
 from .forward import forward
+from .route_config import RouteConfig
 
 __all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "install_gateway"]
 
@@ -55,12 +57,25 @@ def _grant_headers(decision: Forward) -> dict[str, str]:
     }
 
 
+async def _refund(meter: Meter | None, usage: Usage, route: RouteConfig, *, failed: bool) -> Usage:
+    """A metered call the upstream failed gets its credits back (``refund_on_5xx``)."""
+    if failed and meter is not None and route.refund_on_5xx:
+        return await meter.refund(usage)
+    return usage
+
+
 def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
     """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none)."""
     config = pipeline.config
     if not config.routes:
         return
-    gateway = Gateway(config, pipeline, TokenVerifier.from_config(config, clock=pipeline.clock))
+    meter = None
+    if config.meters_calls:  # the pipeline's store, which credits the grants it delivers
+        meter = Meter(
+            pipeline.store, config.plan_map, clock=pipeline.clock, access_url=config.access_url
+        )
+    verifier = TokenVerifier.from_config(config, clock=pipeline.clock)
+    gateway = Gateway(config, pipeline, verifier, meter)
 
     @app.before_server_start
     async def open_gateway_client(app: Sanic[Any, Any]) -> None:
@@ -85,20 +100,37 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
         )
         if isinstance(decision, PaymentOffer):
             return offer_response(decision)
+        if isinstance(decision, OutOfCredits):
+            response = offer_response(decision.offer)
+            response.headers.update(decision.headers)
+            return response
+        usage = decision.usage
         extra = _grant_headers(decision)
+
+        async def metered(status: int) -> dict[str, str]:
+            """The RateLimit fields, after giving the credits back for a failed call."""
+            nonlocal usage
+            if usage is None:
+                return {}
+            usage = await _refund(meter, usage, route, failed=status >= 500)
+            return usage.headers()
+
         try:
-            await forward(
+            status = await forward(
                 app.ctx.gateway_client,
                 request,
                 route,
                 decision.claims,
                 extra_response_headers=extra,
+                on_status=metered,
             )
         except ProblemError as err:
             # A paid retry whose upstream failed still hands the buyer its token.
             response = problem_response(err)
-            response.headers.update(extra)
+            response.headers.update({**extra, **await metered(err.status)})
             return response
+        if status is None:  # the upstream broke in the middle of its answer
+            await metered(500)
         return None
 
     for index, route in enumerate(config.routes):

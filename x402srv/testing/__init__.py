@@ -26,6 +26,7 @@ if "pytest" in sys.modules:
         "x402srv.testing.store_contract_counters",
         "x402srv.testing.store_contract_credits",
         "x402srv.testing.store_contract_listing",
+        "x402srv.testing.store_contract_transfer",
     )
 
 if TYPE_CHECKING:

@@ -22,6 +22,9 @@ yields an opened, empty store and closes it afterwards::
         def another_store(self, store):  # durable stores only
             return MyStore(store.path)  # unopened, same backend
 
+        def fresh_store(self, store):  # export/import (PortableStore) only
+            return MyStore(store.path.with_name("other.db"))  # unopened, empty, its own
+
 Stores never read a clock: every test passes ``at``/``now`` explicitly.
 """
 
@@ -55,12 +58,15 @@ from .store_contract_base import (
 from .store_contract_counters import CounterContract
 from .store_contract_credits import CreditContract
 from .store_contract_listing import ListingContract
+from .store_contract_transfer import TransferContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
 __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
-class StoreContract(ListingContract, CounterContract, CreditContract, StoreContractBase):
+class StoreContract(
+    ListingContract, CounterContract, CreditContract, TransferContract, StoreContractBase
+):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
 
     # ------------------------------------------------------------ open, ping

@@ -19,7 +19,15 @@ import pytest
 
 from ..interfaces import Store, TransitionApplied, TransitionRequest, TransitionResult
 from ..records import ChallengeRecord, Offer, PaymentKey, RecordChanges, State, Transition
-from .builders import BASE_TIME, make_grant, make_key, make_payment, make_record, new_tx_hash
+from .builders import (
+    BASE_TIME,
+    make_grant,
+    make_key,
+    make_payment,
+    make_record,
+    new_id,
+    new_tx_hash,
+)
 
 __all__ = [
     "RACERS",
@@ -228,6 +236,8 @@ def full_record() -> tuple[ChallengeRecord, PaymentKey]:
         state=State.SETTLING,
         at=BASE_TIME + 0.125,
         implicit=True,
+        calls=1000,
+        top_up_of=new_id(),
         payer=key.payer,
         tx_hash=new_tx_hash(),
         history=(

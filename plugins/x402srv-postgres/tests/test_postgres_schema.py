@@ -19,6 +19,13 @@ from x402srv.testing import toml
 from x402srv.testing.builders import make_record
 
 DSN_ENV = "X402SRV_TEST_POSTGRES_DSN"
+SHIPPED = schema.migrations()
+LATEST = SHIPPED[-1].version
+
+
+def _applied(name: str, steps: tuple[Migration, ...] = SHIPPED) -> list[str]:
+    """What ``migrate`` prints for ``steps`` applied to schema ``name``."""
+    return [f"{name}: applied {step.version:04d}_{step.name}" for step in steps]
 
 
 def _store(server: PostgresServer, name: str) -> PostgresStore:
@@ -92,39 +99,39 @@ def test_x402srv_migrate_creates_the_schema_once(
     assert "x402srv migrate --config FILE" in refused.stderr
     first = _cli(config, postgres_server, "migrate")
     assert first.returncode == 0, first.stderr
-    assert first.stdout.splitlines() == [f"{postgres_schema}: applied 0001_ledger"]
+    assert first.stdout.splitlines() == _applied(postgres_schema)
     again = _cli(config, postgres_server, "migrate")
     assert (again.returncode, again.stdout) == (0, "")
     assert "nothing applied" in again.stderr
     assert postgres_server.dsn() not in first.stdout + first.stderr + refused.stderr
-    assert asyncio.run(_versions(postgres_server, postgres_schema)) == [1]
+    assert asyncio.run(_versions(postgres_server, postgres_schema)) == list(range(1, LATEST + 1))
 
 
 async def test_an_older_schema_is_refused_until_migrated(
     postgres_server: PostgresServer, postgres_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A release that adds step 0002: its servers refuse the old schema, ``migrate`` fixes it."""
+    """A release that adds a step: its servers refuse the old schema, ``migrate`` fixes it."""
     first = _store(postgres_server, postgres_schema)
-    assert await first.migrate() == [f"{postgres_schema}: applied 0001_ledger"]
+    assert await first.migrate() == _applied(postgres_schema)
     await first.start()
     record = make_record()
     await first.create_challenge(record)
     await first.close()
 
-    shipped = schema.migrations()
-    later = Migration(2, "note", "ALTER TABLE challenges ADD COLUMN note text")
-    monkeypatch.setattr(schema, "migrations", lambda: (*shipped, later))
+    later = Migration(LATEST + 1, "note", "ALTER TABLE challenges ADD COLUMN note text")
+    monkeypatch.setattr(schema, "migrations", lambda: (*SHIPPED, later))
     upgraded = _store(postgres_server, postgres_schema)
-    with pytest.raises(ConfigError, match="is at version 1; this x402srv-postgres needs version 2"):
+    too_old = f"is at version {LATEST}; this x402srv-postgres needs version {LATEST + 1}"
+    with pytest.raises(ConfigError, match=too_old):
         await upgraded.start()
-    assert await upgraded.migrate() == [f"{postgres_schema}: applied 0002_note"]
+    assert await upgraded.migrate() == _applied(postgres_schema, (later,))
     await upgraded.start()
     assert await upgraded.get_challenge(record.challenge_id) == record
     await upgraded.close()
-    assert await _versions(postgres_server, postgres_schema) == [1, 2]
+    assert await _versions(postgres_server, postgres_schema) == list(range(1, LATEST + 2))
 
     # The release before it keeps serving on the newer schema (steps only add).
-    monkeypatch.setattr(schema, "migrations", lambda: shipped)
+    monkeypatch.setattr(schema, "migrations", lambda: SHIPPED)
     older = _store(postgres_server, postgres_schema)
     await older.start()
     assert await older.get_challenge(record.challenge_id) == record
@@ -136,5 +143,5 @@ async def test_concurrent_migrations_apply_each_step_once(
 ) -> None:
     stores = [_store(postgres_server, postgres_schema) for _ in range(4)]
     results = await asyncio.gather(*(store.migrate() for store in stores))
-    assert sorted(map(len, results)) == [0, 0, 0, 1]
-    assert await _versions(postgres_server, postgres_schema) == [1]
+    assert sorted(map(len, results)) == [0, 0, 0, LATEST]
+    assert await _versions(postgres_server, postgres_schema) == list(range(1, LATEST + 1))

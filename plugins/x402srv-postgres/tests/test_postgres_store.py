@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 
 import pytest
@@ -28,3 +29,8 @@ class TestPostgresStore(StoreContract):
     def another_store(self, store: Store) -> Store:
         assert isinstance(store, PostgresStore)
         return PostgresStore(store.dsn, store.options)
+
+    def fresh_store(self, store: Store) -> Store:
+        assert isinstance(store, PostgresStore)
+        options = store.options.model_copy(update={"schema_name": f"fresh_{secrets.token_hex(6)}"})
+        return PostgresStore(options.dsn, options)

@@ -16,7 +16,15 @@ Reads take no lock at all (MVCC).
 
 from __future__ import annotations
 
-__all__ = ["Statements"]
+from x402srv.plugin import nameable
+
+__all__ = ["Statements", "storable"]
+
+
+def storable(key: str) -> bool:
+    """Whether PostgreSQL text can hold ``key``: UTF-8, and no NUL (which sqlite takes)."""
+    return nameable(key) and "\x00" not in key
+
 
 #: $1 limit; the filters' placeholders follow (``Statements.listing``).
 _LISTING = (
@@ -82,6 +90,28 @@ _TEMPLATES = {
         "DELETE FROM {schema}.rate_counters WHERE key IN (SELECT key FROM {schema}.rate_counters "
         "WHERE window_end < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
     ),
+    # ------------------------------------------------------------ credits (migrations/0002)
+    "account": "SELECT account, version FROM {schema}.credits WHERE grant_id = $1",
+    "account_for_credit": (
+        "SELECT account, version, EXISTS (SELECT 1 FROM {schema}.credit_entries "
+        "WHERE grant_id = $1 AND key = $2) AS credited FROM {schema}.credits WHERE grant_id = $1"
+    ),
+    "save_account": "SELECT {schema}.save_account($1, $2, $3, $4, $5, $6, $7, $8)",
+    "account_with_entries": (
+        "SELECT c.account, "
+        "ARRAY(SELECT key FROM {schema}.credit_entries e WHERE e.grant_id = c.grant_id "
+        "ORDER BY seq) AS keys, "
+        "ARRAY(SELECT amount FROM {schema}.credit_entries e WHERE e.grant_id = c.grant_id "
+        "ORDER BY seq) AS amounts, "
+        "ARRAY(SELECT at FROM {schema}.credit_entries e WHERE e.grant_id = c.grant_id "
+        "ORDER BY seq) AS ats "
+        "FROM {schema}.credits c WHERE c.grant_id = $1"
+    ),
+    # Accounts past keep_until, with their entries (ON DELETE CASCADE).
+    "sweep_accounts": (
+        "DELETE FROM {schema}.credits WHERE grant_id IN (SELECT grant_id FROM {schema}.credits "
+        "WHERE keep_until < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+    ),
     # ------------------------------------------------------------ leases
     # $1 name, $2 holder, $3 expires_at, $4 now: a free, released or expired lease only.
     "acquire_lease": (
@@ -119,6 +149,11 @@ class Statements:
     sweep_counters: str
     acquire_lease: str
     release_lease: str
+    account: str
+    account_for_credit: str
+    save_account: str
+    account_with_entries: str
+    sweep_accounts: str
 
     def __init__(self, schema: str) -> None:
         self.schema = schema

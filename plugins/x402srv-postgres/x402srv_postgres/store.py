@@ -15,6 +15,8 @@ guarantees across hosts, with its own tools:
   version moved, the store reads again.
 - **Batches skip what is locked** (``statements``): pruning never waits for a
   request, and a request never waits for pruning.
+- **Credits** of grants sold by the call are compare-and-set the same way
+  (``credits``).
 - **Leases** are one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (free,
   released or expired), with a fence that only grows.
 
@@ -54,7 +56,6 @@ from x402srv.plugin import (
     encode_record,
     encode_task,
     key_to_release,
-    nameable,
     state_values,
     tx_claim_key,
 )
@@ -71,8 +72,10 @@ from .connection import (
     tls_context,
     unavailable,
 )
+from .credits import CreditMethods
+from .dump import DumpMethods
 from .options import PostgresOptions
-from .statements import Statements
+from .statements import Statements, storable
 
 if TYPE_CHECKING:
     from .connection import Conn
@@ -94,13 +97,8 @@ DEADLOCK = "40P01"
 SWEEP_COUNTERS, SWEEP_EVERY = 1000, 1.0
 
 
-def _nameable(key: str) -> bool:
-    """Whether PostgreSQL text can hold ``key``: UTF-8, and no NUL (which sqlite takes)."""
-    return nameable(key) and "\x00" not in key
-
-
-class PostgresStore:
-    """A ``Store`` on one PostgreSQL database (a primary, or a DSN that finds it)."""
+class PostgresStore(CreditMethods, DumpMethods):
+    """A ``Store`` (and ``CreditStore``) on one PostgreSQL database, or a DSN that finds it."""
 
     name = "postgres"
 
@@ -112,6 +110,7 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._schema_checked = False
         self._next_sweep = 0.0
+        self._next_account_sweep = 0.0
 
     def __repr__(self) -> str:
         return f"PostgresStore({describe_dsn(self.dsn.reveal())}, schema={self.schema!r})"
@@ -251,7 +250,7 @@ class PostgresStore:
         return await self._record("get_by_tx_hash", self.sql.record_by_tx, tx_claim_key(tx_hash))
 
     async def _record(self, op: str, statement: str, key: str) -> ChallengeRecord | None:
-        if not _nameable(key):
+        if not storable(key):
             return None
         text = await self._run(op, lambda conn: conn.fetchval(statement, key))
         return decode_record(text) if text is not None else None
@@ -318,7 +317,7 @@ class PostgresStore:
         if updated_before is not None:
             args.append(float(updated_before))
         if after is not None:
-            if not _nameable(after[1]):
+            if not storable(after[1]):
                 return []
             args += [float(after[0]), after[1]]
         statement = self.sql.listing(
@@ -351,7 +350,7 @@ class PostgresStore:
         prune_after: float | None = None,
     ) -> int | None:
         text = encode_task(document)  # before any I/O: a bad document changes nothing
-        if not _nameable(task_id):
+        if not storable(task_id):
             raise ValueError("a task id must be UTF-8 text without NUL")
         after = None if prune_after is None else float(prune_after)
         args: tuple[Any, ...] = (task_id, text, after)
@@ -362,7 +361,7 @@ class PostgresStore:
         return int(version) if version is not None else None
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
-        if not _nameable(task_id):
+        if not storable(task_id):
             return None
         row = await self._run("get_task", lambda conn: conn.fetchrow(self.sql.task, task_id))
         return (decode_task(row["document"]), int(row["version"])) if row is not None else None
@@ -446,6 +445,9 @@ class PostgresStore:
             raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER) from None
         except DatabaseErrors as exc:
             raise unavailable(op, self.dsn.reveal(), exc) from None
+
+    def _lost_races(self, key: str) -> StoreUnavailable:
+        return _lost_races(key)
 
 
 def _claim_owner(exc: BaseException, sqlstate: str) -> str | None:

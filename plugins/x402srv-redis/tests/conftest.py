@@ -17,7 +17,7 @@ from x402srv_redis.testing import RedisServer, StartRedis, redis_server_binary
 
 @pytest.fixture(scope="session")
 def start_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartRedis]:
-    """``start_redis(password=None, appendonly=False, tls=None) -> RedisServer``."""
+    """``start_redis(**fields) -> RedisServer``: any ``RedisServer`` field but ``directory``."""
     if redis_server_binary() is None:
         pytest.skip("redis-server is not installed (set X402SRV_REDIS_SERVER to its path)")
     started: list[RedisServer] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 
 import pytest
@@ -26,3 +27,8 @@ class TestRedisStore(StoreContract):
     def another_store(self, store: Store) -> Store:
         assert isinstance(store, RedisStore)
         return RedisStore(store.url, store.options)
+
+    def fresh_store(self, store: Store) -> Store:
+        assert isinstance(store, RedisStore)
+        options = store.options.model_copy(update={"key_prefix": f"fresh-{secrets.token_hex(6)}:"})
+        return RedisStore(store.url, options)

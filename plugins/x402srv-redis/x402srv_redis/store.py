@@ -50,12 +50,11 @@ from x402srv.plugin import (
     encode_task,
     key_to_release,
     nameable,
-    redact_url,
     state_values,
     tx_claim_key,
 )
 
-from . import credit_scripts, scripts
+from . import credit_scripts, durability, scripts
 from .batch import Coalescer
 from .connection import (
     RETRY_AFTER,
@@ -63,12 +62,15 @@ from .connection import (
     client_for,
     converted,
     describe,
+    display_url,
     is_auth_failure,
     unavailable,
 )
 from .credits import CreditMethods
+from .dump import DumpMethods
 from .keys import KeySpace
 from .options import RedisOptions
+from .replicas import run_waited, writes
 
 __all__ = ["RedisStore"]
 
@@ -85,7 +87,7 @@ Created = tuple[ChallengeRecord, bool] | PaymentClaimed
 MAX_ROUNDS = 64
 
 
-class RedisStore(CreditMethods):
+class RedisStore(CreditMethods, DumpMethods):
     """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
@@ -95,31 +97,38 @@ class RedisStore(CreditMethods):
         self.options = options or RedisOptions()
         self.keys = KeySpace(self.options.key_prefix)
         self._client: Redis | None = None
+        self._sentinels: list[Redis] = []
         self._scripts: dict[str, AsyncScript] = {}
+        self._waited: set[str] = set()  # scripts that write: WAIT behind them (replicas)
         self._creates: Coalescer[_Create, Created] = Coalescer(
             self._create_batch, max_batch=MAX_BATCH
         )
 
     def __repr__(self) -> str:
-        return f"RedisStore({redact_url(self.url.reveal())}, prefix={self.keys.prefix!r})"
+        return f"RedisStore({display_url(self.url)}, prefix={self.keys.prefix!r})"
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Build the pool and say hello; a server that is down only warns.
+        """Build the pool, say hello and read the server's persistence settings.
 
-        Wrong credentials stop the start (the seller must fix the config). A
-        server that is down does not: requests answer 503 until it is back.
+        Wrong credentials stop the start (the seller must fix the config), and
+        so does persistence that can lose acknowledged writes when
+        ``require_durable`` is set; otherwise that is a warning (``durability``).
+        A server that is down only warns: requests answer 503 until it is back.
         """
         if self._client is not None:
             return
-        client = client_for(self.url, self.options)
+        client, self._sentinels = client_for(self.url, self.options)
         self._scripts = {
             name: client.register_script(getattr(module, name))
             for module in (scripts, credit_scripts)
             for name in module.__all__
         }
+        if self.options.wait_replicas:
+            self._waited = {name for name, script in self._scripts.items() if writes(script)}
         self._client = client
+        where = display_url(self.url)
         try:
             await client.ping()
         except (RedisError, OSError) as exc:
@@ -131,19 +140,26 @@ class RedisStore(CreditMethods):
                 ) from None
             log.warning(
                 "redis store %s unreachable at start (%s); requests answer 503 until it is back",
-                redact_url(self.url.reveal()),
+                where,
                 describe(exc),
             )
+            if not self.options.require_durable:
+                return
+        try:
+            await durability.check(client, where, require_durable=self.options.require_durable)
+        except ConfigError:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         await self._creates.drained()  # creates already queued still get their answer
         client, self._client = self._client, None
-        if client is None:
-            return
-        try:
-            await client.aclose()
-        except (RedisError, OSError) as exc:
-            log.warning("redis store: close failed (%s)", describe(exc))
+        sentinels, self._sentinels = self._sentinels, []
+        for each in ([client] if client is not None else []) + sentinels:
+            try:
+                await each.aclose()
+            except (RedisError, OSError) as exc:
+                log.warning("redis store: close failed (%s)", describe(exc))
 
     async def ping(self) -> None:
         await self._call("ping", self._redis().ping())
@@ -416,6 +432,19 @@ class RedisStore(CreditMethods):
         if script is None:
             log.error("redis store: %s called while the store is closed", name.lower())
             raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
+        if name in self._waited:
+            options = self.options
+            return await self._call(
+                name.lower(),
+                run_waited(
+                    self._redis(),
+                    script,
+                    keys,
+                    args,
+                    options.wait_replicas,
+                    options.wait_timeout_seconds,
+                ),
+            )
         return await self._call(name.lower(), script(keys=keys, args=args))
 
     async def _call(self, op: str, command: Awaitable[Any]) -> Any:

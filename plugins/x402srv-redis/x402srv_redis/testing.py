@@ -25,7 +25,7 @@ from x402srv.testing.servers import free_port
 __all__ = ["RedisServer", "StartRedis", "TlsFiles", "make_tls_files", "redis_server_binary"]
 
 
-#: The tests' ``start_redis(password=None, appendonly=False, tls=None)`` fixture.
+#: The tests' ``start_redis(**RedisServer fields but directory)`` fixture.
 StartRedis = Callable[..., "RedisServer"]
 
 
@@ -69,15 +69,19 @@ def _openssl(*args: str | Path) -> None:
 class RedisServer:
     """``redis-server`` on a free 127.0.0.1 port, with its data and log in ``directory``.
 
-    ``appendonly`` keeps an AOF there (``appendfsync everysec``), so ``restart``
+    ``appendonly`` keeps an AOF there (``appendfsync`` as given), so ``restart``
     brings the data back as a production server would; without it the server
     keeps nothing on disk (``--save ''``). With ``tls`` the port speaks TLS only.
+    ``directives`` are more ``redis.conf`` lines as arguments
+    (``("--rename-command", "CONFIG", "")``, ``("--replicaof", "127.0.0.1", "6379")``).
     """
 
     directory: Path
     password: str | None = None
     appendonly: bool = False
     tls: TlsFiles | None = None
+    appendfsync: str = "everysec"
+    directives: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -105,7 +109,7 @@ class RedisServer:
             "--dir", str(self.directory),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
+            "--appendfsync", self.appendfsync,
             "--maxmemory-policy", "noeviction",
             "--daemonize", "no",
             "--logfile", "",
@@ -123,7 +127,7 @@ class RedisServer:
             ]  # fmt: skip
         if self.password:
             command += ["--requirepass", self.password]
-        return command
+        return command + list(self.directives)
 
     def start(self, timeout: float = 10.0) -> Self:
         self.directory.mkdir(parents=True, exist_ok=True)
