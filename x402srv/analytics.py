@@ -28,6 +28,7 @@ __all__ = [
     "period",
     "revenue",
     "settler_figures",
+    "token_terms",
     "usd",
 ]
 
@@ -112,16 +113,17 @@ def _dollars(value: Decimal) -> str:
     return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
 
 
-def _assets(config: Config) -> dict[str, tuple[int, bool]]:
-    """Asset address (lowercase) -> (decimals, is a USD stablecoin) for the configured token."""
-    info = config.network_info
-    pegged = "usd" in info.asset_name.lower()
-    return {info.asset.lower(): (info.decimals, pegged)}
+def token_terms(config: Config, network: str, asset: str) -> tuple[int | None, bool]:
+    """(decimals, is a USD stablecoin) of a token the config sells in; (None, False) if none."""
+    option = config.option(network, asset)
+    if option is None:
+        return None, False
+    return option.decimals, "usd" in option.asset_name.lower()
 
 
 def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
     """Settled payments per plan, network and asset, per bucket: counts and amounts."""
-    size, assets = window.size, _assets(config)
+    size = window.size
     index = {start: i for i, start in enumerate(window.starts)}
     series: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (hour, name), n in counts.items():
@@ -150,7 +152,7 @@ def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
     out_series, totals, total_usd, all_usd = [], [], Decimal(0), True
     for key in sorted(series):
         row = series[key]
-        decimals, pegged = assets.get(row["asset"].lower(), (None, False))
+        decimals, pegged = token_terms(config, row["network"], row["asset"])
         count, amount = sum(row["counts"]), sum(row["amounts"])
         dollars = usd(amount, decimals) if decimals is not None and pegged else None
         if dollars is None:

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
-from .analytics import rfc3339, usd
+from .analytics import rfc3339, token_terms, usd
 from .config import Config
 from .interfaces import Store
 from .records import ChallengeRecord, State
@@ -61,15 +61,15 @@ def _status(record: ChallengeRecord) -> str:
 
 
 def _row(record: ChallengeRecord, settled: float, config: Config) -> dict[str, str]:
-    info = config.network_info
-    pegged = record.asset.lower() == info.asset.lower() and "usd" in info.asset_name.lower()
+    decimals, pegged = token_terms(config, record.network, record.asset)
+    dollars = usd(int(record.amount), decimals) if pegged and decimals is not None else ""
     return {
         "settledAt": rfc3339(settled),
         "planId": record.plan_id,
         "network": record.network,
         "asset": record.asset,
         "amount": record.amount,
-        "amountUsd": usd(int(record.amount), info.decimals) if pegged else "",
+        "amountUsd": dollars,
         "payer": record.payer or "",
         "txHash": record.tx_hash or "",
         "requestId": record.request_id,

@@ -169,6 +169,8 @@ def test_reconciler_and_settlers(console: Console) -> None:
     assert isinstance(status["unresolved"], list)
     settlers = console.ok("/settlers")
     assert settlers["checks"] == {"store": "ok", "chain": "ok", "settlement": "ok"}
+    assert settlers["settlers"], "each settler as /readyz lists it"
+    assert all(entry["check"] == "ok" for entry in settlers["settlers"])
 
 
 async def test_only_the_admin_credential_opens_it(console: Console, buyer: LocalAccount) -> None:

@@ -15,7 +15,7 @@ import uuid
 from typing import Any, cast
 
 from .. import analytics, export, reconciler
-from ..errors import InvalidRequest, NotFound, StateConflict
+from ..errors import InvalidRequest, NotFound, NotReady, StateConflict
 from ..health import Readiness
 from ..interfaces import (
     CreditStore,
@@ -75,7 +75,6 @@ class AdminService:
         self.pipeline = pipeline
         self.store = pipeline.store
         self.config = pipeline.config
-        self.network = pipeline.network
         self.readiness = readiness
 
     def _now(self) -> float:
@@ -107,21 +106,21 @@ class AdminService:
         }
 
     async def settlers(self) -> Page:
-        """The settler's readiness now, and its calls over the last hour and day."""
+        """Every settler now (readiness: its check, its breaker when its network fails over)
+        and the settlement calls of the last hour and day, by outcome and mean time."""
         now = self._now()
         day_start, day_end = analytics.last_hours(now, 24)
         counts = await self.store.read_counts(start=day_start, end=day_end)
         last_hour = {key: n for key, n in counts.items() if key[0] >= day_end - HOUR}
         try:
             ready: dict[str, Any] = await self.readiness.check()
-        except Exception as exc:  # NotReady carries the checks; anything else is "down"
-            extra = getattr(exc, "extra", {})
-            ready = {"status": "not ready", "checks": extra.get("checks", {})}
-        settler = self.pipeline.settler.name
+        except NotReady as exc:  # the document of a failing check rides on the error
+            ready = {"status": "not ready", **exc.extra}
         return {
-            "strategy": settler,
+            "strategy": self.pipeline.settler.name,
             "ready": ready.get("status") == "ready",
             "checks": ready.get("checks", {}),
+            "settlers": ready.get("settlers", []),
             "lastHour": analytics.settler_figures(last_hour),
             "last24Hours": analytics.settler_figures(counts),
         }
@@ -143,7 +142,7 @@ class AdminService:
             if wanted is not None:
                 found = [r for r in found if r.state is wanted]
             return {
-                "items": [purchase_view(r, self.network, now) for r in found],
+                "items": [purchase_view(r, self.config, now) for r in found],
                 "nextCursor": None,
                 "query": text,
             }
@@ -151,7 +150,7 @@ class AdminService:
             states=states, payer=text or None, before=before, limit=page_size
         )
         return self._page(
-            [purchase_view(r, self.network, now) for r in records], records, page_size, text
+            [purchase_view(r, self.config, now) for r in records], records, page_size, text
         )
 
     async def _lookup(self, text: str) -> list[ChallengeRecord]:
@@ -188,7 +187,7 @@ class AdminService:
         record = await self.store.get_challenge(challenge_id)
         if record is None:
             raise NotFound(f"no challenge {challenge_id}")
-        detail = purchase_detail(record, self.network, self._now())
+        detail = purchase_detail(record, self.config, self._now())
         detail["usage"] = await self._usage(record) if record.state is State.DELIVERED else None
         return detail
 
@@ -203,7 +202,7 @@ class AdminService:
         )
         now = self._now()
         usages = await asyncio.gather(*(self._usage(r) for r in records))
-        items = [grant_view(r, self.network, now, u) for r, u in zip(records, usages, strict=True)]
+        items = [grant_view(r, self.config, now, u) for r, u in zip(records, usages, strict=True)]
         return self._page(items, records, size)
 
     async def _usage(self, record: ChallengeRecord) -> dict[str, Any] | None:
@@ -220,7 +219,7 @@ class AdminService:
             self.pipeline, challenge_id, reason=f"by {who}: {why}"
         )
         return {
-            **grant_view(record, self.network, self._now(), await self._usage(record)),
+            **grant_view(record, self.config, self._now(), await self._usage(record)),
             "revokedNow": revoked_now,
         }
 
@@ -292,7 +291,7 @@ class AdminService:
             lease = record.payment.lease_until if record.payment is not None else None
             unresolved.append(
                 {
-                    **purchase_view(record, self.network, now),
+                    **purchase_view(record, self.config, now),
                     "leaseUntil": analytics.rfc3339(lease) if lease is not None else None,
                     "stuck": lease is None or lease + options.grace_seconds <= now,
                 }

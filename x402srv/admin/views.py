@@ -14,9 +14,9 @@ import datetime as dt
 import json
 from typing import Any
 
+from ..config import Config
 from ..errors import InvalidRequest
 from ..interfaces import CreditAccount
-from ..networks import NetworkInfo
 from ..records import ChallengeRecord, State
 
 __all__ = [
@@ -75,11 +75,19 @@ def _grant_expiry(record: ChallengeRecord) -> float | None:
         return None
 
 
+def _explorer(config: Config, record: ChallengeRecord, tx_hash: str | None) -> str | None:
+    """The explorer page of the transaction, on the network the buyer paid on."""
+    if not tx_hash:
+        return None
+    info = config.option(record.network, record.asset) or config.network_info
+    return info.explorer_url(tx_hash)
+
+
 def _payer(record: ChallengeRecord) -> str | None:
     return record.payer or (record.payment.payer if record.payment is not None else None)
 
 
-def purchase_view(record: ChallengeRecord, network: NetworkInfo, now: float) -> dict[str, Any]:
+def purchase_view(record: ChallengeRecord, config: Config, now: float) -> dict[str, Any]:
     """One row of the purchases list."""
     expires = _grant_expiry(record)
     tx_hash = record.tx_hash or (record.payment.broadcast_tx_hash if record.payment else None)
@@ -94,7 +102,7 @@ def purchase_view(record: ChallengeRecord, network: NetworkInfo, now: float) -> 
         "asset": record.asset,
         "payer": _payer(record),
         "txHash": tx_hash,
-        "explorerUrl": network.explorer_url(tx_hash) if tx_hash else None,
+        "explorerUrl": _explorer(config, record, tx_hash),
         "createdAt": rfc3339(record.created_at),
         "updatedAt": rfc3339(record.updated_at),
         "settledAt": rfc3339(_settled_at(record)),
@@ -105,9 +113,9 @@ def purchase_view(record: ChallengeRecord, network: NetworkInfo, now: float) -> 
     }
 
 
-def purchase_detail(record: ChallengeRecord, network: NetworkInfo, now: float) -> dict[str, Any]:
+def purchase_detail(record: ChallengeRecord, config: Config, now: float) -> dict[str, Any]:
     """A purchase with its history, its payment (no signature) and its grant (no token)."""
-    view = purchase_view(record, network, now)
+    view = purchase_view(record, config, now)
     payment = record.payment
     view["payment"] = (
         None
@@ -156,12 +164,12 @@ def usage_view(account: CreditAccount | None, calls: int | None) -> dict[str, An
 
 def grant_view(
     record: ChallengeRecord,
-    network: NetworkInfo,
+    config: Config,
     now: float,
     usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A delivered grant: who has it, until when, and what is left of it."""
-    view = purchase_view(record, network, now)
+    view = purchase_view(record, config, now)
     seconds_left = view["secondsLeft"]
     if record.revoked_at is not None:
         status = "revoked"
