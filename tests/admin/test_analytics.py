@@ -211,3 +211,33 @@ async def test_a_metered_grant_shows_its_credits() -> None:
     }
     assert usage["lastHours"][0]["hour"] == "2023-11-14T22:00:00Z"
     assert usage_view(await store.get_credits("no-such-grant"), 100) is None
+
+
+def test_the_revenue_chart_stacks_plans_and_scales_to_the_highest_bucket(
+    config: Config,
+) -> None:
+    from x402srv.admin.chart import funnel_steps, revenue_chart
+
+    window = period(NOW, str(H0 - 2 * HOUR), str(H0 + 1), "hour")
+    hourly = f"settled:hourly|eip155:84532|{USDC}|100000"
+    daily = f"settled:daily|eip155:84532|{USDC}|1500000"
+    chart = revenue_chart(
+        revenue({(H0, hourly): 5, (H0, daily): 1, (H0 - HOUR, hourly): 2}, window, config)
+    )
+    assert chart.unit == "USD" and chart.total == "$2.20" and not chart.empty
+    tallest = max(bar.y + bar.height for bar in chart.bars) - min(bar.y for bar in chart.bars)
+    assert round(tallest, 3) == round(chart.baseline - 12, 3)  # the $2.00 bucket fills the plot
+    assert [text for _, text in chart.y_ticks] == ["$0.00", "$1.00", "$2.00"]
+    titles = sorted(bar.title for bar in chart.bars)
+    assert titles == [
+        "11-14 21:00 hourly: $0.20 (2 sales)",
+        "11-14 22:00 daily: $1.50 (1 sale)",
+        "11-14 22:00 hourly: $0.50 (5 sales)",
+    ]
+    assert [anchor for *_, anchor in chart.x_labels] == ["start", "middle", "end"]
+    empty = revenue_chart(revenue({}, window, config))
+    assert empty.empty and empty.bars == [] and empty.total == "$0.00"
+    steps = funnel_steps(
+        {"stages": [{"stage": "unpaid", "count": 490}, {"stage": "settled", "count": 5}]}
+    )
+    assert [(s.count, s.conversion) for s in steps] == [(490, None), (5, "1.0%")]

@@ -16,6 +16,7 @@ from ..health import Readiness
 from ..pipeline import AccessPipeline
 from .api import install_api
 from .auth import AdminAuth
+from .console import install_console
 from .gate import AdminGate
 from .service import AdminService
 
@@ -32,3 +33,4 @@ def install_admin(app: Sanic[Any, Any], pipeline: AccessPipeline, readiness: Rea
     gate = AdminGate(admin, auth)
     service = AdminService(pipeline, readiness)
     install_api(app, gate, service)
+    install_console(app, gate, service, admin.secure_cookies)
