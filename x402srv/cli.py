@@ -248,11 +248,18 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    if args.output:
-        with write_atomically(Path(args.output)) as out:
-            counts = asyncio.run(operations.export_records(config, out))
-    else:
-        counts = asyncio.run(operations.export_records(config, sys.stdout))
+    try:
+        if args.output:
+            with write_atomically(Path(args.output)) as out:
+                counts = asyncio.run(operations.export_records(config, out))
+        else:
+            counts = asyncio.run(operations.export_records(config, sys.stdout))
+    except OSError as exc:
+        print(f"x402srv: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # DumpError: a store that cannot export
+        print(f"x402srv: export refused: {exc}", file=sys.stderr)
+        return 1
     print(f"exported {counts}", file=sys.stderr)
     return 0
 

@@ -15,8 +15,9 @@ Target (issue 16): the p50 of a purchase on any store within 3 ms of sqlite's.
 Durability decides most of that gap, so two more rows show each side's other
 setting: sqlite with ``synchronous = FULL`` (a flush per commit, as PostgreSQL's
 default) and PostgreSQL with ``synchronous_commit = off`` (no flush before the
-answer, as sqlite's default ``NORMAL``); each is judged against the sqlite row
-of the same durability.
+answer, as sqlite's default ``NORMAL``); each store is judged against sqlite's
+default (the target) and, when that differs, against the sqlite row of the
+same durability too.
 """
 
 from __future__ import annotations
@@ -177,19 +178,23 @@ def _judged(
         )
     ]
     if setup.strategy == "gas-wallet" and setup != Setup("gas-wallet", "sqlite"):
-        like = next(
+        sqlite = Setup("gas-wallet", "sqlite")
+        alike = next(
             s
             for s in ours
-            if s.store == "sqlite" and s.flushes == setup.flushes and s.strategy == "gas-wallet"
+            if s.store == "sqlite" and s.strategy == "gas-wallet" and s.flushes == setup.flushes
         )
-        gap = latency.p50_ms - ours[like].p50_ms
-        judged.append(
-            verdict(
-                f"p50 within {STORE_P50_MARGIN_MS:g} ms of sqlite ({like.label})",
-                gap <= STORE_P50_MARGIN_MS,
-                f"{gap:+.1f} ms",
+        for other in dict.fromkeys((sqlite, alike)):  # the issue's target, then like for like
+            if other == setup:
+                continue
+            gap = latency.p50_ms - ours[other].p50_ms
+            judged.append(
+                verdict(
+                    f"p50 within {STORE_P50_MARGIN_MS:g} ms of {other.label}",
+                    gap <= STORE_P50_MARGIN_MS,
+                    f"{gap:+.1f} ms",
+                )
             )
-        )
     return tuple(judged)
 
 
