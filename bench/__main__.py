@@ -19,7 +19,7 @@ import platform
 import sys
 import time
 
-from .scenarios import calls, challenge, guard, purchase, roundtrips
+from .scenarios import calls, challenge, guard, metering, purchase, roundtrips
 from .stack import started_stack
 from .table import Row, render
 from .wrk import Load, ensure_wrk
@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += purchase.run(stack, samples, each)[1]
         step("guarded route")
         rows += guard.run(stack, load)
+        step("metered vs unmetered gateway calls (sqlite, redis)")
+        rows += metering.run(stack, load)
         step("100 calls: pay once vs pay every call")
         rows += calls.run(stack)
         step("store round trips")
