@@ -3,8 +3,8 @@
     .venv/bin/python -m bench [--quick] [--duration S] [--connections C]
     ./run bench [same options]      (installs everything first, then runs this)
 
-Starts anvil with our token, a local facilitator (official SDK), Redis, and the
-servers as real processes; runs every scenario with the same load generator
+Starts anvil with our token, a local facilitator (official SDK), Redis,
+PostgreSQL, and the servers as real processes; runs every scenario with the same load generator
 (``wrk``) and prints one table with the machine's core count, what each figure
 measured, and every target with PASS/FAIL. Progress goes to stderr, the table
 to stdout. Everything started is stopped by PID on the way out.
@@ -19,7 +19,7 @@ import platform
 import sys
 import time
 
-from .scenarios import calls, challenge, guard, metering, purchase, roundtrips
+from .scenarios import calls, challenge, guard, metering, purchase, reconciler, roundtrips
 from .stack import started_stack
 from .table import Row, render
 from .wrk import Load, ensure_wrk
@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
     parser.add_argument("--duration", type=float, help="seconds per wrk run (default 10)")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections")
+    parser.add_argument(
+        "--records", type=int, help="records of the reconciler pass (default 100000)"
+    )
     return parser
 
 
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup_seconds=1.0 if args.quick else 2.0,
     )
     samples, each = (10, 2) if args.quick else (30, 5)
+    records = args.records or (10_000 if args.quick else reconciler.RECORDS)
     cores = os.cpu_count() or 1
     ensure_wrk()
     started = time.monotonic()
@@ -65,10 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     with started_stack() as stack:
         if stack.redis_url is None:
             step("redis-server not found: the Redis rows are skipped")
-        step("challenge issuance (official, sqlite and redis, 1 and N workers)")
-        rows += challenge.run(stack, load, cores)[1]
-        step("paid purchases (official, gas wallet, facilitator)")
+        if stack.postgres_dsn is None:
+            step("PostgreSQL not found: the PostgreSQL rows are skipped")
+        step(f"challenge issuance (official; {', '.join(stack.stores)}; 1 and N workers)")
+        figures, found = challenge.run(stack, load, cores)
+        rows += found
+        step("paid purchases (official; gas wallet on every store, facilitator on sqlite)")
         rows += purchase.run(stack, samples, each)[1]
+        step(f"reconciler pass over {records:,} records per store")
+        rows += reconciler.run(stack, figures.official.requests_per_second, records)
         step("guarded route")
         rows += guard.run(stack, load)
         step("metered vs unmetered gateway calls (sqlite, redis)")

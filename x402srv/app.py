@@ -74,7 +74,7 @@ def create_app(
         store=built.store,
         settler=built.settler,
         issuer=built.issuer,
-        chain=built.chain,
+        chain=built.chains,
         clock=clock,
         metrics=metrics.current(),
         limiter=UnpaidLimiter(
@@ -140,8 +140,7 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     @app.before_server_start
     async def open_plugins(app: Sanic[Any, Any]) -> None:
         await built.store.start()
-        if built.chain is not None:
-            await built.chain.open()
+        await built.open_chains()
         await built.settler.start()
         await built.issuer.start()
 
@@ -167,8 +166,7 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     async def close_plugins(app: Sanic[Any, Any]) -> None:
         await built.issuer.close()
         await built.settler.close()
-        if built.chain is not None:
-            await built.chain.close()
+        await built.close_chains()
         await built.store.close()
 
 
@@ -189,7 +187,10 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
         return HTTPResponse(b'{"status":"ok"}', content_type=_JSON, headers=_NO_STORE)
 
     ready = Readiness(
-        built.store, built.chain, built.settler, cache_seconds=config.server.readiness_cache_seconds
+        built.store,
+        built.chains,
+        built.settlers,
+        cache_seconds=config.server.readiness_cache_seconds,
     )
 
     @app.get("/readyz", name="readyz")

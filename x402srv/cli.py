@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from . import operations
 from .audit import AuditReport, audit
 from .config import Config, ServerConfig, load_config
+from .domains import check_domains
 from .errors import ConfigError, ProblemError, StoreUnavailable
 from .logs import configure_logging
 from .metrics import MULTIPROCESS_ENV
@@ -155,7 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {"host": args.host, "port": args.port, "workers": args.workers}
     config = _with_overrides(load_config(args.config), overrides)
     # Fail here, with exit code 2 and one clear message, not inside a worker.
-    asyncio.run(_preflight(Registry().build(config)))
+    asyncio.run(_preflight(config, Registry().build(config)))
     if config.metrics.enabled:
         # Set before any worker imports prometheus_client: each writes its samples there.
         os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
@@ -185,8 +186,12 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _preflight(built: Built) -> None:
-    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains."""
+async def _preflight(config: Config, built: Built) -> None:
+    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains.
+
+    Then each token's EIP-712 domain is compared with the chain's (``domains``):
+    a mismatch is logged as an error, the server still starts.
+    """
     await built.store.start()
     try:
         await built.store.ping()
@@ -194,9 +199,9 @@ async def _preflight(built: Built) -> None:
         await built.settler.close()
         await built.issuer.start()
         await built.issuer.close()
+        await check_domains(config, built.chains)
     finally:
-        if built.chain is not None:
-            await built.chain.close()
+        await built.close_chains()
         await built.store.close()
 
 
@@ -233,11 +238,18 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    if args.output:
-        with write_atomically(Path(args.output)) as out:
-            counts = asyncio.run(operations.export_records(config, out))
-    else:
-        counts = asyncio.run(operations.export_records(config, sys.stdout))
+    try:
+        if args.output:
+            with write_atomically(Path(args.output)) as out:
+                counts = asyncio.run(operations.export_records(config, out))
+        else:
+            counts = asyncio.run(operations.export_records(config, sys.stdout))
+    except OSError as exc:
+        print(f"x402srv: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # DumpError: a store that cannot export
+        print(f"x402srv: export refused: {exc}", file=sys.stderr)
+        return 1
     print(f"exported {counts}", file=sys.stderr)
     return 0
 

@@ -40,7 +40,6 @@ from .interfaces import (
     TransitionApplied,
 )
 from .metrics import Metrics
-from .networks import NetworkInfo
 from .offers import OfferBuilder
 from .plan_terms import CREDITS_OUTLIVE_TOKEN_SECONDS
 from .records import ChallengeRecord, State
@@ -65,10 +64,8 @@ class Delivery:
         plans: dict[str, Plan],
         metrics: Metrics,
         clock: Clock,
-        network: NetworkInfo,
     ) -> None:
         self.mover = mover
-        self.network = network
         self.issuer = issuer
         self.offers = offers
         self.plans = plans
@@ -113,7 +110,7 @@ class Delivery:
         grant = await self.mover.store.get_challenge(record.top_up_of)
         expires_at = (grant_expiry(grant) if grant is not None else None) or self.clock()
         calls = await self._credit(record, record.top_up_of, expires_at)
-        document = top_up_document(record, calls or 0, self.network)
+        document = top_up_document(record, calls or 0, self.offers.explorer_url(record))
         result = await self.mover.apply(
             moves.deliver(record, self.clock(), document, claimed=False)
         )

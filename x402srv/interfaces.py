@@ -494,18 +494,30 @@ class SettlementRequest:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """The transfer is on-chain (receipt checked): txHash and payer."""
+    """The transfer is on-chain (receipt checked): txHash and payer.
+
+    ``by`` names who settled it when a network has several settlers
+    (``"facilitator https://... #2 on eip155:8453"``; never a secret): the log
+    and the record's history say so.
+    """
 
     tx_hash: str
     payer: str
+    by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """Definitely nothing moved on-chain; the buyer may pay again."""
+    """Definitely nothing moved on-chain; the buyer may pay again.
+
+    ``settler_failed``: the settler itself could not settle (unreachable, a 5xx
+    that broadcast nothing, the network unsupported), not the payment: a
+    network with more settlers tries the next one at once.
+    """
 
     reason: str
     detail: str = "The payment could not be settled."
+    settler_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,6 +534,9 @@ SettlementOutcome = Settled | Rejected | Unknown
 class SettlementHooks(Protocol):
     async def note_broadcast(self, tx_hash: str) -> None:
         """Persist a txHash as soon as it is broadcast, before waiting for the receipt."""
+
+    async def note(self, reason: str) -> None:
+        """Add a line to the record's history (what a settler tried; no secret in it)."""
 
 
 @runtime_checkable

@@ -51,8 +51,7 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
     built = Registry().build(config, clock=clock)
     await built.store.start()
     try:
-        if built.chain is not None:
-            await built.chain.open()
+        await built.open_chains()
         await built.issuer.start()
         try:
             yield AccessPipeline(
@@ -60,13 +59,12 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
                 store=built.store,
                 settler=built.settler,
                 issuer=built.issuer,
-                chain=built.chain,
+                chain=built.chains,
                 clock=clock,
             )
         finally:
             await built.issuer.close()
-            if built.chain is not None:
-                await built.chain.close()
+            await built.close_chains()
     finally:
         await built.store.close()
 

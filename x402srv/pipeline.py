@@ -23,15 +23,18 @@ reaches the store's write path or the chain.
     DELIVERED -> the grant, PAID -> step 10, both only on proof (``proof``);
     SETTLING -> the chain decides at once (``settling``), else 409 while a lease
     runs, 502 after; EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> 410.
- 5. Check the payment against the requirement this server offered.
-                                                      -> 402 PAYMENT_FAILED
+ 5. Check the payment against the requirement this server offered (the one
+    of the challenge's offers it claims: network, token, that token's amount
+    and EIP-712 domain).                              -> 402 PAYMENT_FAILED
  6. Claim the payment ``(chainId, asset, from, nonce)`` and
  7. move PENDING -> SETTLING, both in ONE compare-and-set, before anything goes
     on-chain.          -> 409 TX_ALREADY_REDEEMED / 409 SETTLEMENT_IN_PROGRESS
  8. Mark the attempt submitted (its own compare-and-set), then settle with the
-    configured settler, our ids removed (``protocol.for_third_parties``).
-    Rejected: SETTLING -> PENDING, the claim released, 402. Unknown: the lease
-    ends and the chain decides (step 4 again).
+    settler of the payment's network (``settlers``: its failover, when it has
+    several), our ids removed (``protocol.for_third_parties``). Rejected:
+    SETTLING -> PENDING, the claim released, 402; but "nonce already used" is
+    the chain's to decide. Unknown: the lease ends and the chain decides (step
+    4 again).
  9. Confirm the settler's transaction on-chain (when there is an RPC), claim
     its txHash and move SETTLING -> PAID.
 10. Issue the credential, credit the calls of a plan that sells them, and PAID
@@ -45,7 +48,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from . import moves
@@ -86,12 +91,14 @@ from .interfaces import (
 )
 from .metrics import Metrics
 from .metrics import current as current_metrics
-from .offers import AccessGranted, OfferBuilder, PaymentOffer
+from .offers import AccessGranted, OfferBuilder, PaymentOffer, plan_offers
 from .proof import Caller, Verifier
 from .protocol import AccessBody, PaymentPayload, decode_payment_header, for_third_parties
 from .protocol import parse_access_body as parse_body
 from .ratelimit import UnpaidLimiter
+from .reasons import Reason
 from .records import ChallengeRecord, PaymentKey, State
+from .resolution import NotTransferred, Transferred
 from .settling import SettlingResolver
 from .top_ups import find_grant
 
@@ -107,6 +114,35 @@ Next = AccessResult | ChallengeRecord
 PENDING_RETRY_AFTER = 5
 #: How many states one request follows a record through (lost races) before giving up.
 MAX_STEPS = 6
+_CAIP2 = re.compile(r"eip155:([1-9][0-9]{0,18})")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
+
+
+def payment_key(payment: PaymentPayload) -> PaymentKey:
+    """``(chainId, asset, from, nonce)`` of the network and token the payment claims.
+
+    A claim names the chain it is spent on: the same nonce on two chains is two
+    payments. A payment that names no EVM chain or token is refused (402) here.
+    """
+    accepted = payment.accepted
+    chain = _CAIP2.fullmatch(accepted.network)
+    if chain is None:
+        raise PaymentFailed(Reason.INVALID_NETWORK, "accepted.network is not an eip155 network")
+    if not _ADDRESS.fullmatch(accepted.asset):
+        raise PaymentFailed(Reason.INVALID_PAYMENT_REQUIREMENTS, "accepted.asset is no address")
+    auth = payment.payload.authorization
+    return PaymentKey(int(chain.group(1)), accepted.asset, auth.from_, auth.nonce)
+
+
+def _chains(
+    config: Config, chain: ChainReader | Mapping[str, ChainReader] | None
+) -> dict[str, ChainReader]:
+    """One reader per network; a single reader (the one-network form, tests) serves all."""
+    if chain is None:
+        return {}
+    if isinstance(chain, ChainReader):
+        return {network.caip2: chain for network in config.resolved_networks}
+    return dict(chain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +163,7 @@ class AccessPipeline:
         store: Store,
         settler: Settler,
         issuer: CredentialIssuer,
-        chain: ChainReader | None,
+        chain: ChainReader | Mapping[str, ChainReader] | None,
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
         limiter: UnpaidLimiter | None = None,
@@ -137,20 +173,24 @@ class AccessPipeline:
         self.store = store
         self.settler = settler
         self.issuer = issuer
-        self.chain = chain
+        #: One chain reader per network (CAIP-2 id); networks without an RPC have none.
+        self.chains = _chains(config, chain)
         self.clock = clock
         self.limiter = limiter
         self.offers = OfferBuilder(config)
         self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
-        self.network = network = config.network_info
+        self.network = config.network_info  # the first network's first token
         self.lease_seconds = config.settlement.lease_seconds
         self.mover = moves.Mover(store, clock)
-        self.verifier = Verifier(self.offers, network, clock)
-        self.resolver = SettlingResolver(chain, self.mover, clock)
-        self.delivery = Delivery(
-            self.mover, issuer, self.offers, self.plans, self.metrics, clock, network
-        )
+        self.verifier = Verifier(self.offers, config.option, clock)
+        self.resolver = SettlingResolver(self.chains, self.mover, clock)
+        self.delivery = Delivery(self.mover, issuer, self.offers, self.plans, self.metrics, clock)
         self.observers = self.mover.observers  # see every applied transition (A2A streams)
+
+    @property
+    def chain(self) -> ChainReader | None:
+        """The first network's chain reader (the one network of the one-network form)."""
+        return self.chains.get(self.network.caip2)
 
     async def transition(self, request: TransitionRequest) -> TransitionResult:
         """Every state change goes through here (operators' moves too)."""
@@ -250,19 +290,21 @@ class AccessPipeline:
         implicit: bool = False,
         grant: ChallengeRecord | None = None,
     ) -> ChallengeRecord:
+        first = plan.options[0]
         return ChallengeRecord.new(
             challenge_id=uuid4_str(),
             request_id=request_id,
             plan_id=plan.plan_id,
             resource_id=resource_id,
-            amount=str(plan.amount),
-            network=self.network.caip2,
-            asset=self.network.asset,
+            amount=str(first.amount),
+            network=first.network.caip2,
+            asset=first.network.asset,
             pay_to=self.config.seller.wallet_address,
             max_timeout_seconds=self.config.server.max_timeout_seconds,
             now=self.clock(),
             ttl_seconds=self.config.server.challenge_ttl_seconds,
             implicit=implicit,
+            options=plan_offers(plan),
             calls=plan.calls,
             top_up_of=grant.challenge_id if grant is not None else None,
         )
@@ -310,8 +352,7 @@ class AccessPipeline:
         payment: PaymentPayload,
         grant: ChallengeRecord | None = None,
     ) -> AccessResult:
-        auth = payment.payload.authorization
-        key = PaymentKey(self.network.chain_id, self.network.asset, auth.from_, auth.nonce)
+        key = payment_key(payment)
         caller = Caller(body, payment, key)
         record = await self._find_challenge(body, payment, key)
         if record is None:
@@ -466,7 +507,13 @@ class AccessPipeline:
         assert caller.key is not None
         auth = self.verifier.checked(record, caller)
         return moves.settle(
-            record, auth, caller.key, at, attempt_id=uuid4_hex(), lease_seconds=self.lease_seconds
+            record,
+            auth,
+            caller.key,
+            at,
+            attempt_id=uuid4_hex(),
+            lease_seconds=self.lease_seconds,
+            offer=caller.offer,
         )
 
     # ------------------------------------------------------------ steps 8-9
@@ -475,6 +522,7 @@ class AccessPipeline:
         assert record.payment is not None
         assert caller.payment is not None
         assert caller.checked is not None
+        assert caller.option is not None
         handed = replace(record.payment, submitted=True, attempt_id=uuid4_hex())
         reason = f"handed to settler {self.settler.name}"
         submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
@@ -487,9 +535,14 @@ class AccessPipeline:
             authorization=caller.checked[1],
             payload=for_third_parties(caller.payment.model_dump(mode="json", by_alias=True)),
             requirements=for_third_parties(self.offers.offered_requirement(record)),
-            network=self.network,
+            network=caller.option,
         )
-        log.info("challenge %s: settling with %s", record.challenge_id, self.settler.name)
+        log.info(
+            "challenge %s: settling on %s with %s",
+            record.challenge_id,
+            record.network,
+            self.settler.name,
+        )
         hooks = moves.AttemptHooks(self.mover, record)
         started = time.perf_counter()
         outcome = await self._run_settler(request, hooks)
@@ -523,8 +576,10 @@ class AccessPipeline:
             return Unknown("settler raised")
 
     async def _after_settlement(self, record: ChallengeRecord, outcome: SettlementOutcome) -> Next:
+        if isinstance(outcome, Rejected) and outcome.reason == Reason.NONCE_USED:
+            outcome = await self._used_already(record, outcome)
         if isinstance(outcome, Settled):
-            return await self._record_paid(record, outcome.tx_hash, outcome.payer)
+            return await self._record_paid(record, outcome.tx_hash, outcome.payer, outcome.by)
         if isinstance(outcome, Rejected):
             reason = f"settlement failed: {outcome.reason}"
             result = await self.mover.apply(moves.release(record, self.clock(), reason))
@@ -533,6 +588,24 @@ class AccessPipeline:
             return await self.mover.current(record, result)
         log.warning("challenge %s: outcome unknown: %s", record.challenge_id, outcome.reason)
         return await self._end_lease(record, outcome)
+
+    async def _used_already(self, record: ChallengeRecord, said: Rejected) -> SettlementOutcome:
+        """A settler says the authorization is used: by whom is the chain's to say.
+
+        It may be this very payment, settled by an earlier attempt or another
+        settler (a facilitator that settled after we gave up on it): then it is
+        paid. Only a chain that shows it spent elsewhere (or cancelled) refuses it.
+        """
+        if self.resolver.chain_of(record) is None:
+            return said  # nothing to ask: the settler's word is all there is
+        verdict = await self.resolver.verdict(record)
+        if isinstance(verdict, Transferred):
+            assert record.payment is not None
+            by = "an earlier settlement of this authorization (shown by the chain)"
+            return Settled(verdict.tx_hash, record.payment.payer, by)
+        if isinstance(verdict, NotTransferred):
+            return said
+        return Unknown("the settler says the authorization is used; the chain has not shown it")
 
     async def _end_lease(self, record: ChallengeRecord, outcome: Unknown) -> ChallengeRecord:
         """Unknown outcome: end this attempt's lease so the chain decides from now on."""
@@ -543,13 +616,19 @@ class AccessPipeline:
         result = await self.mover.apply(moves.note(record, self.clock(), reason, ended))
         return await self.mover.current(record, result)
 
-    async def _record_paid(self, record: ChallengeRecord, tx_hash: str, payer: str) -> Next:
-        if self.chain is not None and not await self.resolver.settles_in(record, tx_hash):
+    async def _record_paid(
+        self, record: ChallengeRecord, tx_hash: str, payer: str, by: str | None = None
+    ) -> Next:
+        chain = self.resolver.chain_of(record)
+        if chain is not None and not await self.resolver.settles_in(record, tx_hash):
             # A settler's word alone never grants access: what the chain does not show
             # (yet) is an unknown outcome, which the chain decides.
             log.warning("challenge %s: %s does not show this payment", record.challenge_id, tx_hash)
             return await self._end_lease(record, Unknown("the chain does not confirm the settler"))
-        result = await self.resolver.mark_paid(record, tx_hash, payer, "settled on-chain")
+        reason = f"settled on-chain by {by}" if by else "settled on-chain"
+        if by:
+            log.info("challenge %s: %s settled it in %s", record.challenge_id, by, tx_hash)
+        result = await self.resolver.mark_paid(record, tx_hash, payer, reason)
         if isinstance(result, TxClaimed):
             log.error("challenge %s: %s belongs to %s", record.challenge_id, tx_hash, result.owner)
             # The settler's word is worth nothing now: the chain decides at the next retry.

@@ -116,7 +116,8 @@ from .interfaces import (
     UsageBucket,
     keeps_credits,
 )
-from .networks import NetworkInfo
+from .network_config import SettlerConfig, SettlerSpec
+from .networks import NetworkInfo, Token
 from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
@@ -186,12 +187,15 @@ __all__ = [
     "SettlementOutcome",
     "SettlementRequest",
     "Settler",
+    "SettlerConfig",
+    "SettlerSpec",
     "Spend",
     "SpendOutcome",
     "State",
     "StateMismatch",
     "Store",
     "StoreUnavailable",
+    "Token",
     "Transferred",
     "Transition",
     "TransitionApplied",

@@ -10,7 +10,7 @@ traffic or beside another pass can only lose races, never double anything:
    ``grace_seconds``) is over; else left alone (and reported if its lease is over).
 2. Every PAID record nobody is delivering: the credential is issued and the
    record becomes DELIVERED (the buyer gets it by retrying the same request).
-3. PENDING records past expiresAt -> EXPIRED.
+3. PENDING records past expiresAt -> EXPIRED (a page's moves at once).
 4. Pruning: delivered records after ``retention_days``; never-paid ones
    (PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks after
    ``unpaid_retention_hours``.
@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .config import ReconcilerConfig
@@ -88,9 +88,7 @@ class Reconciler:
                 change,
             )
 
-    async def _each(
-        self, state: State, older_than: float, step: Callable[[ChallengeRecord], Awaitable[None]]
-    ) -> None:
+    async def _pages(self, state: State, older_than: float) -> AsyncIterator[list[ChallengeRecord]]:
         """Every record in ``state`` last updated before ``older_than``, oldest first, once."""
         after: tuple[float, str] | None = None
         while True:
@@ -100,11 +98,34 @@ class Reconciler:
                 after=after,
                 limit=self.options.batch_size,
             )
-            for record in batch:
-                await step(record)
+            yield batch
             if len(batch) < self.options.batch_size:
                 return
             after = (batch[-1].updated_at, batch[-1].challenge_id)
+
+    async def _each(
+        self, state: State, older_than: float, step: Callable[[ChallengeRecord], Awaitable[None]]
+    ) -> None:
+        """``step`` for every record of ``_pages``, one after the other."""
+        async for batch in self._pages(state, older_than):
+            for record in batch:
+                await step(record)
+
+    async def _expire(self, report: PassReport, now: float, older_than: float) -> None:
+        """PENDING past expiresAt -> EXPIRED, a page at a time.
+
+        The moves of a page are independent compare-and-sets, so they go
+        together: a networked store's round trips overlap and PostgreSQL
+        commits them in a few flushes, where one after the other each waited
+        for its own (an unpaid flood leaves a great many of them).
+        """
+        async for batch in self._pages(State.PENDING, older_than):
+            due = [record for record in batch if record.expires_at <= now]
+            afters = await asyncio.gather(*map(self.pipeline.expire, due), return_exceptions=True)
+            for record, after in zip(due, afters, strict=True):
+                if isinstance(after, BaseException):
+                    raise after
+                self._note(report, record, after)
 
     async def run_once(self, *, grace_seconds: float | None = None) -> PassReport:
         report = PassReport()
@@ -129,17 +150,12 @@ class Reconciler:
                 return
             self._note(report, record, after)
 
-        async def expire(record: ChallengeRecord) -> None:
-            if record.expires_at <= now:
-                after = await self.pipeline.expire(record)
-                self._note(report, record, after)
-
         await self._each(State.SETTLING, now, settle_left_behind)
         await self._each(State.PAID, now, deliver)
         unpaid_cutoff = now - self.options.unpaid_retention_hours * 3600
         report.pruned += await self._prune(UNPAID, unpaid_cutoff)
         ttl = self.pipeline.config.server.challenge_ttl_seconds
-        await self._each(State.PENDING, now - ttl, expire)
+        await self._expire(report, now, now - ttl)
         report.pruned += await self._prune(PAID_FOR, now - self.options.retention_days * 86_400)
         report.pruned_tasks = await self._prune_tasks(now)
         return report

@@ -108,8 +108,19 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}" + ("/<redacted>" if hidden else "")
 
 
-def _valid_url(secret: Secret, schemes: tuple[str, ...]) -> Secret:
-    """A URL-valued secret must parse; the error never repeats the value."""
+def _valid_url(secret: Secret, schemes: tuple[str, ...], hosts_listed: tuple[str, ...]) -> Secret:
+    """A URL-valued secret must parse; the error never repeats the value.
+
+    A scheme in ``hosts_listed`` names several ``host:port`` pairs separated by
+    commas (``redis+sentinel://h1:26379,h2:26379/...``), which ``urlsplit``
+    cannot take apart: only its scheme and a non-empty host list are checked
+    here, the plugin that reads it checks the rest.
+    """
+    scheme, _, rest = secret.reveal().partition("://")
+    if scheme.lower() in hosts_listed:
+        if not rest.partition("/")[0].rpartition("@")[2]:
+            raise ValueError(f"must be a {scheme.lower()} URL with hosts (value not shown)")
+        return secret
     try:
         parts = urlsplit(secret.reveal())
         parts.port  # noqa: B018 - raises ValueError on a malformed port
@@ -120,9 +131,9 @@ def _valid_url(secret: Secret, schemes: tuple[str, ...]) -> Secret:
     return secret
 
 
-def url_secret(*schemes: str) -> Any:
+def url_secret(*schemes: str, hosts_listed: tuple[str, ...] = ()) -> Any:
     def check(secret: Secret) -> Secret:
-        return _valid_url(secret, schemes)
+        return _valid_url(secret, schemes, hosts_listed)
 
     return AfterValidator(check)
 

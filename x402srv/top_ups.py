@@ -29,7 +29,6 @@ from typing import Any
 from .config import Plan
 from .errors import ChallengeExpired, InvalidRequest
 from .interfaces import Store
-from .networks import NetworkInfo
 from .records import ChallengeRecord, State
 
 __all__ = ["find_grant", "grant_expiry", "top_up_document"]
@@ -82,7 +81,7 @@ async def find_grant(
     return grant
 
 
-def top_up_document(record: ChallengeRecord, calls: int, network: NetworkInfo) -> dict[str, Any]:
+def top_up_document(record: ChallengeRecord, calls: int, explorer: str | None) -> dict[str, Any]:
     """What a delivered top-up answers (and every replay of it): no token, the calls it added."""
     assert record.tx_hash is not None
     assert record.top_up_of is not None
@@ -97,7 +96,6 @@ def top_up_document(record: ChallengeRecord, calls: int, network: NetworkInfo) -
         "txHash": record.tx_hash,
         "network": record.network,
     }
-    explorer = network.explorer_url(record.tx_hash)
     if explorer:
         document["explorerUrl"] = explorer
     return document

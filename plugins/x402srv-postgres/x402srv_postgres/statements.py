@@ -33,9 +33,15 @@ _LISTING = (
 
 _TEMPLATES = {
     # ------------------------------------------------------------ challenges
-    "insert_challenge": (
+    # Many creates in one statement (``batch``): $1..$5 arrays of the columns, in call order.
+    "insert_challenges": (
         "INSERT INTO {schema}.challenges (challenge_id, request_id, state, updated_at, record) "
-        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true"
+        "SELECT i, r, s, u, j FROM unnest($1::text[], $2::text[], $3::text[], "
+        "$4::float8[], $5::text[]) WITH ORDINALITY AS t(i, r, s, u, j, n) ORDER BY n "
+        "ON CONFLICT DO NOTHING RETURNING challenge_id"
+    ),
+    "records_by_request": (
+        "SELECT request_id, record FROM {schema}.challenges WHERE request_id = ANY($1::text[])"
     ),
     "create_claimed": (
         "SELECT outcome, existing FROM {schema}.create_claimed($1, $2, $3, $4, $5, $6)"
@@ -132,7 +138,8 @@ _TEMPLATES = {
 class Statements:
     """Each template of this module as an attribute, for one schema."""
 
-    insert_challenge: str
+    insert_challenges: str
+    records_by_request: str
     create_claimed: str
     record_by_id: str
     versioned_by_id: str

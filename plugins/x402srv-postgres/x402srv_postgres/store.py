@@ -61,6 +61,7 @@ from x402srv.plugin import (
 )
 
 from . import schema
+from .batch import GroupCommit
 from .connection import (
     RETRY_AFTER,
     UNAVAILABLE,
@@ -89,6 +90,11 @@ T = TypeVar("T")
 #: Rounds of read-decide-write one transition may lose to concurrent writers of
 #: the same record before giving up; each lost round means another write won.
 MAX_ROUNDS = 64
+#: Challenge inserts committed by one statement at most; the rest go in the next one.
+MAX_BATCH = 256
+#: What ``create_challenge`` answers.
+Created = tuple[ChallengeRecord, bool] | PaymentClaimed
+
 #: SQLSTATEs ``transition()`` and ``create_claimed()`` raise: the claim's owner is the message.
 PAYMENT_TAKEN, TX_TAKEN = "XC001", "XC002"
 #: A deadlock (two moves releasing and claiming each other's keys) is retried like a lost race.
@@ -111,6 +117,9 @@ class PostgresStore(CreditMethods, DumpMethods):
         self._schema_checked = False
         self._next_sweep = 0.0
         self._next_account_sweep = 0.0
+        self._creates: GroupCommit[tuple[ChallengeRecord, tuple[Any, ...]], Created] = GroupCommit(
+            self._create_batch, max_batch=MAX_BATCH
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore({describe_dsn(self.dsn.reveal())}, schema={self.schema!r})"
@@ -204,17 +213,43 @@ class PostgresStore(CreditMethods, DumpMethods):
         if claim_payment is not None:
             key = str(claim_payment)
             return await self._run("create_challenge", lambda c: self._create_claimed(c, row, key))
-        return await self._run("create_challenge", lambda c: self._create(c, record, row))
+        return await self._creates.submit((record, row))
 
-    async def _create(
-        self, conn: Conn, record: ChallengeRecord, row: tuple[Any, ...]
-    ) -> tuple[ChallengeRecord, bool]:
-        if await conn.fetchval(self.sql.insert_challenge, *row):
-            return record, True
-        existing = await conn.fetchval(self.sql.record_by_request, record.request_id)
-        if existing is None:
-            raise ValueError(f"challenge_id {record.challenge_id} already exists")
-        return decode_record(existing), False
+    async def _create_batch(
+        self, batch: list[tuple[ChallengeRecord, tuple[Any, ...]]]
+    ) -> list[Created | Exception]:
+        """One multi-row ``INSERT`` for ``batch`` (``batch``); each create decided as if alone.
+
+        A row the insert skipped lost to an existing requestId (that record is
+        the answer, created earlier in the batch or before it) or to an existing
+        challengeId (a ``ValueError`` for that caller only).
+        """
+
+        async def work(conn: Conn) -> list[Created | Exception]:
+            columns = [list(column) for column in zip(*(row for _, row in batch), strict=True)]
+            inserted = {r[0] for r in await conn.fetch(self.sql.insert_challenges, *columns)}
+            if len(inserted) == len(batch):
+                return [(record, True) for record, _ in batch]
+            lost = [record.request_id for record, _ in batch if record.challenge_id not in inserted]
+            rows = await conn.fetch(self.sql.records_by_request, lost)
+            existing = {r["request_id"]: r["record"] for r in rows}
+            outcomes: list[Created | Exception] = []
+            for record, _ in batch:
+                text = existing.get(record.request_id)
+                if record.challenge_id in inserted:
+                    outcomes.append((record, True))
+                elif text is not None:
+                    outcomes.append((decode_record(text), False))
+                else:
+                    outcomes.append(
+                        ValueError(f"challenge_id {record.challenge_id} already exists")
+                    )
+            return outcomes
+
+        try:
+            return await self._run("create_challenge", work)
+        except StoreUnavailable:
+            return [StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER) for _ in batch]
 
     async def _create_claimed(
         self, conn: Conn, row: tuple[Any, ...], key: str

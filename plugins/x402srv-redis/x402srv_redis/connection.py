@@ -33,6 +33,8 @@ from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from x402srv.plugin import ConfigError, Secret, StoreUnavailable, redact_url
 
 from .options import RedisOptions
+from .replicas import ReplicasBehind
+from .sentinel import SCHEME, parse_sentinel_url, sentinel_client
 
 __all__ = [
     "RETRY_AFTER",
@@ -40,6 +42,7 @@ __all__ = [
     "client_for",
     "converted",
     "describe",
+    "display_url",
     "is_auth_failure",
     "unavailable",
 ]
@@ -53,8 +56,11 @@ UNAVAILABLE = "The store could not be reached; retry later."
 _AUTH_REPLIES = ("NOAUTH", "WRONGPASS", "INVALID PASSWORD", "NOPERM")
 
 
-def client_for(url: Secret, options: RedisOptions) -> Redis:
-    """A client for ``url``; connects lazily, so building it never fails on a down server."""
+def client_for(url: Secret, options: RedisOptions) -> tuple[Redis, list[Redis]]:
+    """A client for ``url``, and the Sentinel clients to close with it (``sentinel``).
+
+    Connects lazily, so building it never fails on a down server.
+    """
     text = url.reveal()
     kwargs: dict[str, Any] = {
         "max_connections": options.max_connections,
@@ -66,6 +72,8 @@ def client_for(url: Secret, options: RedisOptions) -> Redis:
         "client_name": "x402srv",
         **_without_maintenance_notifications(),
     }
+    if text.partition("://")[0].lower() == SCHEME:
+        return sentinel_client(parse_sentinel_url(text), kwargs)
     if options.tls_ca_file is not None:
         kwargs["ssl_ca_certs"] = str(options.tls_ca_file)
     try:
@@ -75,7 +83,18 @@ def client_for(url: Secret, options: RedisOptions) -> Redis:
         raise ConfigError(
             "is not a Redis URL redis-py accepts (value not shown)", path="store.url"
         ) from None
-    return Redis.from_pool(pool)
+    return Redis.from_pool(pool), []
+
+
+def display_url(url: Secret) -> str:
+    """The URL as logs show it: scheme, host(s) and port(s), never credentials."""
+    text = url.reveal()
+    if text.partition("://")[0].lower() == SCHEME:
+        try:
+            return parse_sentinel_url(text).display()
+        except ConfigError:
+            return f"{SCHEME}://<redacted>"
+    return redact_url(text)
 
 
 def _without_maintenance_notifications() -> dict[str, Any]:
@@ -105,7 +124,7 @@ def converted(op: str, url: Secret) -> Iterator[None]:
     try:
         yield
     except (RedisError, OSError) as exc:
-        log.error("redis store %s: %s failed: %s", redact_url(url.reveal()), op, describe(exc))
+        log.error("redis store %s: %s failed: %s", display_url(url), op, describe(exc))
         raise unavailable() from None
 
 
@@ -118,6 +137,8 @@ def unavailable() -> StoreUnavailable:
 
 def describe(exc: BaseException) -> str:
     """The exception's type; for a server reply also its first words (never credentials)."""
-    if isinstance(exc, ResponseError) and not is_auth_failure(exc):
+    if isinstance(exc, ReplicasBehind) or (
+        isinstance(exc, ResponseError) and not is_auth_failure(exc)
+    ):
         return f"{type(exc).__name__}: {str(exc)[:160]}"
     return type(exc).__name__

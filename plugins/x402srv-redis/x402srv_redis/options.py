@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 __all__ = ["DAY", "RedisOptions"]
 
@@ -45,6 +52,13 @@ class RedisOptions(BaseModel):
     plus ``server.max_timeout_seconds`` plus ``server.challenge_ttl_seconds``.
     """
 
+    wait_replicas: int = Field(default=0, ge=0, le=64)
+    """Replicas every write must reach before it counts as done (``WAIT``, see ``replicas``);
+    0 sends no ``WAIT``. Fewer in time: the request answers 503."""
+
+    wait_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
+    """How long a write waits for ``wait_replicas`` confirmations (below the socket timeout)."""
+
     require_durable: bool = False
     """Refuse to start unless the server keeps every acknowledged write through a crash
     (``appendonly yes`` with ``appendfsync always``), or when that cannot be checked;
@@ -53,6 +67,15 @@ class RedisOptions(BaseModel):
     tls_ca_file: Path | None = None
     """``rediss://`` only: the CA that signed the server's certificate (relative to the
     config file); unset means the system's trust store."""
+
+    @model_validator(mode="after")
+    def _wait_inside_the_socket_timeout(self) -> RedisOptions:
+        if self.wait_replicas and self.wait_timeout_seconds >= self.socket_timeout_seconds:
+            raise ValueError(
+                "wait_timeout_seconds must be below socket_timeout_seconds: the reply to a "
+                "write that waits for replicas comes only after the wait"
+            )
+        return self
 
     @field_validator("key_prefix")
     @classmethod

@@ -7,11 +7,10 @@ the grants and payments it must outlive.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from x402srv.plugin import ConfigError, PluginContext, Register, Store, hookimpl
 
 from .options import RedisOptions
+from .sentinel import SCHEME, parse_sentinel_url
 from .store import RedisStore
 
 __all__ = ["build_redis_store", "minimum_record_ttl", "register_stores"]
@@ -37,11 +36,14 @@ def build_redis_store(ctx: PluginContext) -> RedisStore:
     url = ctx.config.store.url
     if url is None:
         raise ConfigError(
-            'required by the redis store: "redis://[:password@]host:6379/0", "rediss://..." '
-            'or { env = "NAME" }',
+            'required by the redis store: "redis://[:password@]host:6379/0", "rediss://...", '
+            '"redis+sentinel://host:26379,host:26379/service" or { env = "NAME" }',
             path="store.url",
         )
-    if options.tls_ca_file is not None and urlsplit(url.reveal()).scheme != "rediss":
+    scheme = url.reveal().partition("://")[0].lower()
+    if scheme == SCHEME:
+        parse_sentinel_url(url.reveal())  # a malformed one fails here, before serving
+    if options.tls_ca_file is not None and scheme != "rediss":
         raise ConfigError("only applies to rediss:// URLs", path=f"{ctx.key_path}.tls_ca_file")
     needed = minimum_record_ttl(ctx)
     if options.record_ttl_seconds < needed:

@@ -50,7 +50,6 @@ from x402srv.plugin import (
     encode_task,
     key_to_release,
     nameable,
-    redact_url,
     state_values,
     tx_claim_key,
 )
@@ -63,6 +62,7 @@ from .connection import (
     client_for,
     converted,
     describe,
+    display_url,
     is_auth_failure,
     unavailable,
 )
@@ -70,6 +70,7 @@ from .credits import CreditMethods
 from .dump import DumpMethods
 from .keys import KeySpace
 from .options import RedisOptions
+from .replicas import run_waited, writes
 
 __all__ = ["RedisStore"]
 
@@ -96,13 +97,15 @@ class RedisStore(CreditMethods, DumpMethods):
         self.options = options or RedisOptions()
         self.keys = KeySpace(self.options.key_prefix)
         self._client: Redis | None = None
+        self._sentinels: list[Redis] = []
         self._scripts: dict[str, AsyncScript] = {}
+        self._waited: set[str] = set()  # scripts that write: WAIT behind them (replicas)
         self._creates: Coalescer[_Create, Created] = Coalescer(
             self._create_batch, max_batch=MAX_BATCH
         )
 
     def __repr__(self) -> str:
-        return f"RedisStore({redact_url(self.url.reveal())}, prefix={self.keys.prefix!r})"
+        return f"RedisStore({display_url(self.url)}, prefix={self.keys.prefix!r})"
 
     # ------------------------------------------------------------ lifecycle
 
@@ -116,14 +119,16 @@ class RedisStore(CreditMethods, DumpMethods):
         """
         if self._client is not None:
             return
-        client = client_for(self.url, self.options)
+        client, self._sentinels = client_for(self.url, self.options)
         self._scripts = {
             name: client.register_script(getattr(module, name))
             for module in (scripts, credit_scripts)
             for name in module.__all__
         }
+        if self.options.wait_replicas:
+            self._waited = {name for name, script in self._scripts.items() if writes(script)}
         self._client = client
-        where = redact_url(self.url.reveal())
+        where = display_url(self.url)
         try:
             await client.ping()
         except (RedisError, OSError) as exc:
@@ -149,12 +154,12 @@ class RedisStore(CreditMethods, DumpMethods):
     async def close(self) -> None:
         await self._creates.drained()  # creates already queued still get their answer
         client, self._client = self._client, None
-        if client is None:
-            return
-        try:
-            await client.aclose()
-        except (RedisError, OSError) as exc:
-            log.warning("redis store: close failed (%s)", describe(exc))
+        sentinels, self._sentinels = self._sentinels, []
+        for each in ([client] if client is not None else []) + sentinels:
+            try:
+                await each.aclose()
+            except (RedisError, OSError) as exc:
+                log.warning("redis store: close failed (%s)", describe(exc))
 
     async def ping(self) -> None:
         await self._call("ping", self._redis().ping())
@@ -427,6 +432,19 @@ class RedisStore(CreditMethods, DumpMethods):
         if script is None:
             log.error("redis store: %s called while the store is closed", name.lower())
             raise StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER)
+        if name in self._waited:
+            options = self.options
+            return await self._call(
+                name.lower(),
+                run_waited(
+                    self._redis(),
+                    script,
+                    keys,
+                    args,
+                    options.wait_replicas,
+                    options.wait_timeout_seconds,
+                ),
+            )
         return await self._call(name.lower(), script(keys=keys, args=args))
 
     async def _call(self, op: str, command: Awaitable[Any]) -> Any:
