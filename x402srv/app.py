@@ -44,6 +44,7 @@ from .protocol import MAX_BODY_BYTES
 from .ratelimit import LimitOptions, UnpaidLimiter, client_of
 from .reconciler import Reconciler
 from .registry import Built, Registry
+from .revocation import LIST_PATH, StoreRevocations, published
 
 __all__ = ["create_app"]
 
@@ -115,8 +116,17 @@ def create_app(
     )
     _request_ids(app)
     _lifecycle(app, built)
-    _routes(app, config, pipeline, built)
-    install_gateway(app, pipeline)  # [[routes]]: x402srv/gateway/
+    ready = _routes(app, config, pipeline, built)
+    revocations = StoreRevocations(
+        built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
+    )
+    install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    if config.revocation.publish:
+        _revocation_list(app, config, built, clock)
+    if config.admin is not None and config.admin.enabled:
+        from .admin import install_admin  # the console's templates load only when it is on
+
+        install_admin(app, pipeline, ready)
     _errors(app)
     return app
 
@@ -147,6 +157,10 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     @app.after_server_start
     async def start_reconciler(app: Sanic[Any, Any]) -> None:
         config: Config = app.ctx.config
+        pipeline: AccessPipeline = app.ctx.pipeline
+        app.ctx.tally_task = asyncio.get_running_loop().create_task(
+            pipeline.tally.run_forever(config.analytics.flush_seconds), name="x402srv-tally"
+        )
         if config.reconciler.enabled:
             reconciler = Reconciler(app.ctx.pipeline, config.reconciler)
             # Our own task on the running loop (Sanic's add_task defers it under ASGI).
@@ -156,11 +170,14 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 
     @app.before_server_stop
     async def stop_reconciler(app: Sanic[Any, Any]) -> None:
-        task = getattr(app.ctx, "reconciler_task", None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for name in ("reconciler_task", "tally_task"):
+            task = getattr(app.ctx, name, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        pipeline: AccessPipeline = app.ctx.pipeline
+        await pipeline.tally.stop()  # what this worker counted since its last flush
 
     @app.after_server_stop
     async def close_plugins(app: Sanic[Any, Any]) -> None:
@@ -170,7 +187,9 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
         await built.store.close()
 
 
-def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built) -> None:
+def _routes(
+    app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built
+) -> Readiness:
     card = _json(agent_card(config))
     base = config.server.base_path
     a2a = A2AEndpoint(A2AService(config, pipeline, built.store, pipeline.clock))
@@ -234,6 +253,25 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
     @app.post(app.ctx.a2a_path, name="a2a")
     async def a2a_route(request: Request) -> HTTPResponse | None:
         return await a2a.respond(request)  # JSON, or SSE for the streaming methods
+
+    return ready
+
+
+def _revocation_list(app: Sanic[Any, Any], config: Config, built: Built, clock: Clock) -> None:
+    """The revoked grants, for verifiers that cannot read the store (``RevocationList``).
+
+    Served from a copy of the store's list at most a second old, so polling
+    verifiers, however many, cost the store one read a second per worker.
+    """
+    refresh = config.revocation.refresh_seconds
+    source = StoreRevocations(built.store, refresh_seconds=min(1.0, refresh), clock=clock)
+
+    @app.get(LIST_PATH, name="revocations")
+    async def revocation_list(request: Request) -> HTTPResponse:
+        revoked = await source.revoked()
+        return HTTPResponse(
+            _json(published(revoked, refresh, clock())), content_type=_JSON, headers=_NO_STORE
+        )
 
 
 def _errors(app: Sanic[Any, Any]) -> None:

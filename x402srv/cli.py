@@ -8,6 +8,8 @@
     x402srv import --config FILE [--input F]                     load an export into an empty store
     x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
+    x402srv grants revoke ID --config FILE [--reason R]          revoke a delivered grant
+    x402srv export-sales --config FILE --from T [--to T] [--format csv|jsonl]   sales rows
     x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
     x402srv demo [--keep]                                        buy a plan on a local chain
 
@@ -54,6 +56,8 @@ COMMANDS = (
     "import",
     "reconcile",
     "challenges",
+    "grants",
+    "export-sales",
     "audit",
     "demo",
 )
@@ -112,6 +116,25 @@ def _parser() -> argparse.ArgumentParser:
         action = actions.add_parser(name, help=text)
         action.add_argument("challenge_id", help="the challengeId (a UUID)")
         action.add_argument("--config", required=True, help="seller TOML file")
+    grants = commands.add_parser("grants", help="revoke a delivered grant")
+    grant_actions = grants.add_subparsers(dest="action", required=True)
+    revoke = grant_actions.add_parser(
+        "revoke", help="refuse its tokens everywhere (idempotent; recorded in its history)"
+    )
+    revoke.add_argument("challenge_id", help="the challengeId (the tokens' jti)")
+    revoke.add_argument("--config", required=True, help="seller TOML file")
+    revoke.add_argument("--reason", default="no reason given", help="kept in the history")
+    export = commands.add_parser("export-sales", help="one row per settled payment, for accounting")
+    export.add_argument("--config", required=True, help="seller TOML file")
+    export.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        help="first instant (RFC 3339, a date = UTC midnight, or epoch seconds)",
+    )
+    export.add_argument("--to", dest="end", help="end of the range, excluded (default: now)")
+    export.add_argument("--format", choices=["csv", "jsonl"], default="csv", help="default csv")
+    export.add_argument("--output", help="write to this file instead of stdout")
     audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
     audit.add_argument("--config", required=True, help="seller TOML file")
     audit.add_argument(
@@ -172,13 +195,29 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         motd=False,
     )
-    logging.getLogger("x402srv").info(
+    log = logging.getLogger("x402srv")
+    log.info(
         "serving %s on http://%s:%d with %d worker(s)",
         config.access_url,
         server.host,
         server.port,
         server.workers,
     )
+    admin = config.admin
+    if admin is not None and admin.enabled and admin.own_listener:
+        assert admin.port is not None
+        # The same app on a second socket; the admin routes answer only there (admin.gate).
+        app.prepare(
+            host=admin.listen_host,
+            port=admin.port,
+            workers=server.workers,
+            single_process=single,
+            access_log=False,
+            motd=False,
+        )
+        log.info(
+            "console and admin API on http://%s:%d%s", admin.listen_host, admin.port, admin.prefix
+        )
     if single:
         Sanic.serve_single(primary=app)
     else:
@@ -313,6 +352,42 @@ def _challenges(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grants(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        record, revoked_now = asyncio.run(operations.revoke(config, args.challenge_id, args.reason))
+    except ProblemError as exc:
+        print(f"x402srv: {exc.detail}", file=sys.stderr)
+        return 1
+    print(json.dumps(operations.redacted(record), indent=2))
+    print("revoked" if revoked_now else "already revoked", file=sys.stderr)
+    return 0
+
+
+def _export_sales(args: argparse.Namespace) -> int:
+    import time
+
+    from .analytics import parse_time
+    from .export import render
+
+    config = load_config(args.config)
+    try:
+        start = parse_time(args.start, "--from")
+        end = parse_time(args.end, "--to") if args.end else time.time()
+    except ProblemError as exc:
+        print(f"x402srv: {exc.detail}", file=sys.stderr)
+        return 2
+    rows = asyncio.run(operations.export_sales(config, start, end))
+    text = render(rows, args.format)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+    print(f"{len(rows)} settled payment(s)", file=sys.stderr)
+    return 0
+
+
 def _audit(args: argparse.Namespace) -> int:
     config = load_config(args.config)
 
@@ -357,6 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reconcile(args)
         if args.command == "challenges":
             return _challenges(args)
+        if args.command == "grants":
+            return _grants(args)
+        if args.command == "export-sales":
+            return _export_sales(args)
         if args.command == "audit":
             return _audit(args)
         if args.command == "demo":

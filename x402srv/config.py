@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from .config_fields import StrictModel, checksum_address, http_url
+from .console_config import AdminConfig, AnalyticsConfig, RevocationConfig
 from .errors import ConfigError
 from .gateway.route_config import RouteConfig, check_routes
 from .interfaces import RateWindow
@@ -62,6 +63,8 @@ from .secret_values import (
 from .validation_errors import problems
 
 __all__ = [
+    "AdminConfig",
+    "AnalyticsConfig",
     "BreakerConfig",
     "Config",
     "CredentialsConfig",
@@ -75,6 +78,7 @@ __all__ = [
     "PreviousKey",
     "RateLimitConfig",
     "ReconcilerConfig",
+    "RevocationConfig",
     "Secret",
     "SellerConfig",
     "ServerConfig",
@@ -398,6 +402,9 @@ class Config(_Model):
     network: NetworkConfig | None = None
     networks: list[NetworkEntry] = Field(default_factory=list, max_length=64)
     routes: list[RouteConfig] = []  # gateway mode: x402srv/gateway/route_config.py
+    admin: AdminConfig | None = None  # the seller's console: x402srv/console_config.py
+    revocation: RevocationConfig = RevocationConfig()
+    analytics: AnalyticsConfig = AnalyticsConfig()
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()
@@ -416,6 +423,7 @@ class Config(_Model):
         }
         self._plans = self._resolve_plans()
         check_routes(self)
+        self._check_admin()
         longest = max(p.token_ttl_seconds for p in self._plans.values())
         keep = self.reconciler.retention_days * 86_400
         if keep < longest + self.server.max_timeout_seconds + self.server.challenge_ttl_seconds:
@@ -431,6 +439,37 @@ class Config(_Model):
                 "server.max_timeout_seconds)"
             )
         return self
+
+    def _check_admin(self) -> None:
+        """The console's credentials are its own, and its paths are no one else's."""
+        admin = self.admin
+        if admin is None or not admin.enabled:
+            return
+        buyers = self.credentials.secret
+        for key in ("token", "jwt_secret"):
+            value = getattr(admin, key)
+            if value is not None and buyers is not None and value == buyers:
+                raise ValueError(
+                    f"admin.{key}: must not be credentials.secret (buyers' tokens are signed "
+                    "with it; the console needs a credential of its own)"
+                )
+        if admin.port is not None and admin.port == self.server.port:
+            raise ValueError("admin.port: must differ from server.port (or leave it out)")
+        if admin.own_listener:
+            return
+        taken = {
+            f"{self.server.base_path}/x402/access": "the access endpoint",
+            f"{self.server.base_path}{self.server.a2a_path}": "the A2A endpoint",
+            self.metrics.path: "the metrics path",
+            **{route.prefix: "a gateway route" for route in self.routes},
+        }
+        for path, what in taken.items():
+            if (
+                path == admin.prefix
+                or path.startswith(admin.prefix + "/")
+                or (admin.prefix.startswith(path + "/"))
+            ):
+                raise ValueError(f"admin.prefix: {admin.prefix} overlaps {what} ({path})")
 
     def _resolve_networks(self) -> tuple[Network, ...]:
         settlement = self.settlement

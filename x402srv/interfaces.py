@@ -236,6 +236,41 @@ class Store(Protocol):
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         """Release and leave ``value`` for the next holder; False if the lease was lost."""
 
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        """Records newest first, in ``(updated_at, challenge_id)`` order (the seller's console).
+
+        ``payer`` keeps the records whose payer (``store_rules.payer_of``: the
+        settled payer, else the payer of the payment being settled) is that
+        address, compared in lowercase, through an index of its own: a payer's
+        purchases are found without reading anyone else's. ``before`` is a
+        cursor: only records strictly before that position are listed, so a
+        caller pages back in time with the last record's ``(updated_at,
+        challenge_id)``.
+        """
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        """Add each delta to the counter ``name`` of the time bucket ``bucket`` (analytics).
+
+        Keys are ``(bucket, name)``: the bucket is the caller's (the start of an
+        hour, in seconds since the epoch) and names come from a bounded set, so
+        the store holds a bounded number of counters per bucket however much
+        traffic there is: a flood of unpaid requests moves counters, not rows.
+        Atomic per counter across every process that shares the store. The
+        store may forget every counter of a bucket before ``forget_before``.
+        """
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        """Every counter whose bucket is in ``[start, end)``; never a scan of the records."""
+
 
 @runtime_checkable
 class MigratingStore(Protocol):

@@ -35,12 +35,14 @@ __all__ = [
     "cancel",
     "credits_shown",
     "export_records",
+    "export_sales",
     "import_records",
     "list_records",
     "migrate",
     "opened",
     "reconcile",
     "redacted",
+    "revoke",
     "show",
 ]
 
@@ -183,6 +185,25 @@ async def cancel(config: Config, challenge_id: str) -> ChallengeRecord:
             raise ChallengeExpired(f"challenge {challenge_id} is already cancelled")
         raise InvalidRequest(f"challenge {challenge_id} is {state}; only PENDING can be cancelled")
     raise InvalidRequest(f"challenge {challenge_id} could not be cancelled")
+
+
+async def revoke(config: Config, challenge_id: str, reason: str) -> tuple[ChallengeRecord, bool]:
+    """Revoke a delivered grant (``x402srv.revocation``); idempotent."""
+    from .revocation import revoke_grant
+
+    async with opened(config) as pipeline:
+        try:
+            return await revoke_grant(pipeline, challenge_id, reason=f"by operator: {reason}")
+        finally:
+            await pipeline.tally.flush()
+
+
+async def export_sales(config: Config, start: float, end: float) -> list[dict[str, str]]:
+    """One row per payment settled in ``[start, end)`` (``x402srv.export``)."""
+    from .export import sale_rows
+
+    async with opened(config) as pipeline:
+        return await sale_rows(pipeline.store, config, start, end)
 
 
 def redacted(record: ChallengeRecord) -> dict[str, Any]:

@@ -20,7 +20,8 @@ reaches the store's write path or the chain.
     the payment passes step 5).
  4. Answer from the record's state (``_step``), in a bounded loop: a lost
     compare-and-set re-reads the record and answers from its state now.
-    DELIVERED -> the grant, PAID -> step 10, both only on proof (``proof``);
+    DELIVERED -> the grant (410 GRANT_REVOKED once the seller revoked it),
+    PAID -> step 10, both only on proof (``proof``);
     SETTLING -> the chain decides at once (``settling``), else 409 while a lease
     runs, 502 after; EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> 410.
  5. Check the payment against the requirement this server offered (the one
@@ -59,9 +60,11 @@ from .config import Config, Plan
 from .delivery import DELIVERY_LEASE_SECONDS, Delivery
 from .errors import (
     ChallengeExpired,
+    GrantRevoked,
     InternalError,
     InvalidRequest,
     PaymentFailed,
+    RateLimited,
     RequestIdConflict,
     SettlementInProgress,
     SettlementPending,
@@ -100,6 +103,7 @@ from .reasons import Reason
 from .records import ChallengeRecord, PaymentKey, State
 from .resolution import NotTransferred, Transferred
 from .settling import SettlingResolver
+from .tally import Tally
 from .top_ups import find_grant
 
 __all__ = ["DELIVERY_LEASE_SECONDS", "AccessPipeline", "AccessRequest", "AccessResult"]
@@ -167,6 +171,7 @@ class AccessPipeline:
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
         limiter: UnpaidLimiter | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or current_metrics()
@@ -186,6 +191,9 @@ class AccessPipeline:
         self.resolver = SettlingResolver(self.chains, self.mover, clock)
         self.delivery = Delivery(self.mover, issuer, self.offers, self.plans, self.metrics, clock)
         self.observers = self.mover.observers  # see every applied transition (A2A streams)
+        # Analytics (``tally``): a dict increment per event, flushed to the store in the background.
+        self.tally = tally or Tally(store, clock, keep_seconds=config.analytics.keep_days * 86_400)
+        self.observers.append(self.tally.observe)
 
     @property
     def chain(self) -> ChainReader | None:
@@ -235,9 +243,18 @@ class AccessPipeline:
         return await self._settlement(body, plan, payment)
 
     async def limit_unpaid(self, client: str | None) -> None:
-        """429 for a client over its unpaid-request limit; paying requests never come here."""
+        """429 for a client over its unpaid-request limit; paying requests never come here.
+
+        Every unpaid request passes here (discovery, challenges, the gateway's 402s,
+        A2A calls without a payment), so this is where the analytics count them.
+        """
+        self.tally.add("unpaid")
         if self.limiter is not None and client is not None:
-            await self.limiter.check(client)
+            try:
+                await self.limiter.check(client)
+            except RateLimited:
+                self.tally.add("limited")
+                raise
 
     async def _top_up(
         self,
@@ -311,6 +328,7 @@ class AccessPipeline:
 
     def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:
         self.metrics.challenge_created()
+        self.tally.add(f"challenge:{record.plan_id}")
         if log.isEnabledFor(level):
             log.log(
                 level,
@@ -407,6 +425,7 @@ class AccessPipeline:
         if isinstance(created, PaymentClaimed):
             owner = await self.store.get_challenge(created.owner)
             if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
+                self.tally.failed("already_redeemed")
                 raise TxAlreadyRedeemed("this payment is already used for another challenge")
             self._same_request(owner, body, plan, grant)
             return await self._answer(owner, caller)
@@ -437,6 +456,10 @@ class AccessPipeline:
         state = record.state
         if state is State.DELIVERED:
             self.verifier.prove(record, caller)
+            if record.revoked_at is not None:
+                raise GrantRevoked(
+                    f"the grant of challenge {record.challenge_id} was revoked by the seller"
+                )
             return self.offers.granted(record)
         if state in (State.EXPIRED, State.CANCELLED):
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
@@ -490,6 +513,7 @@ class AccessPipeline:
     async def _attempt(self, record: ChallengeRecord, caller: Caller) -> Next:
         result = await self.mover.apply(self._claim(record, caller, self.clock()))
         if isinstance(result, PaymentClaimed):
+            self.tally.failed("already_redeemed")
             raise TxAlreadyRedeemed("this payment is already used for another challenge")
         if isinstance(result, StateMismatch):
             if result.record is None:
@@ -505,7 +529,12 @@ class AccessPipeline:
     def _claim(self, record: ChallengeRecord, caller: Caller, at: float) -> TransitionRequest:
         """Steps 5-7 as one move: the payment checked, then claimed with PENDING -> SETTLING."""
         assert caller.key is not None
-        auth = self.verifier.checked(record, caller)
+        self.tally.add(f"tried:{record.plan_id}")
+        try:
+            auth = self.verifier.checked(record, caller)
+        except PaymentFailed as failure:
+            self.tally.failed(failure.reason)
+            raise
         return moves.settle(
             record,
             auth,
@@ -546,9 +575,9 @@ class AccessPipeline:
         hooks = moves.AttemptHooks(self.mover, record)
         started = time.perf_counter()
         outcome = await self._run_settler(request, hooks)
-        self.metrics.settlement(
-            self.settler.name, type(outcome).__name__.lower(), time.perf_counter() - started
-        )
+        elapsed, outcome_name = time.perf_counter() - started, type(outcome).__name__.lower()
+        self.metrics.settlement(self.settler.name, outcome_name, elapsed)
+        self.tally.settler(self.settler.name, outcome_name, elapsed)
         try:
             return await self._after_settlement(hooks.record, outcome)
         except StoreUnavailable:
@@ -581,6 +610,7 @@ class AccessPipeline:
         if isinstance(outcome, Settled):
             return await self._record_paid(record, outcome.tx_hash, outcome.payer, outcome.by)
         if isinstance(outcome, Rejected):
+            self.tally.failed(outcome.reason)
             reason = f"settlement failed: {outcome.reason}"
             result = await self.mover.apply(moves.release(record, self.clock(), reason))
             if isinstance(result, TransitionApplied):

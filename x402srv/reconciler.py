@@ -20,6 +20,10 @@ challenge_id)``, so records it cannot decide never keep it from the ones behind
 them. In a server the pass runs every ``interval_seconds`` in each worker, but
 under a store lease so only one runs at a time across workers and instances;
 ``x402srv reconcile`` runs one pass by hand.
+
+Each pass run under the lease leaves a summary in the store (the versioned
+document ``STATUS_DOCUMENT``: when it ran, where, what it changed and what it
+could not decide), which the seller's console shows from any instance.
 """
 
 from __future__ import annotations
@@ -31,17 +35,23 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import ReconcilerConfig
 from .errors import CredentialPending, StoreUnavailable
+from .interfaces import Store
 from .pipeline import AccessPipeline
 from .records import ChallengeRecord, State
 
-__all__ = ["Change", "PassReport", "Reconciler"]
+__all__ = ["STATUS_DOCUMENT", "Change", "PassReport", "Reconciler", "last_pass"]
 
 log = logging.getLogger("x402srv.reconciler")
 
 LEASE_NAME = "x402srv-reconciler"
+#: The store document holding the last pass's summary (no A2A task id looks like this).
+STATUS_DOCUMENT = "x402srv.reconciler.last-pass"
+#: Unresolved challenge ids kept in the summary at most.
+MAX_LISTED = 100
 #: Kept for ``retention_days``: replays of a purchase must still find their grant.
 PAID_FOR = (State.DELIVERED,)
 #: Kept for ``unpaid_retention_hours``: nothing was paid, so nothing is owed to anyone.
@@ -194,10 +204,43 @@ class Reconciler:
                 return None
             await asyncio.sleep(0.5)
         try:
-            return await self.run_once(grace_seconds=grace_seconds)
+            started = self.pipeline.clock()
+            report = await self.run_once(grace_seconds=grace_seconds)
+            with contextlib.suppress(StoreUnavailable):
+                await self._keep_summary(report, started)
+            return report
         finally:
             with contextlib.suppress(StoreUnavailable):
                 await self.pipeline.store.release_lease(lease, None)
+
+    async def _keep_summary(self, report: PassReport, started: float) -> None:
+        """The pass's summary, for the console; written by the lease holder only."""
+        store = self.pipeline.store
+        current = await store.get_task(STATUS_DOCUMENT)
+        document = {
+            "startedAt": started,
+            "finishedAt": self.pipeline.clock(),
+            "holder": self.holder,
+            "changes": [
+                {
+                    "challengeId": c.challenge_id,
+                    "from": c.before.value,
+                    "to": c.after.value,
+                    "reason": c.reason,
+                }
+                for c in report.changes[:MAX_LISTED]
+            ],
+            "changed": len(report.changes),
+            "unresolved": report.unresolved[:MAX_LISTED],
+            "unresolvedCount": len(report.unresolved),
+            "pruned": report.pruned,
+            "prunedTasks": report.pruned_tasks,
+        }
+        await store.save_task(
+            STATUS_DOCUMENT,
+            document,
+            expect_version=current[1] if current is not None else None,
+        )
 
     async def run_forever(self) -> None:
         """The server's background task; store outages are logged and retried next time."""
@@ -219,3 +262,9 @@ class Reconciler:
                     report.pruned,
                     report.pruned_tasks,
                 )
+
+
+async def last_pass(store: Store) -> dict[str, Any] | None:
+    """The summary the last pass left (``None`` before the first one)."""
+    stored = await store.get_task(STATUS_DOCUMENT)
+    return stored[0] if stored is not None else None

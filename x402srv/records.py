@@ -1,8 +1,9 @@
 """Challenge records and their state machine (SPEC 5).
 
-    PENDING ──► SETTLING ──► PAID ──► DELIVERED
-       │  ▲         │
-       │  └─────────┘  definite settlement failure (claim released)
+    PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
+       │  ▲         │                       ▲        │ revoked by the seller
+       │  └─────────┘                       └────────┘ (``revoked_at``; the grant stays)
+       │   definite settlement failure (claim released)
        ├──► EXPIRED     past expiresAt
        └──► CANCELLED   operator
 
@@ -40,7 +41,8 @@ class State(StrEnum):
 
 #: Moves the state machine allows; stores refuse every other move (SETTLING →
 #: SETTLING is a lease update by the attempt that holds it; PAID → PAID takes
-#: the delivery claim, so one request at a time calls the credential issuer).
+#: the delivery claim, so one request at a time calls the credential issuer;
+#: DELIVERED -> DELIVERED records a revocation in the history).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),
@@ -51,6 +53,7 @@ ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (State.SETTLING, State.PAID),
         (State.PAID, State.PAID),
         (State.PAID, State.DELIVERED),
+        (State.DELIVERED, State.DELIVERED),
     }
 )
 
@@ -165,6 +168,8 @@ class ChallengeRecord:
     options: tuple[Offer, ...] = ()
     calls: int | None = None
     top_up_of: str | None = None
+    #: When the seller revoked the grant (``x402srv.revocation``); None while it stands.
+    revoked_at: float | None = None
 
     @property
     def offers(self) -> tuple[Offer, ...]:
@@ -250,6 +255,7 @@ class ChallengeRecord:
             "options": [offer.to_dict() for offer in self.options],
             "calls": self.calls,
             "top_up_of": self.top_up_of,
+            "revoked_at": self.revoked_at,
         }
 
     @classmethod
@@ -268,7 +274,7 @@ class ChallengeRecord:
     def apply(self, change: RecordChanges, to: State, at: float, reason: str) -> ChallengeRecord:
         """The record after a transition; stores call this inside their atomic section."""
         updates: dict[str, Any] = {"state": to, "updated_at": at}
-        for name in ("payer", "tx_hash", "grant"):
+        for name in ("payer", "tx_hash", "grant", "revoked_at"):
             value = getattr(change, name)
             if value is not None:
                 updates[name] = value
@@ -294,4 +300,5 @@ class RecordChanges:
     payer: str | None = None
     tx_hash: str | None = None
     grant: dict[str, Any] | None = None
+    revoked_at: float | None = None
     offer: Offer | None = None

@@ -287,3 +287,26 @@ class RacingStore:
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         self._count("release_lease")
         return await self.inner.release_lease(lease, value)
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        self._count("find_challenges")
+        return await self.inner.find_challenges(
+            states=states, payer=payer, before=before, limit=limit
+        )
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        self._count("add_counts")
+        await self.inner.add_counts(counts, forget_before=forget_before)
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        self._count("read_counts")
+        return await self.inner.read_counts(start=start, end=end)

@@ -32,7 +32,7 @@ from ..paths import gateway_segments
 from ..pipeline import AccessPipeline
 from ..protocol import encode_header
 from ..ratelimit import client_of
-from ..tokens import TokenVerifier
+from ..tokens import RevocationSource, TokenVerifier
 from .decide import Forward, Gateway, OutOfCredits
 from .forward import forward
 from .route_config import RouteConfig
@@ -72,8 +72,16 @@ async def _refund(meter: Meter | None, usage: Usage, route: RouteConfig, *, fail
     return usage
 
 
-def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
-    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none)."""
+def install_gateway(
+    app: Sanic[Any, Any],
+    pipeline: AccessPipeline,
+    revocations: RevocationSource | None = None,
+) -> None:
+    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none).
+
+    ``revocations``: the store's revocation list (``x402srv.revocation``), so a
+    revoked grant's token stops opening the routes (and spends none of its credits).
+    """
     config = pipeline.config
     if not config.routes:
         return
@@ -82,7 +90,7 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
         meter = Meter(
             pipeline.store, config.plan_map, clock=pipeline.clock, access_url=config.access_url
         )
-    verifier = TokenVerifier.from_config(config, clock=pipeline.clock)
+    verifier = TokenVerifier.from_config(config, clock=pipeline.clock, revocations=revocations)
     gateway = Gateway(config, pipeline, verifier, meter)
 
     @app.before_server_start

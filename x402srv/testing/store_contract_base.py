@@ -251,6 +251,7 @@ def full_record() -> tuple[ChallengeRecord, PaymentKey]:
             updated_at=BASE_TIME + 1.000001,
             payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
             grant=make_grant(record),
+            revoked_at=BASE_TIME + 2.5,
             options=(  # a plan paid on two networks, one of them in two tokens
                 Offer(record.network, record.asset, record.amount),
                 Offer(record.network, "0x" + "ab" * 20, record.amount + "000000000000"),

@@ -438,6 +438,57 @@ class PostgresStore(CreditMethods, DumpMethods):
         totals = {row["key"]: int(row["hits"]) for row in rows}
         return {key: totals[key] for key in hits}
 
+    # ------------------------------------------------------------ the console
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        wanted = None if states is None else state_values(states)
+        if wanted == [] or limit <= 0:
+            return []
+        if (payer is not None and not storable(payer)) or (
+            before is not None and not storable(before[1])
+        ):
+            return []
+        cursor: list[Any] = [] if before is None else [float(before[0]), before[1]]
+        if payer is not None:
+            statement = self.sql.find(by="payer", states=wanted is not None, before=bool(cursor))
+            args: list[Any] = [limit, payer.lower(), *([wanted] if wanted else []), *cursor]
+        elif wanted is not None:
+            statement = self.sql.find(by="states", states=True, before=bool(cursor))
+            args = [limit, wanted, *cursor]
+        else:
+            statement = self.sql.find(by="all", states=False, before=bool(cursor))
+            args = [limit, *cursor]
+        rows = await self._run("find_challenges", lambda conn: conn.fetch(statement, *args))
+        return [decode_record(row["record"]) for row in rows]
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        """One transaction: a few old counters forgotten, every delta added."""
+        ordered = sorted((int(b), name, int(n)) for (b, name), n in counts.items())
+
+        async def add(conn: Conn) -> None:
+            async with conn.transaction():
+                await conn.execute(self.sql.forget_counts, int(forget_before), SWEEP_COUNTERS)
+                if ordered:
+                    buckets, names, deltas = (list(column) for column in zip(*ordered, strict=True))
+                    await conn.execute(self.sql.add_counts, buckets, names, deltas)
+
+        await self._run("add_counts", add)
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        rows = await self._run(
+            "read_counts", lambda conn: conn.fetch(self.sql.read_counts, int(start), int(end))
+        )
+        return {(int(row["bucket"]), str(row["name"])): int(row["n"]) for row in rows}
+
     # ------------------------------------------------------------ leases
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
