@@ -19,7 +19,16 @@ import platform
 import sys
 import time
 
-from .scenarios import calls, challenge, failover, guard, purchase, reconciler, roundtrips
+from .scenarios import (
+    calls,
+    challenge,
+    failover,
+    guard,
+    metering,
+    purchase,
+    reconciler,
+    roundtrips,
+)
 from .stack import started_stack
 from .table import Row, render
 from .wrk import Load, ensure_wrk
@@ -51,7 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-SCENARIOS = ("challenge", "purchase", "reconciler", "guard", "calls", "roundtrips", "failover")
+SCENARIOS = (
+    "challenge",
+    "purchase",
+    "reconciler",
+    "guard",
+    "metering",
+    "calls",
+    "roundtrips",
+    "failover",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         if "guard" in chosen:
             step("guarded route")
             rows += guard.run(stack, load)
+        if "metering" in chosen:
+            step("metered vs unmetered gateway calls (sqlite, redis)")
+            rows += metering.run(stack, load)
         if "calls" in chosen:
             step("100 calls: pay once vs pay every call")
             rows += calls.run(stack)

@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=100, help="at most this many challenges (default 100)"
     )
     for name, text in (
-        ("show", "one challenge with its history"),
+        ("show", "one challenge with its history (and its grant's calls, if it sells them)"),
         ("cancel", "PENDING -> CANCELLED"),
     ):
         action = actions.add_parser(name, help=text)
@@ -352,13 +352,13 @@ def _challenges(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.action == "show":
-            record = asyncio.run(operations.show(config, args.challenge_id))
+            shown = asyncio.run(operations.show(config, args.challenge_id))
         else:
-            record = asyncio.run(operations.cancel(config, args.challenge_id))
+            shown = operations.redacted(asyncio.run(operations.cancel(config, args.challenge_id)))
     except ProblemError as exc:
         print(f"x402srv: {exc.detail}", file=sys.stderr)
         return 1
-    print(json.dumps(operations.redacted(record), indent=2))
+    print(json.dumps(shown, indent=2))
     return 0
 
 
