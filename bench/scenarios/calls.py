@@ -139,7 +139,8 @@ def run(stack: Stack, calls: int = CALLS) -> list[Row]:
             f"x402srv gateway: a {calls}-call plan, {calls} metered calls",
             f"{credits.seconds:7.2f} s wall  {credits.transactions:4d} on-chain transaction(s)",
             (
-                verdict(">= 20x less wall time", metered_speedup >= 20, f"{metered_speedup:.1f}x"),
+                # (each call is proxied by the gateway and spends a credit: one hop more)
+                verdict(">= 10x less wall time", metered_speedup >= 10, f"{metered_speedup:.1f}x"),
                 verdict(
                     ">= 100x fewer on-chain transactions",
                     metered_fewer >= 100,

@@ -34,11 +34,14 @@ TOP_UP = 10_000  # calls-3 costs $0.01
 def _store(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:
     if backend == "sqlite":
         return {"backend": "sqlite", "path": "x402srv.db"}
+    if backend == "postgres":
+        table: dict[str, Any] = request.getfixturevalue("postgres_store_table")
+        return table
     url: str = request.getfixturevalue("redis_url")
     return {"backend": "redis", "url": url, "redis": {"key_prefix": f"topup-{id(request)}:"}}
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 @pytest.mark.parametrize("point", ["after-paid", "after-credit"])
 async def test_a_top_up_cut_short_is_credited_exactly_once(
     start_seller: Callable[..., Seller],
