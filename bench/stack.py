@@ -3,9 +3,11 @@
 One anvil chain with our EIP-3009 token, one local facilitator built from the
 official SDK (shared by x402srv's facilitator strategy and the official
 middleware), one Redis with an append-only file (as docs/scaling.md asks of
-production), and then, per scenario, x402srv servers (``python -m x402srv``),
-the official FastAPI app (``bench.official_app`` under uvicorn) and the seller's
-guarded API (``bench.seller_app``).
+production), one PostgreSQL cluster with its default durability (every commit
+flushed to disk), and then, per scenario, x402srv servers (``python -m
+x402srv``), the official FastAPI app (``bench.official_app`` under uvicorn) and
+the seller's guarded API (``bench.seller_app``). Each x402srv server gets a
+store of its own: its own sqlite file, Redis key prefix or PostgreSQL schema.
 """
 
 from __future__ import annotations
@@ -54,21 +56,49 @@ class Stack:
     facilitator: FacilitatorProcess
     redis_url: str | None
     gas_wallet: LocalAccount
+    postgres_dsn: str | None = None
     apps: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     servers: list[ServerProcess] = field(default_factory=list)
+    configs: int = 0
+
+    @property
+    def stores(self) -> list[str]:
+        """The stores this machine can run: sqlite always, redis and postgres when installed."""
+        found = ["sqlite"] + (["redis"] if self.redis_url else [])
+        return found + (["postgres"] if self.postgres_dsn else [])
+
+    def postgres_store(self, schema: str) -> dict[str, Any]:
+        """A ``[store]`` table on a fresh PostgreSQL schema, migrated as an operator would."""
+        from x402srv_postgres.testing import migrate_schema  # type: ignore[import-not-found,unused-ignore]
+
+        assert self.postgres_dsn is not None
+        migrate_schema(self.postgres_dsn, schema)
+        return {"backend": "postgres", "postgres": {"dsn": self.postgres_dsn, "schema": schema}}
 
     def config(
-        self, *, store: str, settlement: str, pay_to: str | None = None, **extra: Any
+        self,
+        *,
+        store: str,
+        settlement: str,
+        pay_to: str | None = None,
+        store_options: Mapping[str, Any] | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
-        """A seller config for this chain: sqlite or redis, gas-wallet or facilitator."""
+        """A seller config for this chain: sqlite, redis or postgres; gas-wallet or facilitator."""
+        self.configs += 1
         stores: dict[str, Mapping[str, Any]] = {
             "sqlite": {"backend": "sqlite", "path": "x402srv.db"},
             "redis": {
                 "backend": "redis",
                 "url": self.redis_url or "",
-                "redis": {"key_prefix": f"bench:{len(self.servers)}:"},
+                "redis": {"key_prefix": f"bench:{self.configs}:"},
             },
         }
+        if store == "postgres":
+            stores["postgres"] = self.postgres_store(f"bench_{self.configs}")
+        table = dict(stores[store])
+        if store_options:  # ``[store.<backend>]`` options, e.g. synchronous = "FULL"
+            table[store] = {**table.get(store, {}), **store_options}
         settlements: dict[str, Mapping[str, Any]] = {
             "gas-wallet": {
                 "strategy": "gas-wallet",
@@ -84,7 +114,7 @@ class Stack:
             chain_id=self.chain.chain_id,
             asset=self.chain.token.address,
             wallet_address=pay_to or Account.create().address,
-            store=stores[store],
+            store=table,
             settlement=settlements[settlement],
             **extra,
         )
@@ -159,8 +189,12 @@ class Stack:
 
 
 @contextlib.contextmanager
-def started_stack(*, with_redis: bool = True) -> Iterator[Stack]:
-    """Chain, token, facilitator and Redis; everything stopped by PID on the way out."""
+def started_stack(*, with_redis: bool = True, with_postgres: bool = True) -> Iterator[Stack]:
+    """Chain, token, facilitator, Redis and PostgreSQL; everything stopped on the way out."""
+    from x402srv_postgres.testing import (  # type: ignore[import-not-found,unused-ignore]
+        PostgresServer,
+        postgres_bin_dir,
+    )
     from x402srv_redis.testing import (  # type: ignore[import-not-found,unused-ignore]
         RedisServer,
         redis_server_binary,
@@ -179,12 +213,17 @@ def started_stack(*, with_redis: bool = True) -> Iterator[Stack]:
         redis = None
         if with_redis and redis_server_binary() is not None:
             redis = RedisServer(directory / "redis", appendonly=True).start()
+        postgres = None
+        if with_postgres and postgres_bin_dir() is not None:
+            # PostgreSQL's own defaults but for the buffers a small production server has.
+            postgres = PostgresServer(settings={"shared_buffers": "128MB"}).start()
         stack = Stack(
             chain=chain,
             directory=directory,
             facilitator=facilitator,
             redis_url=redis.url if redis else None,
             gas_wallet=chain.new_account(eth=10_000, usdc_atomic=0),
+            postgres_dsn=postgres.dsn() if postgres else None,
         )
         try:
             yield stack
@@ -192,3 +231,5 @@ def started_stack(*, with_redis: bool = True) -> Iterator[Stack]:
             stack.stop()
             if redis is not None:
                 redis.stop()
+            if postgres is not None:
+                postgres.cleanup()

@@ -44,6 +44,7 @@ from .protocol import MAX_BODY_BYTES
 from .ratelimit import LimitOptions, UnpaidLimiter, client_of
 from .reconciler import Reconciler
 from .registry import Built, Registry
+from .revocation import LIST_PATH, StoreRevocations, published
 
 __all__ = ["create_app"]
 
@@ -74,7 +75,7 @@ def create_app(
         store=built.store,
         settler=built.settler,
         issuer=built.issuer,
-        chain=built.chain,
+        chain=built.chains,
         clock=clock,
         metrics=metrics.current(),
         limiter=UnpaidLimiter(
@@ -106,7 +107,8 @@ def create_app(
             "cors": bool(config.server.cors_origins),
             "cors_origins": ",".join(config.server.cors_origins),
             "cors_expose_headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-A2A-Extensions, "
-            "X-X402-Access-Token, X-X402-Grant, RateLimit, RateLimit-Policy, Retry-After",
+            "X-X402-Access-Token, X-X402-Grant, X-X402-Top-Up, RateLimit, RateLimit-Policy, "
+            "Retry-After",
             "cors_allow_headers": "content-type, payment-signature, authorization, "
             "x-a2a-extensions, a2a-extensions, a2a-version",
             "http_auto_trace": False,
@@ -114,8 +116,17 @@ def create_app(
     )
     _request_ids(app)
     _lifecycle(app, built)
-    _routes(app, config, pipeline, built)
-    install_gateway(app, pipeline)  # [[routes]]: x402srv/gateway/
+    ready = _routes(app, config, pipeline, built)
+    revocations = StoreRevocations(
+        built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
+    )
+    install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    if config.revocation.publish:
+        _revocation_list(app, config, built, clock)
+    if config.admin is not None and config.admin.enabled:
+        from .admin import install_admin  # the console's templates load only when it is on
+
+        install_admin(app, pipeline, ready)
     _errors(app)
     return app
 
@@ -139,14 +150,17 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     @app.before_server_start
     async def open_plugins(app: Sanic[Any, Any]) -> None:
         await built.store.start()
-        if built.chain is not None:
-            await built.chain.open()
+        await built.open_chains()
         await built.settler.start()
         await built.issuer.start()
 
     @app.after_server_start
     async def start_reconciler(app: Sanic[Any, Any]) -> None:
         config: Config = app.ctx.config
+        pipeline: AccessPipeline = app.ctx.pipeline
+        app.ctx.tally_task = asyncio.get_running_loop().create_task(
+            pipeline.tally.run_forever(config.analytics.flush_seconds), name="x402srv-tally"
+        )
         if config.reconciler.enabled:
             reconciler = Reconciler(app.ctx.pipeline, config.reconciler)
             # Our own task on the running loop (Sanic's add_task defers it under ASGI).
@@ -156,22 +170,26 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 
     @app.before_server_stop
     async def stop_reconciler(app: Sanic[Any, Any]) -> None:
-        task = getattr(app.ctx, "reconciler_task", None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for name in ("reconciler_task", "tally_task"):
+            task = getattr(app.ctx, name, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        pipeline: AccessPipeline = app.ctx.pipeline
+        await pipeline.tally.stop()  # what this worker counted since its last flush
 
     @app.after_server_stop
     async def close_plugins(app: Sanic[Any, Any]) -> None:
         await built.issuer.close()
         await built.settler.close()
-        if built.chain is not None:
-            await built.chain.close()
+        await built.close_chains()
         await built.store.close()
 
 
-def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built) -> None:
+def _routes(
+    app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built
+) -> Readiness:
     card = _json(agent_card(config))
     base = config.server.base_path
     a2a = A2AEndpoint(A2AService(config, pipeline, built.store, pipeline.clock))
@@ -188,7 +206,10 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
         return HTTPResponse(b'{"status":"ok"}', content_type=_JSON, headers=_NO_STORE)
 
     ready = Readiness(
-        built.store, built.chain, built.settler, cache_seconds=config.server.readiness_cache_seconds
+        built.store,
+        built.chains,
+        built.settlers,
+        cache_seconds=config.server.readiness_cache_seconds,
     )
 
     @app.get("/readyz", name="readyz")
@@ -232,6 +253,25 @@ def _routes(app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, buil
     @app.post(app.ctx.a2a_path, name="a2a")
     async def a2a_route(request: Request) -> HTTPResponse | None:
         return await a2a.respond(request)  # JSON, or SSE for the streaming methods
+
+    return ready
+
+
+def _revocation_list(app: Sanic[Any, Any], config: Config, built: Built, clock: Clock) -> None:
+    """The revoked grants, for verifiers that cannot read the store (``RevocationList``).
+
+    Served from a copy of the store's list at most a second old, so polling
+    verifiers, however many, cost the store one read a second per worker.
+    """
+    refresh = config.revocation.refresh_seconds
+    source = StoreRevocations(built.store, refresh_seconds=min(1.0, refresh), clock=clock)
+
+    @app.get(LIST_PATH, name="revocations")
+    async def revocation_list(request: Request) -> HTTPResponse:
+        revoked = await source.revoked()
+        return HTTPResponse(
+            _json(published(revoked, refresh, clock())), content_type=_JSON, headers=_NO_STORE
+        )
 
 
 def _errors(app: Sanic[Any, Any]) -> None:

@@ -23,7 +23,8 @@ X402_EXTENSION_URI = "https://github.com/google-agentic-commerce/a2a-x402/blob/m
 
 
 def agent_card(config: Config) -> dict[str, Any]:
-    seller, network = config.seller, config.network_info
+    seller = config.seller
+    where = ", ".join(f"{n.name} ({n.caip2})" for n in config.resolved_networks)
     url = config.access_url
     a2a_url = f"{seller.agent_url}{config.server.base_path}{config.server.a2a_path}"
     plan_ids = list(config.plan_map)
@@ -55,8 +56,8 @@ def agent_card(config: Config) -> dict[str, Any]:
                 {
                     "uri": X402_EXTENSION_URI,
                     "description": (
-                        f"Payments in USDC on {network.name} ({network.caip2}) with x402 v2: "
-                        "the exact scheme, settled from an EIP-3009 transferWithAuthorization"
+                        f"Payments in USDC on {where} with x402 v2: the exact scheme, "
+                        "settled from an EIP-3009 transferWithAuthorization"
                     ),
                     "required": True,
                 }

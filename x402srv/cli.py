@@ -8,7 +8,9 @@
     x402srv import --config FILE [--input F]                     load an export into an empty store
     x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
-    x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
+    x402srv grants revoke ID --config FILE [--reason R]          revoke a delivered grant
+    x402srv export-sales --config FILE --from T [--to T] [--format csv|jsonl]   sales rows
+    x402srv audit --config FILE --from-block [NET=]N [--to-block [NET=]M]  transfers vs records
     x402srv demo [--keep]                                        buy a plan on a local chain
 
 Exit codes: 0 ok, 2 bad usage or config, 1 anything else.
@@ -31,8 +33,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import operations
-from .audit import AuditReport, audit
+from .audit import AuditReport, audit_networks
 from .config import Config, ServerConfig, load_config
+from .domains import check_domains
 from .errors import ConfigError, ProblemError, StoreUnavailable
 from .logs import configure_logging
 from .metrics import MULTIPROCESS_ENV
@@ -53,6 +56,8 @@ COMMANDS = (
     "import",
     "reconcile",
     "challenges",
+    "grants",
+    "export-sales",
     "audit",
     "demo",
 )
@@ -105,18 +110,47 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=100, help="at most this many challenges (default 100)"
     )
     for name, text in (
-        ("show", "one challenge with its history"),
+        ("show", "one challenge with its history (and its grant's calls, if it sells them)"),
         ("cancel", "PENDING -> CANCELLED"),
     ):
         action = actions.add_parser(name, help=text)
         action.add_argument("challenge_id", help="the challengeId (a UUID)")
         action.add_argument("--config", required=True, help="seller TOML file")
+    grants = commands.add_parser("grants", help="revoke a delivered grant")
+    grant_actions = grants.add_subparsers(dest="action", required=True)
+    revoke = grant_actions.add_parser(
+        "revoke", help="refuse its tokens everywhere (idempotent; recorded in its history)"
+    )
+    revoke.add_argument("challenge_id", help="the challengeId (the tokens' jti)")
+    revoke.add_argument("--config", required=True, help="seller TOML file")
+    revoke.add_argument("--reason", default="no reason given", help="kept in the history")
+    export = commands.add_parser("export-sales", help="one row per settled payment, for accounting")
+    export.add_argument("--config", required=True, help="seller TOML file")
+    export.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        help="first instant (RFC 3339, a date = UTC midnight, or epoch seconds)",
+    )
+    export.add_argument("--to", dest="end", help="end of the range, excluded (default: now)")
+    export.add_argument("--format", choices=["csv", "jsonl"], default="csv", help="default csv")
+    export.add_argument("--output", help="write to this file instead of stdout")
     audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
     audit.add_argument("--config", required=True, help="seller TOML file")
     audit.add_argument(
-        "--from-block", type=int, required=True, help="first block to scan for transfers"
+        "--from-block",
+        action="append",
+        required=True,
+        metavar="[NETWORK=]N",
+        help="first block to scan for transfers: N for every network, or NETWORK=N for one "
+        "(repeat it: each chain counts its own blocks)",
     )
-    audit.add_argument("--to-block", type=int, help="last block to scan (default: the latest)")
+    audit.add_argument(
+        "--to-block",
+        action="append",
+        metavar="[NETWORK=]M",
+        help="last block to scan, likewise (default: the latest)",
+    )
     demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")
     demo.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
     return parser
@@ -155,7 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {"host": args.host, "port": args.port, "workers": args.workers}
     config = _with_overrides(load_config(args.config), overrides)
     # Fail here, with exit code 2 and one clear message, not inside a worker.
-    asyncio.run(_preflight(Registry().build(config)))
+    asyncio.run(_preflight(config, Registry().build(config)))
     if config.metrics.enabled:
         # Set before any worker imports prometheus_client: each writes its samples there.
         os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
@@ -171,13 +205,29 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         motd=False,
     )
-    logging.getLogger("x402srv").info(
+    log = logging.getLogger("x402srv")
+    log.info(
         "serving %s on http://%s:%d with %d worker(s)",
         config.access_url,
         server.host,
         server.port,
         server.workers,
     )
+    admin = config.admin
+    if admin is not None and admin.enabled and admin.own_listener:
+        assert admin.port is not None
+        # The same app on a second socket; the admin routes answer only there (admin.gate).
+        app.prepare(
+            host=admin.listen_host,
+            port=admin.port,
+            workers=server.workers,
+            single_process=single,
+            access_log=False,
+            motd=False,
+        )
+        log.info(
+            "console and admin API on http://%s:%d%s", admin.listen_host, admin.port, admin.prefix
+        )
     if single:
         Sanic.serve_single(primary=app)
     else:
@@ -185,8 +235,12 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _preflight(built: Built) -> None:
-    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains."""
+async def _preflight(config: Config, built: Built) -> None:
+    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains.
+
+    Then each token's EIP-712 domain is compared with the chain's (``domains``):
+    a mismatch is logged as an error, the server still starts.
+    """
     await built.store.start()
     try:
         await built.store.ping()
@@ -194,9 +248,9 @@ async def _preflight(built: Built) -> None:
         await built.settler.close()
         await built.issuer.start()
         await built.issuer.close()
+        await check_domains(config, built.chains)
     finally:
-        if built.chain is not None:
-            await built.chain.close()
+        await built.close_chains()
         await built.store.close()
 
 
@@ -233,11 +287,18 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    if args.output:
-        with write_atomically(Path(args.output)) as out:
-            counts = asyncio.run(operations.export_records(config, out))
-    else:
-        counts = asyncio.run(operations.export_records(config, sys.stdout))
+    try:
+        if args.output:
+            with write_atomically(Path(args.output)) as out:
+                counts = asyncio.run(operations.export_records(config, out))
+        else:
+            counts = asyncio.run(operations.export_records(config, sys.stdout))
+    except OSError as exc:
+        print(f"x402srv: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # DumpError: a store that cannot export
+        print(f"x402srv: export refused: {exc}", file=sys.stderr)
+        return 1
     print(f"exported {counts}", file=sys.stderr)
     return 0
 
@@ -291,37 +352,107 @@ def _challenges(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.action == "show":
-            record = asyncio.run(operations.show(config, args.challenge_id))
+            shown = asyncio.run(operations.show(config, args.challenge_id))
         else:
-            record = asyncio.run(operations.cancel(config, args.challenge_id))
+            shown = operations.redacted(asyncio.run(operations.cancel(config, args.challenge_id)))
+    except ProblemError as exc:
+        print(f"x402srv: {exc.detail}", file=sys.stderr)
+        return 1
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+def _grants(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        record, revoked_now = asyncio.run(operations.revoke(config, args.challenge_id, args.reason))
     except ProblemError as exc:
         print(f"x402srv: {exc.detail}", file=sys.stderr)
         return 1
     print(json.dumps(operations.redacted(record), indent=2))
+    print("revoked" if revoked_now else "already revoked", file=sys.stderr)
     return 0
+
+
+def _export_sales(args: argparse.Namespace) -> int:
+    import time
+
+    from .analytics import parse_time
+    from .export import render
+
+    config = load_config(args.config)
+    try:
+        start = parse_time(args.start, "--from")
+        end = parse_time(args.end, "--to") if args.end else time.time()
+    except ProblemError as exc:
+        print(f"x402srv: {exc.detail}", file=sys.stderr)
+        return 2
+    rows = asyncio.run(operations.export_sales(config, start, end))
+    text = render(rows, args.format)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+    print(f"{len(rows)} settled payment(s)", file=sys.stderr)
+    return 0
+
+
+def _blocks(config: Config, given: list[str] | None, what: str) -> dict[str, int]:
+    """``N`` (every network with an RPC) and ``NETWORK=N`` (one), by CAIP-2 id."""
+    blocks: dict[str, int] = {}
+    networks = {n.caip2: n for n in config.resolved_networks}
+    names = {n.name: n.caip2 for n in config.resolved_networks}
+    for value in given or ():
+        where, _, number = value.rpartition("=")
+        try:
+            block = int(number)
+        except ValueError:
+            raise ConfigError(f"{what}: {value!r} is not [NETWORK=]BLOCK") from None
+        if not where:
+            for caip2, network in networks.items():
+                if network.rpc_url:
+                    blocks.setdefault(caip2, block)
+            continue
+        caip2 = names.get(where, where)
+        if caip2 not in networks:
+            raise ConfigError(f"{what}: {where!r} is not a configured network")
+        blocks[caip2] = block
+    return blocks
 
 
 def _audit(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    starts = _blocks(config, args.from_block, "--from-block")
+    ends = _blocks(config, args.to_block, "--to-block")
+    cursors = {caip2: (start, ends.get(caip2)) for caip2, start in starts.items()}
 
-    async def run() -> AuditReport:
+    async def run() -> list[AuditReport]:
         async with operations.opened(config) as pipeline:
-            return await audit(pipeline, from_block=args.from_block, to_block=args.to_block)
+            return await audit_networks(pipeline, cursors)
 
-    report = asyncio.run(run())
-    print(f"audit of blocks {report.from_block}..{report.to_block}")
-    for transfer, challenge_id in report.matched:
-        print(f"matched    {transfer.tx_hash}  {transfer.value:>12}  challenge {challenge_id}")
-    for transfer, why in report.unmatched:
-        print(f"UNMATCHED  {transfer.tx_hash}  {transfer.value:>12}  from {transfer.payer}: {why}")
-    for challenge_id, tx_hash in report.missing_on_chain:
-        print(f"MISSING    {tx_hash}  challenge {challenge_id} claims it; the chain does not")
+    reports = asyncio.run(run())
+    for report in reports:
+        print(f"audit of {report.network} blocks {report.from_block}..{report.to_block}")
+        for transfer, challenge_id in report.matched:
+            print(f"matched    {transfer.tx_hash}  {transfer.value:>12}  challenge {challenge_id}")
+        for transfer, why in report.unmatched:
+            print(
+                f"UNMATCHED  {transfer.tx_hash}  {transfer.value:>12}  from {transfer.payer}: {why}"
+            )
+        for challenge_id, tx_hash in report.missing_on_chain:
+            print(f"MISSING    {tx_hash}  challenge {challenge_id} claims it; the chain does not")
+    skipped = [n.caip2 for n in config.resolved_networks if n.caip2 not in cursors]
+    for caip2 in skipped:
+        print(f"SKIPPED    {caip2}: no RPC URL, or no --from-block for it")
     print(
-        f"{len(report.matched)} matched, {len(report.unmatched)} unmatched transfers, "
-        f"{len(report.missing_on_chain)} records without their transfer",
+        f"{sum(len(r.matched) for r in reports)} matched, "
+        f"{sum(len(r.unmatched) for r in reports)} unmatched transfers, "
+        f"{sum(len(r.missing_on_chain) for r in reports)} records without their transfer, "
+        f"on {len(reports)} network(s)",
         file=sys.stderr,
     )
-    return 0 if report.clean else 1
+    return 0 if all(r.clean for r in reports) and not skipped else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -345,6 +476,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reconcile(args)
         if args.command == "challenges":
             return _challenges(args)
+        if args.command == "grants":
+            return _grants(args)
+        if args.command == "export-sales":
+            return _export_sales(args)
         if args.command == "audit":
             return _audit(args)
         if args.command == "demo":

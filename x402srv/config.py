@@ -3,8 +3,12 @@
 Unknown keys are errors, and every error names its key path
 (``plans[1].unit_amount: ...``). Secrets are a string or ``{env = "NAME"}`` /
 ``{file = "path"}`` and become ``Secret`` objects whose ``repr`` and
-serialisation never show the value. Prices are turned into the token's atomic
-units here, once, with the decimals of the configured network.
+serialisation never show the value. Prices are turned into each token's atomic
+units here, once, with that token's decimals: a price that does not convert
+exactly is an error, never rounded.
+
+Where the seller is paid (one network, or ``[[networks]]``) is resolved by
+``network_config``; a plan's options are every (network, token) it accepts.
 """
 
 from __future__ import annotations
@@ -16,11 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from eth_utils.address import is_checksum_address, to_checksum_address
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -33,10 +34,23 @@ from pydantic import (
     model_validator,
 )
 
+from .config_fields import StrictModel, checksum_address, http_url
+from .console_config import AdminConfig, AnalyticsConfig, RevocationConfig
 from .errors import ConfigError
 from .gateway.route_config import RouteConfig, check_routes
 from .interfaces import RateWindow
-from .networks import KNOWN_NETWORKS, NetworkInfo, canonical_network_name
+from .network_config import (
+    Network,
+    NetworkConfig,
+    NetworkEntry,
+    SettlerConfig,
+    SettlerSpec,
+    TokenConfig,
+    network_name,
+    resolve_entries,
+    resolve_single,
+)
+from .networks import KNOWN_NETWORKS, NetworkInfo
 from .plan_terms import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from .secret_values import (
     HttpUrlSecret,
@@ -49,54 +63,42 @@ from .secret_values import (
 from .validation_errors import problems
 
 __all__ = [
+    "AdminConfig",
+    "AnalyticsConfig",
+    "BreakerConfig",
     "Config",
     "CredentialsConfig",
     "MetricsConfig",
+    "Network",
     "NetworkConfig",
+    "NetworkEntry",
     "Plan",
     "PlanConfig",
+    "PlanOption",
     "PreviousKey",
     "RateLimitConfig",
     "ReconcilerConfig",
+    "RevocationConfig",
     "Secret",
     "SellerConfig",
     "ServerConfig",
     "SettlementConfig",
+    "SettlerConfig",
+    "SettlerSpec",
     "StoreConfig",
+    "TokenConfig",
     "load_config",
     "parse_config",
     "redact_url",
 ]
 
 
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 _PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _PRICE = re.compile(r"\$([0-9]+)(?:\.([0-9]+))?")
 _PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
-def _checksum(value: str) -> str:
-    if not _ADDRESS.fullmatch(value):
-        raise ValueError("must be a 0x-prefixed 20-byte hex address")
-    body = value[2:]
-    if body != body.lower() and body != body.upper() and not is_checksum_address(value):
-        raise ValueError("mixed-case address with a wrong EIP-55 checksum")
-    return str(to_checksum_address(value))
-
-
-def _http_url(value: str, *, trailing_slash: bool = True) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an http(s) URL")
-    if not trailing_slash and value.endswith("/"):
-        raise ValueError("must not end with '/'")
-    if not trailing_slash and (parts.query or parts.fragment):
-        raise ValueError("must not have a query or fragment")
-    return value
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = StrictModel
 
 
 class _PluginTables(_Model):
@@ -142,32 +144,28 @@ class SellerConfig(_Model):
     provider_name: str = Field(min_length=1)
     provider_url: str
     wallet_address: str
-    network: str
+    network: str | None = None  # the one-network form; else [[networks]]
     agent_version: str = "1.0.0"
 
     @field_validator("agent_url")
     @classmethod
     def _agent_url(cls, value: str) -> str:
-        return _http_url(value, trailing_slash=False)
+        return http_url(value, trailing_slash=False)
 
     @field_validator("provider_url")
     @classmethod
     def _provider_url(cls, value: str) -> str:
-        return _http_url(value)
+        return http_url(value)
 
     @field_validator("wallet_address")
     @classmethod
     def _wallet(cls, value: str) -> str:
-        return _checksum(value)
+        return checksum_address(value)
 
     @field_validator("network")
     @classmethod
-    def _network(cls, value: str) -> str:
-        name = canonical_network_name(value)
-        if name in KNOWN_NETWORKS or re.fullmatch(r"eip155:[1-9][0-9]{0,18}", name):
-            return name
-        known = ", ".join([*KNOWN_NETWORKS, "mainnet", "testnet", "eip155:<chain id>"])
-        raise ValueError(f"unknown network {value!r} (known: {known})")
+    def _network(cls, value: str | None) -> str | None:
+        return None if value is None else network_name(value)
 
 
 class PlanConfig(_Model):
@@ -175,6 +173,8 @@ class PlanConfig(_Model):
     unit_amount: str
     description: str = Field(min_length=1)
     token_ttl_seconds: int = Field(default=3600, gt=0)
+    #: Only these networks (names or eip155:<id>); default: every configured network.
+    networks: list[str] | None = Field(default=None, min_length=1, max_length=64)
     # Selling calls (x402srv/plan_terms.py): credits per grant, a rate limit per grant.
     calls: int | None = Field(default=None, gt=0, le=10**12)
     rate_limit: str | None = None
@@ -248,6 +248,20 @@ class StoreConfig(_PluginTables):
     ) = None
 
 
+class BreakerConfig(_Model):
+    """``[settlement.circuit_breaker]``: when a network's failover skips a failing settler.
+
+    Per settler and per worker process: ``failures`` definite failures in a row
+    open it; it is skipped for ``cooldown_seconds``; then one request probes it
+    (a probe that never reports back frees its slot after ``probe_timeout_seconds``).
+    Only networks with more than one settler have breakers.
+    """
+
+    failures: int = Field(default=3, ge=1, le=1000)
+    cooldown_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    probe_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+
+
 class SettlementConfig(_PluginTables):
     strategy: str | None = None
     facilitator_url: HttpUrlSecret | None = None
@@ -255,6 +269,7 @@ class SettlementConfig(_PluginTables):
     gas_wallet_private_key: SecretValue | None = None
     rpc_url: HttpUrlSecret | None = None
     lease_seconds: int = Field(default=120, ge=5, le=3600)
+    circuit_breaker: BreakerConfig = BreakerConfig()
 
     @property
     def selected_strategy(self) -> str:
@@ -262,6 +277,17 @@ class SettlementConfig(_PluginTables):
         if self.strategy:
             return self.strategy
         return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
+
+    def as_settler(self) -> SettlerConfig:
+        """``[settlement]`` as the settler of a network that names none of its own."""
+        strategy = self.selected_strategy
+        facilitator = strategy == "facilitator"  # (the one-network form let both be given)
+        return SettlerConfig(
+            strategy=strategy,
+            facilitator_url=self.facilitator_url if facilitator else None,
+            facilitator_auth=self.facilitator_auth if facilitator else None,
+            gas_wallet_private_key=self.gas_wallet_private_key,
+        )
 
 
 class PreviousKey(_Model):
@@ -333,31 +359,27 @@ class MetricsConfig(_Model):
         return value
 
 
-class NetworkConfig(_Model):
-    """``[network]``: the token and chain of a custom ``eip155:<id>`` network."""
+@dataclass(frozen=True, slots=True)
+class PlanOption:
+    """One way to pay for a plan: a (network, token) and the price in that token's units."""
 
-    asset: str | None = None
-    asset_name: str | None = None
-    asset_version: str | None = None
-    decimals: int = Field(default=6, ge=0, le=36)
-    rpc_url: HttpUrlSecret | None = None
-    explorer_tx_url: str | None = None
-
-    @field_validator("asset")
-    @classmethod
-    def _asset(cls, value: str | None) -> str | None:
-        return None if value is None else _checksum(value)
+    network: NetworkInfo
+    amount: int
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A plan with its price in atomic units of the configured token."""
+    """A plan with its price in atomic units of every token it accepts (``options``).
+
+    ``amount`` is the first option's, as in the one-network form.
+    """
 
     plan_id: str
     unit_amount: str
     description: str
     token_ttl_seconds: int
     amount: int
+    options: tuple[PlanOption, ...] = ()
     calls: int | None = None  # credits a purchase adds (x402srv/plan_terms.py)
     rate: RateWindow | None = None  # calls per grant and window
 
@@ -378,9 +400,14 @@ class Config(_Model):
     rate_limit: RateLimitConfig = RateLimitConfig()
     metrics: MetricsConfig = MetricsConfig()
     network: NetworkConfig | None = None
+    networks: list[NetworkEntry] = Field(default_factory=list, max_length=64)
     routes: list[RouteConfig] = []  # gateway mode: x402srv/gateway/route_config.py
+    admin: AdminConfig | None = None  # the seller's console: x402srv/console_config.py
+    revocation: RevocationConfig = RevocationConfig()
+    analytics: AnalyticsConfig = AnalyticsConfig()
 
-    _network_info: NetworkInfo = PrivateAttr()
+    _networks: tuple[Network, ...] = PrivateAttr()
+    _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()
     _plans: dict[str, Plan] = PrivateAttr()
     _base_dir: Path = PrivateAttr(default=Path("."))
     _env: Mapping[str, str] = PrivateAttr(default_factory=lambda: os.environ)
@@ -388,9 +415,15 @@ class Config(_Model):
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Config:
         self._base_dir, self._env = validation_context(info)
-        self._network_info = self._resolve_network()
-        self._plans = self._resolve_plans(self._network_info.decimals)
+        self._networks = self._resolve_networks()
+        self._options = {
+            (option.caip2, option.asset.lower()): option
+            for network in self._networks
+            for option in network.options
+        }
+        self._plans = self._resolve_plans()
         check_routes(self)
+        self._check_admin()
         longest = max(p.token_ttl_seconds for p in self._plans.values())
         keep = self.reconciler.retention_days * 86_400
         if keep < longest + self.server.max_timeout_seconds + self.server.challenge_ttl_seconds:
@@ -407,67 +440,98 @@ class Config(_Model):
             )
         return self
 
-    def _resolve_network(self) -> NetworkInfo:
-        name = self.seller.network
-        override = self.settlement.rpc_url.reveal() if self.settlement.rpc_url else None
-        table = self.network
-        if name in KNOWN_NETWORKS:
-            known = KNOWN_NETWORKS[name]
-            if table is not None and (
-                table.asset
-                or table.asset_name
-                or table.asset_version
-                or "decimals" in (table.model_fields_set)
-            ):
+    def _check_admin(self) -> None:
+        """The console's credentials are its own, and its paths are no one else's."""
+        admin = self.admin
+        if admin is None or not admin.enabled:
+            return
+        buyers = self.credentials.secret
+        for key in ("token", "jwt_secret"):
+            value = getattr(admin, key)
+            if value is not None and buyers is not None and value == buyers:
                 raise ValueError(
-                    f"network: the token of {name} is fixed; [network] asset keys are only "
-                    "for custom eip155:<id> networks"
+                    f"admin.{key}: must not be credentials.secret (buyers' tokens are signed "
+                    "with it; the console needs a credential of its own)"
                 )
-            rpc = table.rpc_url.reveal() if table and table.rpc_url else known.rpc_url
-            explorer = table.explorer_tx_url if table and table.explorer_tx_url else None
-            return NetworkInfo(
-                name=known.name,
-                caip2=known.caip2,
-                chain_id=known.chain_id,
-                asset=known.asset,
-                asset_name=known.asset_name,
-                asset_version=known.asset_version,
-                decimals=known.decimals,
-                rpc_url=override or rpc,
-                explorer_tx_url=explorer or known.explorer_tx_url,
-                default_facilitator_url=known.default_facilitator_url,
-            )
-        if table is None:
-            raise ValueError(f"network: a custom network {name} needs a [network] table")
-        missing = [k for k in ("asset", "asset_name", "asset_version") if not getattr(table, k)]
-        if missing:
-            raise ValueError(f"network: {', '.join(missing)} required for {name}")
-        return NetworkInfo(
-            name=name,
-            caip2=name,
-            chain_id=int(name.split(":", 1)[1]),
-            asset=str(table.asset),
-            asset_name=str(table.asset_name),
-            asset_version=str(table.asset_version),
-            decimals=table.decimals,
-            rpc_url=override or (table.rpc_url.reveal() if table.rpc_url else None),
-            explorer_tx_url=table.explorer_tx_url,
-            default_facilitator_url=None,
-        )
+        if admin.port is not None and admin.port == self.server.port:
+            raise ValueError("admin.port: must differ from server.port (or leave it out)")
+        if admin.own_listener:
+            return
+        taken = {
+            f"{self.server.base_path}/x402/access": "the access endpoint",
+            f"{self.server.base_path}{self.server.a2a_path}": "the A2A endpoint",
+            self.metrics.path: "the metrics path",
+            **{route.prefix: "a gateway route" for route in self.routes},
+        }
+        for path, what in taken.items():
+            if (
+                path == admin.prefix
+                or path.startswith(admin.prefix + "/")
+                or (admin.prefix.startswith(path + "/"))
+            ):
+                raise ValueError(f"admin.prefix: {admin.prefix} overlaps {what} ({path})")
 
-    def _resolve_plans(self, decimals: int) -> dict[str, Plan]:
+    def _resolve_networks(self) -> tuple[Network, ...]:
+        settlement = self.settlement
+        if not self.networks:
+            if self.seller.network is None:
+                raise ValueError(
+                    "seller.network: required (or declare the networks as [[networks]] tables)"
+                )
+            override = settlement.rpc_url.reveal() if settlement.rpc_url else None
+            network = resolve_single(
+                self.seller.network,
+                self.network,
+                rpc_override=override,
+                settler=settlement.as_settler(),
+            )
+            return (network,)
+        for key, given in (
+            ("seller.network", self.seller.network is not None),
+            ("network", self.network is not None),
+            ("settlement.rpc_url", settlement.rpc_url is not None),
+        ):
+            if given:
+                raise ValueError(
+                    f"{key}: not with [[networks]] (each network table holds its own "
+                    "network, tokens and rpc_url)"
+                )
+        return resolve_entries(self.networks, default_settler=settlement.as_settler())
+
+    def _plan_networks(self, path: str, names: list[str] | None) -> tuple[Network, ...]:
+        if names is None:
+            return self._networks
+        chosen: list[Network] = []
+        for n, given in enumerate(names):
+            try:
+                name = network_name(given)
+            except ValueError as exc:
+                raise ValueError(f"{path}.networks[{n}]: {exc}") from None
+            caip2 = KNOWN_NETWORKS[name].caip2 if name in KNOWN_NETWORKS else name
+            found = [x for x in self._networks if name in (x.name, x.caip2) or x.caip2 == caip2]
+            if not found:
+                raise ValueError(f"{path}.networks[{n}]: {given!r} is not a configured network")
+            chosen.extend(x for x in found if x not in chosen)
+        return tuple(x for x in self._networks if x in chosen)  # in the config's order
+
+    def _resolve_plans(self) -> dict[str, Plan]:
         plans: dict[str, Plan] = {}
         for index, plan in enumerate(self.plans):
             path = f"plans[{index}]"
             if plan.plan_id in plans:
                 raise ValueError(f"{path}.plan_id: duplicate plan id {plan.plan_id!r}")
-            amount = _atomic_amount(plan.unit_amount, decimals, f"{path}.unit_amount")
+            options = tuple(
+                PlanOption(option, _atomic_amount(plan.unit_amount, option, path))
+                for network in self._plan_networks(path, plan.networks)
+                for option in network.options
+            )
             plans[plan.plan_id] = Plan(
                 plan_id=plan.plan_id,
                 unit_amount=plan.unit_amount,
                 description=plan.description,
                 token_ttl_seconds=plan.token_ttl_seconds,
-                amount=amount,
+                amount=options[0].amount,
+                options=options,
                 calls=plan.calls,
                 rate=parse_rate_limit(plan.rate_limit) if plan.rate_limit else None,
             )
@@ -475,7 +539,17 @@ class Config(_Model):
 
     @property
     def network_info(self) -> NetworkInfo:
-        return self._network_info
+        """The first network's first token: THE network of the one-network form."""
+        return self._networks[0].options[0]
+
+    @property
+    def resolved_networks(self) -> tuple[Network, ...]:
+        """Every network the seller is paid on, in the config's order."""
+        return self._networks
+
+    def option(self, network: str, asset: str) -> NetworkInfo | None:
+        """The payment option of ``asset`` (any letter case) on the CAIP-2 ``network``."""
+        return self._options.get((network, asset.lower()))
 
     @property
     def plan_map(self) -> dict[str, Plan]:
@@ -502,8 +576,8 @@ class Config(_Model):
 
     def describe(self) -> dict[str, Any]:
         """The resolved config for ``x402srv check``: no secret, no credentialed URL."""
-        data = self.model_dump(mode="json")  # plugin tables come out redacted
-        info = self._network_info
+        data = self.model_dump(mode="json")  # secrets and plugin tables come out redacted
+        info = self.network_info
         data["settlement"]["strategy"] = self.settlement.selected_strategy
         data["resolved"] = {
             "network": {
@@ -515,10 +589,50 @@ class Config(_Model):
                 "decimals": info.decimals,
                 "rpc_url": redact_url(info.rpc_url) if info.rpc_url else None,
             },
+            "networks": [_describe_network(network) for network in self._networks],
             "access_url": self.access_url,
-            "plans": {p.plan_id: {"amount": str(p.amount)} for p in self._plans.values()},
+            "plans": {p.plan_id: _describe_plan(p) for p in self._plans.values()},
         }
         return data
+
+
+def _describe_network(network: Network) -> dict[str, Any]:
+    return {
+        "name": network.name,
+        "caip2": network.caip2,
+        "chain_id": network.chain_id,
+        "rpc_url": redact_url(network.rpc_url) if network.rpc_url else None,
+        "tokens": [
+            {
+                "asset": token.asset,
+                "eip712": {"name": token.name, "version": token.version},
+                "decimals": token.decimals,
+            }
+            for token in network.tokens
+        ],
+        "settlers": [_describe_settler(spec) for spec in network.settlers],
+    }
+
+
+def _describe_settler(spec: SettlerSpec) -> dict[str, Any]:
+    """A settler as ``check`` shows it: its label (URL redacted) and where its secrets live."""
+    config = spec.config
+    shown: dict[str, Any] = {"settler": spec.label, "strategy": spec.strategy, "from": spec.path}
+    for key in ("facilitator_auth", "gas_wallet_private_key"):
+        secret = getattr(config, key)
+        if secret is not None:
+            shown[key] = secret.describe()
+    return shown
+
+
+def _describe_plan(plan: Plan) -> dict[str, Any]:
+    described: dict[str, Any] = {"amount": str(plan.amount)}
+    if len(plan.options) > 1:
+        described["options"] = [
+            {"network": o.network.caip2, "asset": o.network.asset, "amount": str(o.amount)}
+            for o in plan.options
+        ]
+    return described
 
 
 _UINT256_MAX = 2**256 - 1
@@ -545,12 +659,18 @@ def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _redact_value(key, value) for key, value in options.items()}
 
 
-def _atomic_amount(price: str, decimals: int, path: str) -> int:
+def _atomic_amount(price: str, option: NetworkInfo, plan_path: str) -> int:
+    """``price`` in ``option``'s token units, exactly; a price that needs rounding is an error."""
     match = _PRICE.fullmatch(price)
     assert match is not None  # checked by PlanConfig
     whole, fraction = match.group(1), match.group(2) or ""
-    if len(fraction) > decimals:
-        raise ValueError(f"{path}: {price} has more decimals than the token's {decimals}")
+    decimals = option.decimals
+    path = f"{plan_path}.unit_amount"
+    if len(fraction) > decimals:  # SPEC 2: no more decimals than the token
+        raise ValueError(
+            f"{path}: {price} has more decimals than the token's {decimals} "
+            f"({option.asset} on {option.caip2}); it would have to be rounded"
+        )
     amount = int(whole + fraction.ljust(decimals, "0"))  # exact: no float, no Decimal context
     if amount <= 0:
         raise ValueError(f"{path}: must be greater than zero")

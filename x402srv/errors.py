@@ -13,15 +13,20 @@ second becomes an RFC 9457 problem document and never a 500.
         │   └── UnsupportedMediaType 415 INVALID_REQUEST
         ├── TierNotFound             400 TIER_NOT_FOUND
         ├── InvalidToken             401 INVALID_TOKEN
-        │   └── TokenExpired         401 TOKEN_EXPIRED
+        │   ├── TokenExpired         401 TOKEN_EXPIRED
+        │   └── TokenRevoked         401 TOKEN_REVOKED, the seller revoked the grant
+        ├── AdminUnauthorized        401 ADMIN_UNAUTHORIZED, console/admin API credential
         ├── PaymentFailed            402 PAYMENT_FAILED (+ x402 ``reason``)
         ├── CreditsExhausted         402 CREDITS_EXHAUSTED, a grant's calls are spent (+ RateLimit)
+        ├── AdminForbidden           403 ADMIN_FORBIDDEN, a console form without its CSRF token
         ├── NotFound                 404 NOT_FOUND
         ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
         ├── TxAlreadyRedeemed        409 TX_ALREADY_REDEEMED
         ├── RequestIdConflict        409 REQUEST_ID_CONFLICT
         ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
+        ├── StateConflict            409 STATE_CONFLICT, admin: not in a state that allows it
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
+        ├── GrantRevoked             410 GRANT_REVOKED, a revoked purchase asked for again
         ├── RateLimited              429 RATE_LIMITED, too many unpaid requests (+ Retry-After)
         │   └── CallsThrottled       429 RATE_LIMITED, a grant's rate limit (+ RateLimit)
         ├── InternalError            500 INTERNAL_ERROR
@@ -31,6 +36,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── StoreUnavailable         503 STORE_UNAVAILABLE (+ Retry-After)
         ├── NotReady                 503 NOT_READY, /readyz: a dependency is down
         ├── KeySourceUnavailable     503 KEY_SOURCE_UNAVAILABLE, token keys (JWKS) unreachable
+        ├── RevocationsUnavailable   503 REVOCATIONS_UNAVAILABLE, revocation list too old
         └── UpstreamTimeout          504 UPSTREAM_TIMEOUT, gateway upstream too slow
 
 Plugins convert their library's exceptions (web3, redis, jwt, httpx) into
@@ -43,11 +49,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "AdminForbidden",
+    "AdminUnauthorized",
     "CallsThrottled",
     "ChallengeExpired",
     "ConfigError",
     "CredentialPending",
     "CreditsExhausted",
+    "GrantRevoked",
     "InternalError",
     "InvalidRequest",
     "InvalidToken",
@@ -60,11 +69,14 @@ __all__ = [
     "ProblemError",
     "RateLimited",
     "RequestIdConflict",
+    "RevocationsUnavailable",
     "SettlementInProgress",
     "SettlementPending",
+    "StateConflict",
     "StoreUnavailable",
     "TierNotFound",
     "TokenExpired",
+    "TokenRevoked",
     "TxAlreadyRedeemed",
     "UnsupportedMediaType",
     "UpstreamTimeout",
@@ -178,6 +190,37 @@ class TokenExpired(InvalidToken):
     title = "Access token expired"
 
 
+class TokenRevoked(InvalidToken):
+    """The seller revoked the grant this token belongs to (``x402srv.revocation``)."""
+
+    code = "TOKEN_REVOKED"
+    title = "Access token revoked"
+
+
+class AdminUnauthorized(ProblemError):
+    """The console or admin API was asked without a valid admin credential.
+
+    A buyer's access token is never one: the console has a credential of its own.
+    """
+
+    status = 401
+    code = "ADMIN_UNAUTHORIZED"
+    title = "Admin credential required"
+
+    def headers(self) -> dict[str, str]:
+        headers = super().headers()
+        headers["WWW-Authenticate"] = 'Bearer realm="x402srv-admin"'
+        return headers
+
+
+class AdminForbidden(ProblemError):
+    """A console form was posted without the CSRF token of the session that shows it."""
+
+    status = 403
+    code = "ADMIN_FORBIDDEN"
+    title = "Forbidden"
+
+
 class PaymentFailed(ProblemError):
     """Verification or settlement refused the payment; ``reason`` is the x402 reason string."""
 
@@ -245,12 +288,28 @@ class SettlementInProgress(ProblemError):
     title = "Settlement in progress"
 
 
+class StateConflict(ProblemError):
+    """Admin API: the record is not in a state that allows this (cancel, revoke)."""
+
+    status = 409
+    code = "STATE_CONFLICT"
+    title = "State conflict"
+
+
 class ChallengeExpired(ProblemError):
     """The challenge expired or was cancelled."""
 
     status = 410
     code = "CHALLENGE_EXPIRED"
     title = "Challenge expired"
+
+
+class GrantRevoked(ProblemError):
+    """The purchase was delivered, and the seller has revoked its grant since."""
+
+    status = 410
+    code = "GRANT_REVOKED"
+    title = "Grant revoked"
 
 
 class RateLimited(ProblemError):
@@ -307,6 +366,19 @@ class KeySourceUnavailable(ProblemError):
     status = 503
     code = "KEY_SOURCE_UNAVAILABLE"
     title = "Token keys unavailable"
+
+
+class RevocationsUnavailable(ProblemError):
+    """A revocation list could not be fetched for longer than its verifier allows.
+
+    Only with ``RevocationList(max_stale_seconds=...)``: by default the last
+    list fetched keeps being used (and a warning logged) while the seller's
+    list endpoint is down.
+    """
+
+    status = 503
+    code = "REVOCATIONS_UNAVAILABLE"
+    title = "Revocation list unavailable"
 
 
 class UpstreamUnavailable(ProblemError):

@@ -3,10 +3,15 @@
 Readiness asks each dependency once, concurrently, with a short timeout:
 
     store        Store.ping()
-    chain        the RPC answers with its latest block (when an RPC is configured)
-    settlement   the settler's own ``check_ready()`` when it has one: the
-                 facilitator lists our network; the gas wallet's node answers
-                 and its balance covers gas
+    chain        the RPC answers with its latest block (when an RPC is configured;
+                 ``chain eip155:<id>`` per network when there are several)
+    settlement   every network has a settler ready: each settler's own
+                 ``check_ready()`` (the facilitator lists our network; the gas
+                 wallet's node answers and its balance covers gas)
+
+The document also lists every settler (``settlers``): its network, its label
+(URLs redacted), its check, and its circuit breaker when its network fails
+over between several.
 
 Answers name the failing check and a short reason, never a URL or a key. A
 server answers from its last checks for ``server.readiness_cache_seconds``.
@@ -16,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .chain import ChainReader
 from .errors import NotReady
-from .interfaces import Settler, Store
+from .interfaces import Store
+from .network_settlers import NetworkSettlers
 
 __all__ = ["Readiness", "readiness"]
 
@@ -38,30 +44,41 @@ async def _check(probe: Callable[[], Awaitable[str | None]]) -> str:
     return problem or "ok"
 
 
-async def readiness(store: Store, chain: ChainReader | None, settler: Settler) -> dict[str, Any]:
+def _chain_probe(chain: ChainReader) -> Callable[[], Awaitable[str | None]]:
+    async def probe() -> str | None:
+        await chain.latest_block()
+        return None
+
+    return probe
+
+
+async def readiness(
+    store: Store, chains: Mapping[str, ChainReader], settlers: NetworkSettlers
+) -> dict[str, Any]:
     """The readiness document; raises ``NotReady`` (503) carrying it when a check fails."""
 
     async def store_probe() -> str | None:
         await store.ping()
         return None
 
-    async def chain_probe() -> str | None:
-        assert chain is not None
-        await chain.latest_block()
-        return None
-
     probes: dict[str, Callable[[], Awaitable[str | None]]] = {"store": store_probe}
-    if chain is not None:
-        probes["chain"] = chain_probe
-    settler_probe = getattr(settler, "check_ready", None)
-    if callable(settler_probe):
-        probes["settlement"] = settler_probe
+    for network, chain in chains.items():
+        probes["chain" if len(chains) == 1 else f"chain {network}"] = _chain_probe(chain)
+    states: list[dict[str, Any]] = []
+
+    async def settlement_probe() -> str | None:
+        problem, found = await settlers.readiness()
+        states.extend(found)
+        return problem
+
+    probes["settlement"] = settlement_probe
     results = await asyncio.gather(*(_check(probe) for probe in probes.values()))
     checks = dict(zip(probes, results, strict=True))
     if any(result != "ok" for result in checks.values()):
         failing = ", ".join(name for name, result in checks.items() if result != "ok")
-        raise NotReady(f"not ready: {failing}", retry_after=5, extra={"checks": checks})
-    return {"status": "ready", "checks": checks}
+        extra = {"checks": checks, "settlers": states}
+        raise NotReady(f"not ready: {failing}", retry_after=5, extra=extra)
+    return {"status": "ready", "checks": checks, "settlers": states}
 
 
 class Readiness:
@@ -76,13 +93,13 @@ class Readiness:
     def __init__(
         self,
         store: Store,
-        chain: ChainReader | None,
-        settler: Settler,
+        chains: Mapping[str, ChainReader],
+        settlers: NetworkSettlers,
         *,
         cache_seconds: float,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._args = (store, chain, settler)
+        self._args = (store, chains, settlers)
         self._cache_seconds = cache_seconds
         self._monotonic = monotonic
         self._last: tuple[float, asyncio.Future[dict[str, Any]]] | None = None

@@ -236,6 +236,41 @@ class Store(Protocol):
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         """Release and leave ``value`` for the next holder; False if the lease was lost."""
 
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        """Records newest first, in ``(updated_at, challenge_id)`` order (the seller's console).
+
+        ``payer`` keeps the records whose payer (``store_rules.payer_of``: the
+        settled payer, else the payer of the payment being settled) is that
+        address, compared in lowercase, through an index of its own: a payer's
+        purchases are found without reading anyone else's. ``before`` is a
+        cursor: only records strictly before that position are listed, so a
+        caller pages back in time with the last record's ``(updated_at,
+        challenge_id)``.
+        """
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        """Add each delta to the counter ``name`` of the time bucket ``bucket`` (analytics).
+
+        Keys are ``(bucket, name)``: the bucket is the caller's (the start of an
+        hour, in seconds since the epoch) and names come from a bounded set, so
+        the store holds a bounded number of counters per bucket however much
+        traffic there is: a flood of unpaid requests moves counters, not rows.
+        Atomic per counter across every process that shares the store. The
+        store may forget every counter of a bucket before ``forget_before``.
+        """
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        """Every counter whose bucket is in ``[start, end)``; never a scan of the records."""
+
 
 @runtime_checkable
 class MigratingStore(Protocol):
@@ -494,18 +529,30 @@ class SettlementRequest:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """The transfer is on-chain (receipt checked): txHash and payer."""
+    """The transfer is on-chain (receipt checked): txHash and payer.
+
+    ``by`` names who settled it when a network has several settlers
+    (``"facilitator https://... #2 on eip155:8453"``; never a secret): the log
+    and the record's history say so.
+    """
 
     tx_hash: str
     payer: str
+    by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """Definitely nothing moved on-chain; the buyer may pay again."""
+    """Definitely nothing moved on-chain; the buyer may pay again.
+
+    ``settler_failed``: the settler itself could not settle (unreachable, a 5xx
+    that broadcast nothing, the network unsupported), not the payment: a
+    network with more settlers tries the next one at once.
+    """
 
     reason: str
     detail: str = "The payment could not be settled."
+    settler_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,6 +569,9 @@ SettlementOutcome = Settled | Rejected | Unknown
 class SettlementHooks(Protocol):
     async def note_broadcast(self, tx_hash: str) -> None:
         """Persist a txHash as soon as it is broadcast, before waiting for the receipt."""
+
+    async def note(self, reason: str) -> None:
+        """Add a line to the record's history (what a settler tried; no secret in it)."""
 
 
 @runtime_checkable

@@ -74,18 +74,22 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _checked_url(url: str, allow_http: bool) -> str:
+def _checked_url(url: str, allow_http: bool, what: str = "the JWKS URL") -> str:
+    """An https URL (http only to a loopback address, or with ``allow_http``)."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
-        raise ConfigError("the JWKS URL is not a valid URL") from None
+        raise ConfigError(f"{what} is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("the JWKS URL must be an http(s) URL with a host")
+        raise ConfigError(f"{what} must be an http(s) URL with a host")
     if parts.scheme == "http" and not (allow_http or _is_loopback(parts.hostname)):
-        # Keys fetched in clear text let anyone on the path mint tokens.
-        raise ConfigError("the JWKS URL must be https (http only for loopback or allow_http)")
+        # Keys (or revocations) fetched in clear text can be forged by anyone on the path.
+        raise ConfigError(f"{what} must be https (http only for loopback or allow_http)")
     return url
+
+
+checked_url = _checked_url
 
 
 def _ed25519_key(jwk: Mapping[str, Any]) -> Ed25519PublicKey | None:

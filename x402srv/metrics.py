@@ -15,6 +15,11 @@ and whichever worker answers ``/metrics`` adds them all up.
     x402srv_grants_issued_total
     x402srv_token_rejections_total{code}              INVALID_TOKEN, TOKEN_EXPIRED, ...
     x402srv_store_errors_total
+    x402srv_settler_state{network, settler}           0 closed, 1 half-open, 2 open: the
+                                                      breaker of each failover settler (the
+                                                      worst worker's, with several workers)
+    x402srv_settler_failovers_total{network, settler} payments it could not settle, passed
+                                                      on to the next settler
     x402srv_credits_added_total{plan}                 calls credited by purchases and top-ups
     x402srv_credits_spent_total{plan}                 credits metered calls spent (refunds aside)
     x402srv_credits_refunded_total{plan}              credits given back (the upstream's 5xx)
@@ -32,6 +37,8 @@ __all__ = ["Metrics", "PrometheusMetrics", "current", "install"]
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: ``x402srv_settler_state`` values.
+BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 
 
 class Metrics:
@@ -50,6 +57,12 @@ class Metrics:
         return None
 
     def store_error(self) -> None:
+        return None
+
+    def settler_state(self, network: str, settler: str, state: str) -> None:
+        return None
+
+    def failover(self, network: str, settler: str) -> None:
         return None
 
     def credits_added(self, plan: str, amount: int) -> None:
@@ -109,6 +122,19 @@ class PrometheusMetrics(Metrics):
             "Requests answered 503 because the store failed",
             registry=registry,
         )
+        self._settler_state = prometheus_client.Gauge(
+            "x402srv_settler_state",
+            "Circuit breaker of a failover settler: 0 closed, 1 half-open, 2 open",
+            ["network", "settler"],
+            registry=registry,
+            multiprocess_mode="livemax",  # per worker: show the worst live one
+        )
+        self._failovers = prometheus_client.Counter(
+            "x402srv_settler_failovers",
+            "Payments a settler could not settle, passed on to the next settler",
+            ["network", "settler"],
+            registry=registry,
+        )
         self._credits = {
             kind: prometheus_client.Counter(
                 f"x402srv_credits_{kind}", text, ["plan"], registry=registry
@@ -141,6 +167,12 @@ class PrometheusMetrics(Metrics):
 
     def store_error(self) -> None:
         self._store_errors.inc()
+
+    def settler_state(self, network: str, settler: str, state: str) -> None:
+        self._settler_state.labels(network, settler).set(BREAKER_STATES.get(state, 2))
+
+    def failover(self, network: str, settler: str) -> None:
+        self._failovers.labels(network, settler).inc()
 
     def credits_added(self, plan: str, amount: int) -> None:
         self._credits["added"].labels(plan).inc(amount)

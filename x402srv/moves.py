@@ -31,7 +31,7 @@ from .interfaces import (
     TransitionRequest,
     TransitionResult,
 )
-from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State
+from .records import ChallengeRecord, Offer, PaymentDetails, PaymentKey, RecordChanges, State
 
 __all__ = [
     "AttemptHooks",
@@ -101,9 +101,15 @@ class AttemptHooks:
     async def note_broadcast(self, tx_hash: str) -> None:
         assert self.record.payment is not None
         payment = replace(self.record.payment, broadcast_tx_hash=tx_hash.lower())
-        result = await self._mover.apply(
-            note(self.record, self._mover.clock(), "transaction broadcast", payment)
-        )
+        await self._apply("transaction broadcast", payment)
+
+    async def note(self, reason: str) -> None:
+        """A line in the record's history (a failover moving to its next settler)."""
+        assert self.record.payment is not None
+        await self._apply(reason, self.record.payment)
+
+    async def _apply(self, reason: str, payment: PaymentDetails) -> None:
+        result = await self._mover.apply(note(self.record, self._mover.clock(), reason, payment))
         if isinstance(result, TransitionApplied):
             self.record = result.record
 
@@ -116,8 +122,13 @@ def settle(
     *,
     attempt_id: str,
     lease_seconds: float,
+    offer: Offer | None = None,
 ) -> TransitionRequest:
-    """PENDING -> SETTLING with the payment persisted and claimed, before anything is sent."""
+    """PENDING -> SETTLING with the payment persisted and claimed, before anything is sent.
+
+    ``offer`` is the challenge's offer the payment chose (its network, token and
+    amount become the record's own).
+    """
     details = PaymentDetails(
         payer=auth.payer,
         nonce=auth.nonce,
@@ -135,7 +146,7 @@ def settle(
         to=State.SETTLING,
         at=at,
         reason="settlement started",
-        changes=RecordChanges(payment=details),
+        changes=RecordChanges(payment=details, offer=offer),
         claim_payment=key,
     )
 

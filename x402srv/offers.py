@@ -16,21 +16,39 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from .config import Config, Plan
+from .errors import ChallengeExpired
 from .interfaces import IssuedCredential
+from .networks import NetworkInfo
 from .plan_terms import wire_terms
 from .protocol import encode_header, requirement
-from .records import ChallengeRecord
+from .records import ChallengeRecord, Offer
 
-__all__ = ["AccessGranted", "OfferBuilder", "PaymentOffer", "rfc3339"]
+__all__ = [
+    "MAX_PAYMENT_REQUIRED_BYTES",
+    "AccessGranted",
+    "OfferBuilder",
+    "PaymentOffer",
+    "plan_offers",
+    "rfc3339",
+]
+
+log = logging.getLogger("x402srv.offers")
 
 
 #: Challenge templates kept per offered requirement; more means prices changed often.
 _MAX_TEMPLATES = 64
+#: Marks where a template's ids go (never sent: the template is cut there). A key,
+#: so its JSON (``,"\u0000ids":true``) can never occur inside a string value.
+_IDS = "\x00ids"
+_IDS_JSON = "," + json.dumps({_IDS: True}, separators=(",", ":"))[1:-1]
+#: What common clients read in a PAYMENT-REQUIRED header (x402-conformance check P6).
+MAX_PAYMENT_REQUIRED_BYTES = 8 * 1024
 
 
 @functools.lru_cache(maxsize=256)
@@ -95,12 +113,14 @@ class PaymentOffer:
 class _ChallengeTemplate:
     """The compact JSON of a challenge's PaymentRequired, cut where the ids go.
 
-    ``head`` ends inside ``accepts[0].extra`` (after ``planId``); the ids, then
-    ``}}]`` close extra, the requirement and ``accepts``.
+    ``parts`` are the document cut at the end of each requirement's ``extra``
+    (after ``planId``): joined by the ids (or by nothing, for an implicit
+    record) they are the document. ``members`` (``,"planId":...,"resourceId":``)
+    is completed per record.
     """
 
-    head: str
-    members: str  # ``,"planId":...,"resourceId":`` is completed per record
+    parts: tuple[str, ...]
+    members: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +139,9 @@ class AccessGranted:
 class OfferBuilder:
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._network = config.network_info
         self.discovery = self._build_discovery()
         self._templates: dict[tuple[Any, ...], _ChallengeTemplate] = {}
+        _warn_if_oversized(self)
 
     def _resource(self, description: str) -> dict[str, Any]:
         return {
@@ -131,17 +151,19 @@ class OfferBuilder:
         }
 
     def _build_discovery(self) -> PaymentOffer:
-        config, network = self._config, self._network
+        """Every plan's every option, plan by plan (a client pays the first it can)."""
+        config = self._config
         accepts = [
             requirement(
-                network=network,
-                amount=plan.amount,
+                network=option.network,
+                amount=option.amount,
                 pay_to=config.seller.wallet_address,
                 max_timeout_seconds=config.server.max_timeout_seconds,
                 plan_id=plan.plan_id,
                 terms=wire_terms(plan),
             )
             for plan in config.plan_map.values()
+            for option in plan.options
         ]
         required = {
             "x402Version": 2,
@@ -149,37 +171,47 @@ class OfferBuilder:
             "resource": self._resource(config.seller.agent_description),
             "accepts": accepts,
         }
+        first = config.network_info
         body = {
             **required,
-            "plans": [
-                {
-                    "planId": plan.plan_id,
-                    "unitAmount": plan.unit_amount,
-                    "description": plan.description,
-                    "amount": str(plan.amount),
-                    "asset": network.asset,
-                    "network": network.caip2,
-                    **wire_terms(plan),
-                }
-                for plan in config.plan_map.values()
-            ],
+            "plans": [_plan_entry(plan) for plan in config.plan_map.values()],
             "walletAddress": config.seller.wallet_address,
-            "chainId": network.chain_id,
-            "network": network.caip2,
+            "chainId": first.chain_id,
+            "network": first.caip2,
         }
+        networks = config.resolved_networks
+        if len(networks) > 1:
+            body["networks"] = [network.caip2 for network in networks]
         return PaymentOffer(body=body, header=encode_header(required))
 
-    def offered_requirement(self, record: ChallengeRecord) -> dict[str, Any]:
-        """The requirement a challenge was offered with (amounts as stored, not as now)."""
+    def _option(self, offer: Offer) -> NetworkInfo:
+        option = self._config.option(offer.network, offer.asset)
+        if option is None:
+            # The seller removed this network or token since the challenge was made.
+            raise ChallengeExpired(
+                f"this challenge's {offer.asset} on {offer.network} is no longer accepted; "
+                "ask for a new challenge"
+            )
+        return option
+
+    def offered_requirement(
+        self, record: ChallengeRecord, offer: Offer | None = None
+    ) -> dict[str, Any]:
+        """A requirement a challenge was offered with (amounts as stored, not as now).
+
+        ``offer`` is one of the record's offers; by default the record's own
+        (the one its payment chose, once claimed).
+        """
+        offer = offer or Offer(record.network, record.asset, record.amount)
         return requirement(
-            network=self._network,
-            amount=record.amount,
+            network=self._option(offer),
+            amount=offer.amount,
             pay_to=record.pay_to,
             max_timeout_seconds=record.max_timeout_seconds,
             plan_id=record.plan_id,
             challenge_id=None if record.implicit else record.challenge_id,
             request_id=None if record.implicit else record.request_id,
-            asset=record.asset,
+            asset=offer.asset,
             terms=self._terms(record.plan_id),
         )
 
@@ -194,10 +226,9 @@ class OfferBuilder:
         ids = ',"challengeId":' + _json_string(record.challenge_id)
         ids += ',"requestId":' + _json_string(record.request_id)
         # An implicit (discovery-first) record was offered without ids in extra.
-        accepts = template.head + ("" if record.implicit else ids) + "}}]"
-        required = accepts + "}"
+        required = ("" if record.implicit else ids).join(template.parts)
         body = (
-            accepts
+            required[:-1]
             + ids
             + template.members
             + _json_string(record.resource_id)
@@ -211,10 +242,9 @@ class OfferBuilder:
     def _template(self, record: ChallengeRecord, description: str) -> _ChallengeTemplate:
         key = (
             record.plan_id,
-            record.amount,
+            record.offers,
             record.pay_to,
             record.max_timeout_seconds,
-            record.asset,
             description,
         )
         template = self._templates.get(key)
@@ -225,26 +255,33 @@ class OfferBuilder:
         return template
 
     def _build_template(self, record: ChallengeRecord, description: str) -> _ChallengeTemplate:
-        accepted = requirement(
-            network=self._network,
-            amount=record.amount,
-            pay_to=record.pay_to,
-            max_timeout_seconds=record.max_timeout_seconds,
-            plan_id=record.plan_id,
-            asset=record.asset,
-            terms=self._terms(record.plan_id),
-        )
+        accepts = []
+        for offer in record.offers:
+            accepted = requirement(
+                network=self._option(offer),
+                amount=offer.amount,
+                pay_to=record.pay_to,
+                max_timeout_seconds=record.max_timeout_seconds,
+                plan_id=record.plan_id,
+                asset=offer.asset,
+                terms=self._terms(record.plan_id),
+            )
+            accepted["extra"][_IDS] = True  # extra's last member: where the ids go
+            accepts.append(accepted)
         required = {
             "x402Version": 2,
             "error": "Payment required: sign the accepted requirement and retry with "
+            "PAYMENT-SIGNATURE"
+            if len(accepts) == 1
+            else "Payment required: sign one of the accepted requirements and retry with "
             "PAYMENT-SIGNATURE",
             "resource": self._resource(description),
-            "accepts": [accepted],  # extra is its last member, accepts the document's
+            "accepts": accepts,
         }
-        text = _compact(required)
-        assert text.endswith("}}]}")
+        parts = tuple(_compact(required).split(_IDS_JSON))
+        assert len(parts) == len(accepts) + 1
         members = f',"planId":{_compact(record.plan_id)},"resourceId":'
-        return _ChallengeTemplate(head=text[: -len("}}]}")], members=members)
+        return _ChallengeTemplate(parts=parts, members=members)
 
     def grant(self, record: ChallengeRecord, credential: IssuedCredential) -> dict[str, Any]:
         assert record.tx_hash is not None
@@ -260,10 +297,15 @@ class OfferBuilder:
             "txHash": record.tx_hash,
             "network": record.network,
         }
-        explorer = self._network.explorer_url(record.tx_hash)
+        explorer = self.explorer_url(record)
         if explorer:
             grant["explorerUrl"] = explorer
         return grant
+
+    def explorer_url(self, record: ChallengeRecord) -> str | None:
+        """Where the record's settlement transaction is shown, if its network has an explorer."""
+        option = self._config.option(record.network, record.asset)
+        return option.explorer_url(record.tx_hash) if option and record.tx_hash else None
 
     def granted(self, record: ChallengeRecord) -> AccessGranted:
         assert record.grant is not None
@@ -274,3 +316,86 @@ class OfferBuilder:
             "payer": record.payer,
         }
         return AccessGranted(grant=record.grant, receipt=receipt)
+
+
+def _plan_entry(plan: Plan) -> dict[str, Any]:
+    """A plan in the discovery body; ``options`` when it is paid more than one way."""
+    first = plan.options[0]
+    entry: dict[str, Any] = {
+        "planId": plan.plan_id,
+        "unitAmount": plan.unit_amount,
+        "description": plan.description,
+        "amount": str(first.amount),
+        "asset": first.network.asset,
+        "network": first.network.caip2,
+        **wire_terms(plan),
+    }
+    if len(plan.options) > 1:
+        entry["options"] = [
+            {
+                "network": option.network.caip2,
+                "asset": option.network.asset,
+                "amount": str(option.amount),
+                "decimals": option.network.decimals,
+            }
+            for option in plan.options
+        ]
+    return entry
+
+
+def _warn_if_oversized(offers: OfferBuilder) -> None:
+    """Say at start-up which 402s carry a PAYMENT-REQUIRED header too large for clients.
+
+    Each plan's challenge is measured with the longest ids a challenge can
+    have; discovery lists every plan's every option. The header is still sent:
+    the seller splits the catalogue (docs/networks.md, "Too many options").
+    """
+    config = offers._config
+    limit = MAX_PAYMENT_REQUIRED_BYTES
+    size = len(offers.discovery.header)
+    if size > limit:
+        log.warning(
+            "the discovery 402 (POST {} to %s) has %d requirements: its PAYMENT-REQUIRED "
+            "header is %d bytes, over the %d that common clients read; restrict plans to "
+            "fewer networks (plans.networks) or split the plans by route ([[routes]] plans)",
+            config.access_url,
+            len(offers.discovery.body["accepts"]),
+            size,
+            limit,
+        )
+    for plan in config.plan_map.values():
+        sample = ChallengeRecord.new(
+            challenge_id="0" * 36,
+            request_id="0" * 36,
+            plan_id=plan.plan_id,
+            resource_id="r" * 256,  # the longest resourceId (it is not in the header)
+            amount=str(plan.options[0].amount),
+            network=plan.options[0].network.caip2,
+            asset=plan.options[0].network.asset,
+            pay_to=config.seller.wallet_address,
+            max_timeout_seconds=config.server.max_timeout_seconds,
+            now=0.0,
+            ttl_seconds=0.0,
+            options=plan_offers(plan),
+        )
+        size = len(offers.challenge(sample, plan).header)
+        if size > limit:
+            log.warning(
+                "plan %s: its 402 offers %d networks and tokens; PAYMENT-REQUIRED would be "
+                "%d bytes, over the %d that common clients read: give the plan fewer "
+                "networks (plans.networks)",
+                plan.plan_id,
+                len(plan.options),
+                size,
+                limit,
+            )
+
+
+def plan_offers(plan: Plan) -> tuple[Offer, ...]:
+    """What a challenge for ``plan`` stores as its options (none when there is one way to pay)."""
+    if len(plan.options) < 2:
+        return ()
+    return tuple(
+        Offer(option.network.caip2, option.network.asset, str(option.amount))
+        for option in plan.options
+    )

@@ -10,27 +10,36 @@ reaches the store's write path or the chain.
     no payment: *discovery*, every plan. Unknown -> 400 TIER_NOT_FOUND. No
     payment: a *challenge*, created (or found by requestId) PENDING. Unpaid
     requests count against the client's limit.       -> 429 RATE_LIMITED
+    A *top-up* (``body.topUp``, or the gateway's token) first finds the grant it
+    names (``top_ups.find_grant``: delivered, sells calls, not expired) and
+    binds it into the challenge it creates; a request whose challenge is bound
+    to another grant (or to none) is 409 REQUEST_ID_CONFLICT.
  3. Find the challenge: ``accepted.extra.challengeId``, else ``body.requestId``,
     else the one that claimed this very payment, else none yet (a
     discovery-first purchase: its challenge is created, already SETTLING, once
     the payment passes step 5).
  4. Answer from the record's state (``_step``), in a bounded loop: a lost
     compare-and-set re-reads the record and answers from its state now.
-    DELIVERED -> the grant, PAID -> step 10, both only on proof (``proof``);
+    DELIVERED -> the grant (410 GRANT_REVOKED once the seller revoked it),
+    PAID -> step 10, both only on proof (``proof``);
     SETTLING -> the chain decides at once (``settling``), else 409 while a lease
     runs, 502 after; EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> 410.
- 5. Check the payment against the requirement this server offered.
-                                                      -> 402 PAYMENT_FAILED
+ 5. Check the payment against the requirement this server offered (the one
+    of the challenge's offers it claims: network, token, that token's amount
+    and EIP-712 domain).                              -> 402 PAYMENT_FAILED
  6. Claim the payment ``(chainId, asset, from, nonce)`` and
  7. move PENDING -> SETTLING, both in ONE compare-and-set, before anything goes
     on-chain.          -> 409 TX_ALREADY_REDEEMED / 409 SETTLEMENT_IN_PROGRESS
  8. Mark the attempt submitted (its own compare-and-set), then settle with the
-    configured settler, our ids removed (``protocol.for_third_parties``).
-    Rejected: SETTLING -> PENDING, the claim released, 402. Unknown: the lease
-    ends and the chain decides (step 4 again).
+    settler of the payment's network (``settlers``: its failover, when it has
+    several), our ids removed (``protocol.for_third_parties``). Rejected:
+    SETTLING -> PENDING, the claim released, 402; but "nonce already used" is
+    the chain's to decide. Unknown: the lease ends and the chain decides (step
+    4 again).
  9. Confirm the settler's transaction on-chain (when there is an RPC), claim
     its txHash and move SETTLING -> PAID.
-10. Issue the credential and PAID -> DELIVERED (``delivery``). If the issuer
+10. Issue the credential, credit the calls of a plan that sells them, and PAID
+    -> DELIVERED (``delivery``); a top-up only credits its grant. If the issuer
     fails the record stays PAID; a retry resumes here.
 11. 200 with the AccessGrant and ``PAYMENT-RESPONSE``.
 """
@@ -40,7 +49,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from . import moves
@@ -49,9 +60,11 @@ from .config import Config, Plan
 from .delivery import DELIVERY_LEASE_SECONDS, Delivery
 from .errors import (
     ChallengeExpired,
+    GrantRevoked,
     InternalError,
     InvalidRequest,
     PaymentFailed,
+    RateLimited,
     RequestIdConflict,
     SettlementInProgress,
     SettlementPending,
@@ -81,13 +94,17 @@ from .interfaces import (
 )
 from .metrics import Metrics
 from .metrics import current as current_metrics
-from .offers import AccessGranted, OfferBuilder, PaymentOffer
+from .offers import AccessGranted, OfferBuilder, PaymentOffer, plan_offers
 from .proof import Caller, Verifier
 from .protocol import AccessBody, PaymentPayload, decode_payment_header, for_third_parties
 from .protocol import parse_access_body as parse_body
 from .ratelimit import UnpaidLimiter
+from .reasons import Reason
 from .records import ChallengeRecord, PaymentKey, State
+from .resolution import NotTransferred, Transferred
 from .settling import SettlingResolver
+from .tally import Tally
+from .top_ups import find_grant
 
 __all__ = ["DELIVERY_LEASE_SECONDS", "AccessPipeline", "AccessRequest", "AccessResult"]
 
@@ -101,6 +118,35 @@ Next = AccessResult | ChallengeRecord
 PENDING_RETRY_AFTER = 5
 #: How many states one request follows a record through (lost races) before giving up.
 MAX_STEPS = 6
+_CAIP2 = re.compile(r"eip155:([1-9][0-9]{0,18})")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
+
+
+def payment_key(payment: PaymentPayload) -> PaymentKey:
+    """``(chainId, asset, from, nonce)`` of the network and token the payment claims.
+
+    A claim names the chain it is spent on: the same nonce on two chains is two
+    payments. A payment that names no EVM chain or token is refused (402) here.
+    """
+    accepted = payment.accepted
+    chain = _CAIP2.fullmatch(accepted.network)
+    if chain is None:
+        raise PaymentFailed(Reason.INVALID_NETWORK, "accepted.network is not an eip155 network")
+    if not _ADDRESS.fullmatch(accepted.asset):
+        raise PaymentFailed(Reason.INVALID_PAYMENT_REQUIREMENTS, "accepted.asset is no address")
+    auth = payment.payload.authorization
+    return PaymentKey(int(chain.group(1)), accepted.asset, auth.from_, auth.nonce)
+
+
+def _chains(
+    config: Config, chain: ChainReader | Mapping[str, ChainReader] | None
+) -> dict[str, ChainReader]:
+    """One reader per network; a single reader (the one-network form, tests) serves all."""
+    if chain is None:
+        return {}
+    if isinstance(chain, ChainReader):
+        return {network.caip2: chain for network in config.resolved_networks}
+    return dict(chain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,28 +167,38 @@ class AccessPipeline:
         store: Store,
         settler: Settler,
         issuer: CredentialIssuer,
-        chain: ChainReader | None,
+        chain: ChainReader | Mapping[str, ChainReader] | None,
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
         limiter: UnpaidLimiter | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or current_metrics()
         self.store = store
         self.settler = settler
         self.issuer = issuer
-        self.chain = chain
+        #: One chain reader per network (CAIP-2 id); networks without an RPC have none.
+        self.chains = _chains(config, chain)
         self.clock = clock
         self.limiter = limiter
         self.offers = OfferBuilder(config)
         self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
-        self.network = network = config.network_info
+        self.network = config.network_info  # the first network's first token
         self.lease_seconds = config.settlement.lease_seconds
         self.mover = moves.Mover(store, clock)
-        self.verifier = Verifier(self.offers, network, clock)
-        self.resolver = SettlingResolver(chain, self.mover, clock)
+        self.verifier = Verifier(self.offers, config.option, clock)
+        self.resolver = SettlingResolver(self.chains, self.mover, clock)
         self.delivery = Delivery(self.mover, issuer, self.offers, self.plans, self.metrics, clock)
         self.observers = self.mover.observers  # see every applied transition (A2A streams)
+        # Analytics (``tally``): a dict increment per event, flushed to the store in the background.
+        self.tally = tally or Tally(store, clock, keep_seconds=config.analytics.keep_days * 86_400)
+        self.observers.append(self.tally.observe)
+
+    @property
+    def chain(self) -> ChainReader | None:
+        """The first network's chain reader (the one network of the one-network form)."""
+        return self.chains.get(self.network.caip2)
 
     async def transition(self, request: TransitionRequest) -> TransitionResult:
         """Every state change goes through here (operators' moves too)."""
@@ -158,10 +214,21 @@ class AccessPipeline:
         return await self.access(body, payment, client=request.client)
 
     async def access(
-        self, body: AccessBody, payment: PaymentPayload | None, *, client: str | None = None
+        self,
+        body: AccessBody,
+        payment: PaymentPayload | None,
+        *,
+        client: str | None = None,
+        top_up_of: str | None = None,
     ) -> AccessResult:
-        """Steps 2-11 for an already-parsed request (HTTP, the gateway and A2A come here)."""
+        """Steps 2-11 for an already-parsed request (HTTP, the gateway and A2A come here).
+
+        ``top_up_of`` (the gateway, for a token it verified) names the grant a
+        payment tops up by its challengeId; a body names it by requestId (``topUp``).
+        """
         plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
+        if body.top_up is not None or top_up_of is not None:
+            return await self._top_up(body, payment, plan_id, top_up_of, client)
         if plan_id is None:
             if payment is not None:
                 raise TierNotFound("no planId in the body or in accepted.extra.planId")
@@ -176,14 +243,51 @@ class AccessPipeline:
         return await self._settlement(body, plan, payment)
 
     async def limit_unpaid(self, client: str | None) -> None:
-        """429 for a client over its unpaid-request limit; paying requests never come here."""
-        if self.limiter is not None and client is not None:
-            await self.limiter.check(client)
+        """429 for a client over its unpaid-request limit; paying requests never come here.
 
-    async def _challenge(self, body: AccessBody, plan: Plan) -> AccessResult:
+        Every unpaid request passes here (discovery, challenges, the gateway's 402s,
+        A2A calls without a payment), so this is where the analytics count them.
+        """
+        self.tally.add("unpaid")
+        if self.limiter is not None and client is not None:
+            try:
+                await self.limiter.check(client)
+            except RateLimited:
+                self.tally.add("limited")
+                raise
+
+    async def _top_up(
+        self,
+        body: AccessBody,
+        payment: PaymentPayload | None,
+        plan_id: str | None,
+        top_up_of: str | None,
+        client: str | None,
+    ) -> AccessResult:
+        """Step 2 for a top-up: the grant is found and checked before anything is stored."""
+        if plan_id is not None and plan_id not in self.plans:
+            raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
+        if payment is None:
+            await self.limit_unpaid(client)
+        grant = await find_grant(
+            self.store,
+            self.plans,
+            request_id=body.top_up,
+            challenge_id=top_up_of if body.top_up is None else None,
+            plan_id=plan_id,
+            now=self.clock(),
+        )
+        plan = self.plans[grant.plan_id]
+        if payment is None:
+            return await self._challenge(body, plan, grant)
+        return await self._settlement(body, plan, payment, grant)
+
+    async def _challenge(
+        self, body: AccessBody, plan: Plan, grant: ChallengeRecord | None = None
+    ) -> AccessResult:
         body = replace(body, request_id=body.request_id or uuid4_str())
         assert body.request_id is not None
-        new = self._new_record(plan, body.request_id, body.resource_id)
+        new = self._new_record(plan, body.request_id, body.resource_id, grant=grant)
         created = await self.store.create_challenge(new)
         assert not isinstance(created, PaymentClaimed)
         record, was_created = created
@@ -191,30 +295,40 @@ class AccessPipeline:
             # DEBUG, not INFO: anyone can send unpaid requests, and a line for each
             # would let them fill the disk. Everything after a payment is at INFO.
             self._log_created(record, logging.DEBUG)
-        self._same_request(record, body, plan)
+        self._same_request(record, body, plan, grant)
         return await self._answer(record, Caller(body))
 
     def _new_record(
-        self, plan: Plan, request_id: str, resource_id: str, *, implicit: bool = False
+        self,
+        plan: Plan,
+        request_id: str,
+        resource_id: str,
+        *,
+        implicit: bool = False,
+        grant: ChallengeRecord | None = None,
     ) -> ChallengeRecord:
+        first = plan.options[0]
         return ChallengeRecord.new(
             challenge_id=uuid4_str(),
             request_id=request_id,
             plan_id=plan.plan_id,
             resource_id=resource_id,
-            amount=str(plan.amount),
-            network=self.network.caip2,
-            asset=self.network.asset,
+            amount=str(first.amount),
+            network=first.network.caip2,
+            asset=first.network.asset,
             pay_to=self.config.seller.wallet_address,
             max_timeout_seconds=self.config.server.max_timeout_seconds,
             now=self.clock(),
             ttl_seconds=self.config.server.challenge_ttl_seconds,
             implicit=implicit,
+            options=plan_offers(plan),
             calls=plan.calls,
+            top_up_of=grant.challenge_id if grant is not None else None,
         )
 
     def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:
         self.metrics.challenge_created()
+        self.tally.add(f"challenge:{record.plan_id}")
         if log.isEnabledFor(level):
             log.log(
                 level,
@@ -227,25 +341,41 @@ class AccessPipeline:
             )
 
     @staticmethod
-    def _same_request(record: ChallengeRecord, body: AccessBody, plan: Plan) -> None:
+    def _same_request(
+        record: ChallengeRecord,
+        body: AccessBody,
+        plan: Plan,
+        grant: ChallengeRecord | None = None,
+    ) -> None:
         if record.plan_id != plan.plan_id or record.resource_id != body.resource_id:
             raise RequestIdConflict(
                 f"requestId {record.request_id} belongs to plan {record.plan_id!r} and "
                 f"resource {record.resource_id!r}; use a new requestId for another purchase"
             )
+        if record.top_up_of != (grant.challenge_id if grant is not None else None):
+            if record.top_up_of is None:
+                what = "a purchase"
+            elif grant is None:
+                what = "a top-up: repeat it with its topUp (or the grant's token)"
+            else:
+                what = "a top-up of another grant"
+            raise RequestIdConflict(f"this request belongs to {what}; use a new requestId")
 
     # ------------------------------------------------------------ step 3
 
     async def _settlement(
-        self, body: AccessBody, plan: Plan, payment: PaymentPayload
+        self,
+        body: AccessBody,
+        plan: Plan,
+        payment: PaymentPayload,
+        grant: ChallengeRecord | None = None,
     ) -> AccessResult:
-        auth = payment.payload.authorization
-        key = PaymentKey(self.network.chain_id, self.network.asset, auth.from_, auth.nonce)
+        key = payment_key(payment)
         caller = Caller(body, payment, key)
         record = await self._find_challenge(body, payment, key)
         if record is None:
-            return await self._implicit_purchase(caller, plan)
-        self._same_request(record, body, plan)
+            return await self._implicit_purchase(caller, plan, grant)
+        self._same_request(record, body, plan, grant)
         return await self._answer(record, caller)
 
     async def _find_challenge(
@@ -275,7 +405,9 @@ class AccessPipeline:
             )
         return record
 
-    async def _implicit_purchase(self, caller: Caller, plan: Plan) -> AccessResult:
+    async def _implicit_purchase(
+        self, caller: Caller, plan: Plan, grant: ChallengeRecord | None = None
+    ) -> AccessResult:
         """A discovery-first purchase: check, then create the challenge already SETTLING.
 
         Nothing is stored before the payment passes step 5, and concurrent replays
@@ -285,7 +417,7 @@ class AccessPipeline:
         assert caller.key is not None
         body = caller.body
         pending = self._new_record(
-            plan, body.request_id or uuid4_str(), body.resource_id, implicit=True
+            plan, body.request_id or uuid4_str(), body.resource_id, implicit=True, grant=grant
         )
         claim = self._claim(pending, caller, pending.created_at)
         settling = pending.apply(claim.changes, State.SETTLING, claim.at, claim.reason)
@@ -293,11 +425,13 @@ class AccessPipeline:
         if isinstance(created, PaymentClaimed):
             owner = await self.store.get_challenge(created.owner)
             if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
+                self.tally.failed("already_redeemed")
                 raise TxAlreadyRedeemed("this payment is already used for another challenge")
+            self._same_request(owner, body, plan, grant)
             return await self._answer(owner, caller)
         record, was_created = created
         if not was_created:
-            self._same_request(record, body, plan)
+            self._same_request(record, body, plan, grant)
             return await self._answer(record, caller)
         self._log_created(record)
         failpoint("after-claim")
@@ -322,6 +456,10 @@ class AccessPipeline:
         state = record.state
         if state is State.DELIVERED:
             self.verifier.prove(record, caller)
+            if record.revoked_at is not None:
+                raise GrantRevoked(
+                    f"the grant of challenge {record.challenge_id} was revoked by the seller"
+                )
             return self.offers.granted(record)
         if state in (State.EXPIRED, State.CANCELLED):
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
@@ -375,6 +513,7 @@ class AccessPipeline:
     async def _attempt(self, record: ChallengeRecord, caller: Caller) -> Next:
         result = await self.mover.apply(self._claim(record, caller, self.clock()))
         if isinstance(result, PaymentClaimed):
+            self.tally.failed("already_redeemed")
             raise TxAlreadyRedeemed("this payment is already used for another challenge")
         if isinstance(result, StateMismatch):
             if result.record is None:
@@ -390,9 +529,20 @@ class AccessPipeline:
     def _claim(self, record: ChallengeRecord, caller: Caller, at: float) -> TransitionRequest:
         """Steps 5-7 as one move: the payment checked, then claimed with PENDING -> SETTLING."""
         assert caller.key is not None
-        auth = self.verifier.checked(record, caller)
+        self.tally.add(f"tried:{record.plan_id}")
+        try:
+            auth = self.verifier.checked(record, caller)
+        except PaymentFailed as failure:
+            self.tally.failed(failure.reason)
+            raise
         return moves.settle(
-            record, auth, caller.key, at, attempt_id=uuid4_hex(), lease_seconds=self.lease_seconds
+            record,
+            auth,
+            caller.key,
+            at,
+            attempt_id=uuid4_hex(),
+            lease_seconds=self.lease_seconds,
+            offer=caller.offer,
         )
 
     # ------------------------------------------------------------ steps 8-9
@@ -401,6 +551,7 @@ class AccessPipeline:
         assert record.payment is not None
         assert caller.payment is not None
         assert caller.checked is not None
+        assert caller.option is not None
         handed = replace(record.payment, submitted=True, attempt_id=uuid4_hex())
         reason = f"handed to settler {self.settler.name}"
         submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
@@ -413,15 +564,20 @@ class AccessPipeline:
             authorization=caller.checked[1],
             payload=for_third_parties(caller.payment.model_dump(mode="json", by_alias=True)),
             requirements=for_third_parties(self.offers.offered_requirement(record)),
-            network=self.network,
+            network=caller.option,
         )
-        log.info("challenge %s: settling with %s", record.challenge_id, self.settler.name)
+        log.info(
+            "challenge %s: settling on %s with %s",
+            record.challenge_id,
+            record.network,
+            self.settler.name,
+        )
         hooks = moves.AttemptHooks(self.mover, record)
         started = time.perf_counter()
         outcome = await self._run_settler(request, hooks)
-        self.metrics.settlement(
-            self.settler.name, type(outcome).__name__.lower(), time.perf_counter() - started
-        )
+        elapsed, outcome_name = time.perf_counter() - started, type(outcome).__name__.lower()
+        self.metrics.settlement(self.settler.name, outcome_name, elapsed)
+        self.tally.settler(self.settler.name, outcome_name, elapsed)
         try:
             return await self._after_settlement(hooks.record, outcome)
         except StoreUnavailable:
@@ -449,9 +605,12 @@ class AccessPipeline:
             return Unknown("settler raised")
 
     async def _after_settlement(self, record: ChallengeRecord, outcome: SettlementOutcome) -> Next:
+        if isinstance(outcome, Rejected) and outcome.reason == Reason.NONCE_USED:
+            outcome = await self._used_already(record, outcome)
         if isinstance(outcome, Settled):
-            return await self._record_paid(record, outcome.tx_hash, outcome.payer)
+            return await self._record_paid(record, outcome.tx_hash, outcome.payer, outcome.by)
         if isinstance(outcome, Rejected):
+            self.tally.failed(outcome.reason)
             reason = f"settlement failed: {outcome.reason}"
             result = await self.mover.apply(moves.release(record, self.clock(), reason))
             if isinstance(result, TransitionApplied):
@@ -459,6 +618,24 @@ class AccessPipeline:
             return await self.mover.current(record, result)
         log.warning("challenge %s: outcome unknown: %s", record.challenge_id, outcome.reason)
         return await self._end_lease(record, outcome)
+
+    async def _used_already(self, record: ChallengeRecord, said: Rejected) -> SettlementOutcome:
+        """A settler says the authorization is used: by whom is the chain's to say.
+
+        It may be this very payment, settled by an earlier attempt or another
+        settler (a facilitator that settled after we gave up on it): then it is
+        paid. Only a chain that shows it spent elsewhere (or cancelled) refuses it.
+        """
+        if self.resolver.chain_of(record) is None:
+            return said  # nothing to ask: the settler's word is all there is
+        verdict = await self.resolver.verdict(record)
+        if isinstance(verdict, Transferred):
+            assert record.payment is not None
+            by = "an earlier settlement of this authorization (shown by the chain)"
+            return Settled(verdict.tx_hash, record.payment.payer, by)
+        if isinstance(verdict, NotTransferred):
+            return said
+        return Unknown("the settler says the authorization is used; the chain has not shown it")
 
     async def _end_lease(self, record: ChallengeRecord, outcome: Unknown) -> ChallengeRecord:
         """Unknown outcome: end this attempt's lease so the chain decides from now on."""
@@ -469,13 +646,19 @@ class AccessPipeline:
         result = await self.mover.apply(moves.note(record, self.clock(), reason, ended))
         return await self.mover.current(record, result)
 
-    async def _record_paid(self, record: ChallengeRecord, tx_hash: str, payer: str) -> Next:
-        if self.chain is not None and not await self.resolver.settles_in(record, tx_hash):
+    async def _record_paid(
+        self, record: ChallengeRecord, tx_hash: str, payer: str, by: str | None = None
+    ) -> Next:
+        chain = self.resolver.chain_of(record)
+        if chain is not None and not await self.resolver.settles_in(record, tx_hash):
             # A settler's word alone never grants access: what the chain does not show
             # (yet) is an unknown outcome, which the chain decides.
             log.warning("challenge %s: %s does not show this payment", record.challenge_id, tx_hash)
             return await self._end_lease(record, Unknown("the chain does not confirm the settler"))
-        result = await self.resolver.mark_paid(record, tx_hash, payer, "settled on-chain")
+        reason = f"settled on-chain by {by}" if by else "settled on-chain"
+        if by:
+            log.info("challenge %s: %s settled it in %s", record.challenge_id, by, tx_hash)
+        result = await self.resolver.mark_paid(record, tx_hash, payer, reason)
         if isinstance(result, TxClaimed):
             log.error("challenge %s: %s belongs to %s", record.challenge_id, tx_hash, result.owner)
             # The settler's word is worth nothing now: the chain decides at the next retry.

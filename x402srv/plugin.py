@@ -37,8 +37,8 @@ Helpers come with it: the chain reader and ``resolve_authorization`` (what the
 chain says about an authorization), the EIP-3009 call and its revert judges
 (``transfer_calldata``, ``preflight``, ``judge_revert``, ``from_chain``), the
 store rules every built-in store decides by (``check_state``, ``claim_keys``,
-``encode_record`` ...), secrets (``Secret``, the ``SecretValue`` option type,
-``redact_url``) and ``failpoint`` for crash tests. A store that only
+``encode_record``, ``payer_of`` ...), secrets (``Secret``, the ``SecretValue`` option
+type, ``redact_url``) and ``failpoint`` for crash tests. A store that only
 ``x402srv migrate`` may change the schema of implements ``MigratingStore``.
 Everything in ``x402srv`` that this module (and ``x402srv.testing``, the test
 kit) does not export is internal and may change between releases.
@@ -73,6 +73,7 @@ from .default_plugins.store_rules import (
     encode_task,
     key_to_release,
     nameable,
+    payer_of,
     state_values,
     tx_claim_key,
 )
@@ -116,7 +117,8 @@ from .interfaces import (
     UsageBucket,
     keeps_credits,
 )
-from .networks import NetworkInfo
+from .network_config import SettlerConfig, SettlerSpec
+from .networks import NetworkInfo, Token
 from .plugin_context import PluginContext
 from .reasons import Reason
 from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
@@ -186,12 +188,15 @@ __all__ = [
     "SettlementOutcome",
     "SettlementRequest",
     "Settler",
+    "SettlerConfig",
+    "SettlerSpec",
     "Spend",
     "SpendOutcome",
     "State",
     "StateMismatch",
     "Store",
     "StoreUnavailable",
+    "Token",
     "Transferred",
     "Transition",
     "TransitionApplied",
@@ -224,6 +229,7 @@ __all__ = [
     "keeps_credits",
     "key_to_release",
     "nameable",
+    "payer_of",
     "preflight",
     "redact_url",
     "resolve_authorization",
@@ -363,6 +369,26 @@ class DelegatingStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self.inner.release_lease(lease, value)
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        return await self.inner.find_challenges(
+            states=states, payer=payer, before=before, limit=limit
+        )
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        await self.inner.add_counts(counts, forget_before=forget_before)
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        return await self.inner.read_counts(start=start, end=end)
 
     async def migrate(self) -> list[str]:
         """The inner store's migrations, if it has any (``MigratingStore``)."""

@@ -8,22 +8,28 @@ any other signature: those are public (the whole authorization is in the
 settlement's calldata) or shared with third parties.
 
 Proving needs no chain call, and a payment that does not verify fails with the
-402 a fresh, invalid payment gets. The window of validity is no part of the
+402 a fresh, invalid payment gets. A challenge may offer several networks and
+tokens: a payment is checked against the offer it claims (``accepted.network``
+and ``accepted.asset``), with that token's amount and EIP-712 domain; once a
+payment is claimed, only the offer it chose. The window of validity is no part of the
 proof (a paid buyer may come back after ``validBefore``); it is checked when a
 payment is about to be settled (``Verifier.checked``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .eip712 import Eip3009Domain
-from .errors import TxAlreadyRedeemed
+from .errors import PaymentFailed, TxAlreadyRedeemed
 from .interfaces import Authorization, Clock
 from .networks import NetworkInfo
 from .offers import OfferBuilder
 from .protocol import AccessBody, PaymentPayload, check_payment
-from .records import ChallengeRecord, PaymentDetails, PaymentKey
+from .reasons import Reason
+from .records import ChallengeRecord, Offer, PaymentDetails, PaymentKey, State
 
 __all__ = ["Caller", "Verifier"]
 
@@ -39,6 +45,10 @@ class Caller:
     checked: tuple[str, Authorization] | None = None
     #: Its signature verified against this challenge (window aside: a proof, not a payment).
     verified: tuple[str, Authorization] | None = None
+    #: The challenge's offer it pays (network, token, amount), once checked.
+    offer: Offer | None = None
+    #: That offer's network and token.
+    option: NetworkInfo | None = None
 
 
 def same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
@@ -56,25 +66,72 @@ def same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
 class Verifier:
     """Step 5 and the proof of purchase, against the requirement a challenge was offered."""
 
-    def __init__(self, offers: OfferBuilder, network: NetworkInfo, clock: Clock) -> None:
+    def __init__(
+        self,
+        offers: OfferBuilder,
+        options: Callable[[str, str], NetworkInfo | None],
+        clock: Clock,
+    ) -> None:
         self.offers = offers
-        self.network = network
-        # The domain comes from config, never from a payload (SPEC 2.1).
-        self.domain = Eip3009Domain(
-            name=network.asset_name,
-            version=network.asset_version,
-            chain_id=network.chain_id,
-            verifying_contract=network.asset,
-        )
+        self.options = options
         self.clock = clock
+        self._domains: dict[tuple[str, str], Eip3009Domain] = {}
+
+    def _domain(self, option: NetworkInfo) -> Eip3009Domain:
+        """The token's EIP-712 domain, from config, never from a payload (SPEC 2.1)."""
+        key = (option.caip2, option.asset)
+        domain = self._domains.get(key)
+        if domain is None:
+            domain = self._domains[key] = Eip3009Domain(
+                name=option.asset_name,
+                version=option.asset_version,
+                chain_id=option.chain_id,
+                verifying_contract=option.asset,
+            )
+        return domain
+
+    def _claimed(
+        self, record: ChallengeRecord, payment: PaymentPayload
+    ) -> tuple[Offer, NetworkInfo, dict[str, Any]]:
+        """The offer the payment claims: one of a PENDING challenge's, else the one it chose."""
+        accepted = payment.accepted
+        if record.state is State.PENDING:
+            offers = record.offers
+        else:
+            offers = (Offer(record.network, record.asset, record.amount),)
+        offer = next(
+            (
+                o
+                for o in offers
+                if o.network == accepted.network and o.asset.lower() == accepted.asset.lower()
+            ),
+            None,
+        )
+        if offer is None:
+            if all(o.network != accepted.network for o in offers):
+                networks = ", ".join(sorted({o.network for o in offers}))
+                raise PaymentFailed(
+                    Reason.INVALID_NETWORK, f"this challenge is paid on {networks} only"
+                )
+            raise PaymentFailed(
+                Reason.INVALID_PAYMENT_REQUIREMENTS,
+                f"accepted.asset is not a token this challenge accepts on {accepted.network}",
+            )
+        offered = self.offers.offered_requirement(record, offer)  # 410 if no longer offered
+        option = self.options(offer.network, offer.asset)
+        assert option is not None  # offered_requirement found it
+        return offer, option, offered
 
     def checked(self, record: ChallengeRecord, caller: Caller) -> Authorization:
         """Step 5: the caller's payment against this challenge's requirement, window included."""
         assert caller.payment is not None
         if caller.checked is None or caller.checked[0] != record.challenge_id:
-            offered = self.offers.offered_requirement(record)
-            auth = check_payment(caller.payment, offered, self.network, self.domain, self.clock())
+            offer, option, offered = self._claimed(record, caller.payment)
+            auth = check_payment(
+                caller.payment, offered, option, self._domain(option), self.clock()
+            )
             caller.checked = caller.verified = (record.challenge_id, auth)
+            caller.offer, caller.option = offer, option
         return caller.checked[1]
 
     def proves(self, record: ChallengeRecord, caller: Caller) -> bool:
@@ -85,9 +142,14 @@ class Verifier:
         if caller.payment is None or stored is None:
             return False
         if caller.verified is None or caller.verified[0] != record.challenge_id:
-            offered = self.offers.offered_requirement(record)
+            _, option, offered = self._claimed(record, caller.payment)
             auth = check_payment(
-                caller.payment, offered, self.network, self.domain, self.clock(), window=False
+                caller.payment,
+                offered,
+                option,
+                self._domain(option),
+                self.clock(),
+                window=False,
             )
             caller.verified = (record.challenge_id, auth)
         return same_authorization(caller.verified[1], stored)

@@ -10,7 +10,7 @@ traffic or beside another pass can only lose races, never double anything:
    ``grace_seconds``) is over; else left alone (and reported if its lease is over).
 2. Every PAID record nobody is delivering: the credential is issued and the
    record becomes DELIVERED (the buyer gets it by retrying the same request).
-3. PENDING records past expiresAt -> EXPIRED.
+3. PENDING records past expiresAt -> EXPIRED (a page's moves at once).
 4. Pruning: delivered records after ``retention_days``; never-paid ones
    (PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks after
    ``unpaid_retention_hours``.
@@ -20,6 +20,10 @@ challenge_id)``, so records it cannot decide never keep it from the ones behind
 them. In a server the pass runs every ``interval_seconds`` in each worker, but
 under a store lease so only one runs at a time across workers and instances;
 ``x402srv reconcile`` runs one pass by hand.
+
+Each pass run under the lease leaves a summary in the store (the versioned
+document ``STATUS_DOCUMENT``: when it ran, where, what it changed and what it
+could not decide), which the seller's console shows from any instance.
 """
 
 from __future__ import annotations
@@ -29,19 +33,25 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import ReconcilerConfig
 from .errors import CredentialPending, StoreUnavailable
+from .interfaces import Store
 from .pipeline import AccessPipeline
 from .records import ChallengeRecord, State
 
-__all__ = ["Change", "PassReport", "Reconciler"]
+__all__ = ["STATUS_DOCUMENT", "Change", "PassReport", "Reconciler", "last_pass"]
 
 log = logging.getLogger("x402srv.reconciler")
 
 LEASE_NAME = "x402srv-reconciler"
+#: The store document holding the last pass's summary (no A2A task id looks like this).
+STATUS_DOCUMENT = "x402srv.reconciler.last-pass"
+#: Unresolved challenge ids kept in the summary at most.
+MAX_LISTED = 100
 #: Kept for ``retention_days``: replays of a purchase must still find their grant.
 PAID_FOR = (State.DELIVERED,)
 #: Kept for ``unpaid_retention_hours``: nothing was paid, so nothing is owed to anyone.
@@ -88,9 +98,7 @@ class Reconciler:
                 change,
             )
 
-    async def _each(
-        self, state: State, older_than: float, step: Callable[[ChallengeRecord], Awaitable[None]]
-    ) -> None:
+    async def _pages(self, state: State, older_than: float) -> AsyncIterator[list[ChallengeRecord]]:
         """Every record in ``state`` last updated before ``older_than``, oldest first, once."""
         after: tuple[float, str] | None = None
         while True:
@@ -100,11 +108,34 @@ class Reconciler:
                 after=after,
                 limit=self.options.batch_size,
             )
-            for record in batch:
-                await step(record)
+            yield batch
             if len(batch) < self.options.batch_size:
                 return
             after = (batch[-1].updated_at, batch[-1].challenge_id)
+
+    async def _each(
+        self, state: State, older_than: float, step: Callable[[ChallengeRecord], Awaitable[None]]
+    ) -> None:
+        """``step`` for every record of ``_pages``, one after the other."""
+        async for batch in self._pages(state, older_than):
+            for record in batch:
+                await step(record)
+
+    async def _expire(self, report: PassReport, now: float, older_than: float) -> None:
+        """PENDING past expiresAt -> EXPIRED, a page at a time.
+
+        The moves of a page are independent compare-and-sets, so they go
+        together: a networked store's round trips overlap and PostgreSQL
+        commits them in a few flushes, where one after the other each waited
+        for its own (an unpaid flood leaves a great many of them).
+        """
+        async for batch in self._pages(State.PENDING, older_than):
+            due = [record for record in batch if record.expires_at <= now]
+            afters = await asyncio.gather(*map(self.pipeline.expire, due), return_exceptions=True)
+            for record, after in zip(due, afters, strict=True):
+                if isinstance(after, BaseException):
+                    raise after
+                self._note(report, record, after)
 
     async def run_once(self, *, grace_seconds: float | None = None) -> PassReport:
         report = PassReport()
@@ -129,17 +160,12 @@ class Reconciler:
                 return
             self._note(report, record, after)
 
-        async def expire(record: ChallengeRecord) -> None:
-            if record.expires_at <= now:
-                after = await self.pipeline.expire(record)
-                self._note(report, record, after)
-
         await self._each(State.SETTLING, now, settle_left_behind)
         await self._each(State.PAID, now, deliver)
         unpaid_cutoff = now - self.options.unpaid_retention_hours * 3600
         report.pruned += await self._prune(UNPAID, unpaid_cutoff)
         ttl = self.pipeline.config.server.challenge_ttl_seconds
-        await self._each(State.PENDING, now - ttl, expire)
+        await self._expire(report, now, now - ttl)
         report.pruned += await self._prune(PAID_FOR, now - self.options.retention_days * 86_400)
         report.pruned_tasks = await self._prune_tasks(now)
         return report
@@ -178,10 +204,43 @@ class Reconciler:
                 return None
             await asyncio.sleep(0.5)
         try:
-            return await self.run_once(grace_seconds=grace_seconds)
+            started = self.pipeline.clock()
+            report = await self.run_once(grace_seconds=grace_seconds)
+            with contextlib.suppress(StoreUnavailable):
+                await self._keep_summary(report, started)
+            return report
         finally:
             with contextlib.suppress(StoreUnavailable):
                 await self.pipeline.store.release_lease(lease, None)
+
+    async def _keep_summary(self, report: PassReport, started: float) -> None:
+        """The pass's summary, for the console; written by the lease holder only."""
+        store = self.pipeline.store
+        current = await store.get_task(STATUS_DOCUMENT)
+        document = {
+            "startedAt": started,
+            "finishedAt": self.pipeline.clock(),
+            "holder": self.holder,
+            "changes": [
+                {
+                    "challengeId": c.challenge_id,
+                    "from": c.before.value,
+                    "to": c.after.value,
+                    "reason": c.reason,
+                }
+                for c in report.changes[:MAX_LISTED]
+            ],
+            "changed": len(report.changes),
+            "unresolved": report.unresolved[:MAX_LISTED],
+            "unresolvedCount": len(report.unresolved),
+            "pruned": report.pruned,
+            "prunedTasks": report.pruned_tasks,
+        }
+        await store.save_task(
+            STATUS_DOCUMENT,
+            document,
+            expect_version=current[1] if current is not None else None,
+        )
 
     async def run_forever(self) -> None:
         """The server's background task; store outages are logged and retried next time."""
@@ -203,3 +262,9 @@ class Reconciler:
                     report.pruned,
                     report.pruned_tasks,
                 )
+
+
+async def last_pass(store: Store) -> dict[str, Any] | None:
+    """The summary the last pass left (``None`` before the first one)."""
+    stored = await store.get_task(STATUS_DOCUMENT)
+    return stored[0] if stored is not None else None

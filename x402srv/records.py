@@ -1,8 +1,9 @@
 """Challenge records and their state machine (SPEC 5).
 
-    PENDING ──► SETTLING ──► PAID ──► DELIVERED
-       │  ▲         │
-       │  └─────────┘  definite settlement failure (claim released)
+    PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
+       │  ▲         │                       ▲        │ revoked by the seller
+       │  └─────────┘                       └────────┘ (``revoked_at``; the grant stays)
+       │   definite settlement failure (claim released)
        ├──► EXPIRED     past expiresAt
        └──► CANCELLED   operator
 
@@ -20,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "ChallengeRecord",
+    "Offer",
     "PaymentDetails",
     "PaymentKey",
     "RecordChanges",
@@ -39,7 +41,8 @@ class State(StrEnum):
 
 #: Moves the state machine allows; stores refuse every other move (SETTLING →
 #: SETTLING is a lease update by the attempt that holds it; PAID → PAID takes
-#: the delivery claim, so one request at a time calls the credential issuer).
+#: the delivery claim, so one request at a time calls the credential issuer;
+#: DELIVERED -> DELIVERED records a revocation in the history).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),
@@ -50,6 +53,7 @@ ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (State.SETTLING, State.PAID),
         (State.PAID, State.PAID),
         (State.PAID, State.DELIVERED),
+        (State.DELIVERED, State.DELIVERED),
     }
 )
 
@@ -69,6 +73,18 @@ class PaymentKey:
 
     def __str__(self) -> str:
         return f"{self.chain_id}:{self.asset.lower()}:{self.payer.lower()}:{self.nonce.lower()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One requirement a challenge offers: ``amount`` of ``asset`` on ``network`` (CAIP-2)."""
+
+    network: str
+    asset: str
+    amount: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"network": self.network, "asset": self.asset, "amount": self.amount}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +138,12 @@ class ChallengeRecord:
 
     ``amount``/``asset``/``network``/``pay_to``/``max_timeout_seconds`` are the
     requirement offered when the challenge was created: a replay gets exactly
-    what was offered even if the seller edits prices meanwhile; ``calls`` too
-    (the credits its delivery adds, for plans that sell calls). ``top_up_of``
-    names the grant (its challengeId) a top-up adds its credits to.
+    what was offered even if the seller edits prices meanwhile. A plan paid on
+    several networks or tokens offers each in ``options`` (empty: the record's
+    own network, asset and amount are the one offer); the claim of a payment
+    sets ``network``/``asset``/``amount`` to the option that payment chose.
+    ``calls`` are the credits its delivery adds, for plans that sell calls;
+    ``top_up_of`` names the grant (its challengeId) a top-up adds its credits to.
     """
 
     challenge_id: str
@@ -146,8 +165,24 @@ class ChallengeRecord:
     tx_hash: str | None = None
     grant: dict[str, Any] | None = None
     history: tuple[Transition, ...] = field(default_factory=tuple)
+    options: tuple[Offer, ...] = ()
     calls: int | None = None
     top_up_of: str | None = None
+    #: When the seller revoked the grant (``x402srv.revocation``); None while it stands.
+    revoked_at: float | None = None
+
+    @property
+    def offers(self) -> tuple[Offer, ...]:
+        """Every requirement this challenge offers (its options, else its own one)."""
+        return self.options or (Offer(self.network, self.asset, self.amount),)
+
+    def offer_for(self, network: str, asset: str) -> Offer | None:
+        """The offer of ``asset`` (any letter case) on ``network``, if this challenge makes it."""
+        wanted = asset.lower()
+        for offer in self.offers:
+            if offer.network == network and offer.asset.lower() == wanted:
+                return offer
+        return None
 
     @classmethod
     def new(
@@ -165,10 +200,11 @@ class ChallengeRecord:
         now: float,
         ttl_seconds: float,
         implicit: bool = False,
+        options: tuple[Offer, ...] = (),
         calls: int | None = None,
         top_up_of: str | None = None,
     ) -> ChallengeRecord:
-        """A fresh PENDING challenge offering ``amount`` of ``asset`` to ``pay_to``."""
+        """A fresh PENDING challenge offering ``amount`` of ``asset`` (or ``options``)."""
         return cls(
             challenge_id=challenge_id,
             request_id=request_id,
@@ -185,6 +221,7 @@ class ChallengeRecord:
             updated_at=now,
             implicit=implicit,
             history=(Transition(State.PENDING, now, "challenge created"),),
+            options=options,
             calls=calls,
             top_up_of=top_up_of,
         )
@@ -215,8 +252,10 @@ class ChallengeRecord:
             "history": [
                 {"state": t.state.value, "at": t.at, "reason": t.reason} for t in self.history
             ],
+            "options": [offer.to_dict() for offer in self.options],
             "calls": self.calls,
             "top_up_of": self.top_up_of,
+            "revoked_at": self.revoked_at,
         }
 
     @classmethod
@@ -229,15 +268,19 @@ class ChallengeRecord:
             Transition(State(t["state"]), float(t["at"]), str(t["reason"]))
             for t in values.get("history") or ()
         )
+        values["options"] = tuple(Offer(**offer) for offer in values.get("options") or ())
         return cls(**values)
 
     def apply(self, change: RecordChanges, to: State, at: float, reason: str) -> ChallengeRecord:
         """The record after a transition; stores call this inside their atomic section."""
         updates: dict[str, Any] = {"state": to, "updated_at": at}
-        for name in ("payer", "tx_hash", "grant"):
+        for name in ("payer", "tx_hash", "grant", "revoked_at"):
             value = getattr(change, name)
             if value is not None:
                 updates[name] = value
+        if change.offer is not None:  # the claim: the option the payment chose
+            offer = change.offer
+            updates.update(network=offer.network, asset=offer.asset, amount=offer.amount)
         if change.clear_payment:
             updates["payment"] = None
         elif change.payment is not None:
@@ -257,3 +300,5 @@ class RecordChanges:
     payer: str | None = None
     tx_hash: str | None = None
     grant: dict[str, Any] | None = None
+    revoked_at: float | None = None
+    offer: Offer | None = None

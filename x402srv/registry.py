@@ -31,9 +31,11 @@ import pluggy
 
 from . import hookspecs
 from .chain import ChainReader
-from .config import Config
+from .config import Config, Network, SettlerSpec
 from .errors import ConfigError, PluginNotFound
+from .failover import FailoverSettler
 from .interfaces import Clock, CredentialIssuer, Settler, Store, keeps_credits, system_clock
+from .network_settlers import NetworkSettlers
 from .plugin_context import PluginContext
 
 __all__ = ["LOAD_PLUGINS_ENV", "Built", "Registry"]
@@ -80,12 +82,31 @@ class _Entry:
 
 @dataclass(frozen=True, slots=True)
 class Built:
-    """The plugins a config selects, built but not started."""
+    """The plugins a config selects, built but not started.
+
+    ``settler`` is what the pipeline calls: the one network's settler (its
+    failover when it has several), or ``settlers`` itself, which routes each
+    payment to its network's. ``chains`` has a reader per network with an RPC.
+    """
 
     store: Store
     settler: Settler
     issuer: CredentialIssuer
-    chain: ChainReader | None
+    chains: dict[str, ChainReader]
+    settlers: NetworkSettlers
+
+    @property
+    def chain(self) -> ChainReader | None:
+        """The first network's reader (the one network of the one-network form)."""
+        return next(iter(self.chains.values()), None)
+
+    async def open_chains(self) -> None:
+        for chain in self.chains.values():
+            await chain.open()
+
+    async def close_chains(self) -> None:
+        for chain in self.chains.values():
+            await chain.close()
 
 
 class Registry:
@@ -166,9 +187,13 @@ class Registry:
         return list(rows.values())
 
     def _context(self, kind: Kind, section: str, name: str, config: Config, **kw: Any) -> Any:
-        """Build plugin ``name`` of ``kind``; ``section`` is the key that chose it."""
+        """Build plugin ``name`` of ``kind``; ``section`` is the key that chose it.
+
+        Option tables live under the kind's own section (``[store.<plugin>]``,
+        ``[settlement.<plugin>]``), also for a settler a ``[[networks]]`` table chose.
+        """
         entries = self._entries[kind]
-        table_section = section.split(".")[0]  # "store.backend" -> [store.<plugin>] tables
+        table_section = {"settler": "settlement"}.get(kind, section.split(".")[0])
 
         def missing(plugin: str, path: str) -> PluginNotFound:
             installed = ", ".join(sorted(entries)) or "none"
@@ -250,19 +275,21 @@ class Registry:
         return store
 
     def build(self, config: Config, *, clock: Clock = system_clock) -> Built:
-        """Build the store, settler and issuer the config names (nothing is opened yet)."""
-        network = config.network_info
-        chain = ChainReader(network.rpc_url) if network.rpc_url else None
+        """Build the store, settlers and issuer the config names (nothing is opened yet)."""
+        chains = {
+            network.caip2: ChainReader(network.rpc_url)
+            for network in config.resolved_networks
+            if network.rpc_url
+        }
         store = self.build_store(config, clock=clock)
-        settler = self._context(
-            "settler",
-            "settlement.strategy",
-            config.settlement.selected_strategy,
-            config,
-            clock=clock,
-            store=store,
-            chain=chain,
-        )
+        per_network: dict[str, Settler] = {}
+        firsts: dict[str, SettlerSpec] = {}
+        for network in config.resolved_networks:
+            per_network[network.caip2] = self._settler_of(
+                network, config, clock=clock, store=store, chain=chains.get(network.caip2)
+            )
+            firsts[network.caip2] = network.settlers[0]
+        settlers = NetworkSettlers(per_network, firsts)
         issuer = self._context(
             "credential issuer",
             "credentials.issuer",
@@ -271,4 +298,48 @@ class Registry:
             clock=clock,
             store=store,
         )
-        return Built(store=store, settler=settler, issuer=issuer, chain=chain)
+        return Built(
+            store=store,
+            settler=settlers.only() or settlers,
+            issuer=issuer,
+            chains=chains,
+            settlers=settlers,
+        )
+
+    def _settler_of(
+        self,
+        network: Network,
+        config: Config,
+        *,
+        clock: Clock,
+        store: Store,
+        chain: ChainReader | None,
+    ) -> Settler:
+        """The network's settler: its only one, or a failover over its list."""
+        built: list[Settler] = []
+        for spec in network.settlers:
+            section = f"{spec.path}.strategy"
+            built.append(
+                self._context(
+                    "settler",
+                    section,
+                    spec.strategy,
+                    config,
+                    clock=clock,
+                    store=store,
+                    chain=chain,
+                    network=network.options[0],
+                    settler=spec,
+                )
+            )
+        if len(built) == 1:
+            return built[0]
+        settlement = config.settlement
+        return FailoverSettler(
+            network.caip2,
+            list(zip(network.settlers, built, strict=True)),
+            chain=chain,
+            breaker=settlement.circuit_breaker,
+            # the pipeline cuts a settlement at the lease minus 2 s; end before it does
+            budget_seconds=max(1.0, settlement.lease_seconds - 3.0),
+        )

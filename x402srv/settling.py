@@ -24,11 +24,15 @@ twice. ``mark_paid`` is SETTLING -> PAID for whoever learnt the transaction (a
 settler, or the chain): one transaction may pay several challenges (a batching
 facilitator), so a txHash another challenge owns is shared only when the chain
 shows THIS authorization used in it.
+
+Each record is decided on its own network's chain (``chains``, by CAIP-2 id): a
+seller paid on several networks has one reader per network.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import moves
@@ -54,10 +58,14 @@ class Release:
 
 
 class SettlingResolver:
-    def __init__(self, chain: ChainReader | None, mover: moves.Mover, clock: Clock) -> None:
-        self.chain = chain
+    def __init__(self, chains: Mapping[str, ChainReader], mover: moves.Mover, clock: Clock) -> None:
+        self.chains = chains
         self.mover = mover
         self.clock = clock
+
+    def chain_of(self, record: ChallengeRecord) -> ChainReader | None:
+        """The reader of the record's network (None: no RPC is configured there)."""
+        return self.chains.get(record.network)
 
     async def resolve(self, record: ChallengeRecord, *, grace: float = 0.0) -> ChallengeRecord:
         """A SETTLING record: let the chain decide it, and return it as it is now.
@@ -96,7 +104,7 @@ class SettlingResolver:
         payment = record.payment
         assert payment is not None
         now = self.clock()
-        verdict = await self._verdict(record)
+        verdict = await self.verdict(record)
         if isinstance(verdict, Transferred):
             return Paid(verdict.tx_hash)
         if not payment.submitted:
@@ -112,10 +120,11 @@ class SettlingResolver:
     async def settles_in(self, record: ChallengeRecord, tx_hash: str) -> bool:
         """Whether ``tx_hash`` used this record's own authorization and paid its payTo."""
         payment = record.payment
-        if self.chain is None or payment is None:
+        chain = self.chain_of(record)
+        if chain is None or payment is None:
             return False
         try:
-            receipt = await self.chain.receipt(tx_hash)
+            receipt = await chain.receipt(tx_hash)
         except ChainUnavailable as exc:
             log.warning("challenge %s: cannot read %s: %s", record.challenge_id, tx_hash, exc)
             return False
@@ -123,14 +132,16 @@ class SettlingResolver:
             record.asset, payment.payer, record.pay_to, int(payment.value), payment.nonce
         )
 
-    async def _verdict(self, record: ChallengeRecord) -> Verdict | None:
+    async def verdict(self, record: ChallengeRecord) -> Verdict | None:
+        """What the chain says of the record's authorization; None when it cannot tell."""
         payment = record.payment
         assert payment is not None
-        if self.chain is None:
+        chain = self.chain_of(record)
+        if chain is None:
             return None
         try:
             return await resolve_authorization(
-                self.chain,
+                chain,
                 asset=record.asset,
                 payer=payment.payer,
                 pay_to=record.pay_to,

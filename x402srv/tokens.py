@@ -17,8 +17,14 @@ HS256-with-the-public-key confusion are refused before any signature check.
 fits behind the same call without blocking the event loop; the static sources
 here never wait, so they serve both lookups.
 
-Every token problem is raised as ``InvalidToken`` or ``TokenExpired`` with a
-detail safe to show the client; pyjwt exceptions never escape. A key source
+A verifier may also be given a ``RevocationSource`` (``x402srv.revocation``:
+the store's revocation list inside x402srv, the published list for anyone
+else): a token of a revoked grant is then ``TokenRevoked``, checked after the
+signature and on every use of a cached verification too.
+
+Every token problem is raised as ``InvalidToken``, ``TokenExpired`` or
+``TokenRevoked`` with a detail safe to show the client; pyjwt exceptions
+never escape. A key source
 that cannot answer (a JWKS endpoint down) raises ``KeySourceUnavailable``
 instead: the server cannot check tokens right now, which is not the client's
 fault and must not look like a bad token. Time comes from
@@ -41,7 +47,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import ConfigError, InvalidToken, TokenExpired
+from .errors import ConfigError, InvalidToken, TokenExpired, TokenRevoked
 from .interfaces import Clock, system_clock
 from .token_cache import VerifiedTokens
 
@@ -58,7 +64,9 @@ __all__ = [
     "Ed25519KeySource",
     "HS256KeySource",
     "KeySource",
+    "RevocationSource",
     "SyncKeySource",
+    "SyncRevocationSource",
     "TokenVerifier",
     "VerifyingKey",
     "ed25519_jwk",
@@ -209,6 +217,30 @@ class SyncKeySource(Protocol):
     def key_for_sync(self, kid: str | None) -> VerifyingKey | None:
         """As ``KeySource.key_for``, blocking (a JWKS source fetches with ``httpx.Client``)."""
         ...
+
+
+@runtime_checkable
+class RevocationSource(Protocol):
+    """Which grants the seller revoked (``x402srv.revocation`` has the two kinds)."""
+
+    async def is_revoked(self, challenge_id: str) -> bool:
+        """Whether the grant of ``challenge_id`` (a token's ``jti``) was revoked.
+
+        Raise only for the source's own failures (``RevocationsUnavailable``).
+        """
+        ...
+
+
+@runtime_checkable
+class SyncRevocationSource(Protocol):
+    """A revocation source sync code can ask (``verify_access_token_sync``)."""
+
+    def is_revoked_sync(self, challenge_id: str) -> bool:
+        """As ``RevocationSource.is_revoked``, blocking."""
+        ...
+
+
+_REVOKED = "The access token's grant was revoked by the seller."
 
 
 class HS256KeySource:
@@ -523,21 +555,27 @@ async def verify_access_token(
     algorithms: Sequence[str] | None = None,
     leeway: float = 0,
     now: float | None = None,
+    revocations: RevocationSource | None = None,
 ) -> AccessClaims:
     """Verify an ``at+jwt`` access token and return its claims.
 
-    Raises ``TokenExpired`` for an expired token and ``InvalidToken`` for every
+    Raises ``TokenExpired`` for an expired token, ``TokenRevoked`` for one whose
+    grant ``revocations`` (when given) lists, and ``InvalidToken`` for every
     other token problem. ``algorithms`` may only narrow what the key source
     uses; one that excludes it is a programming error (``ConfigError``, raised
     whatever the token). Failures of the key source itself propagate
-    (``KeySourceUnavailable`` from a JWKS source that cannot be fetched).
+    (``KeySourceUnavailable`` from a JWKS source that cannot be fetched), and
+    so do those of the revocation source (``RevocationsUnavailable``).
     """
     algorithm = _pinned_algorithm(key_source, algorithms)
     kid = _header_kid(token)
     key = await key_source.key_for(kid)
-    return _verify_with_key(
+    claims = _verify_with_key(
         token, key, algorithm, issuer=issuer, audience=audience, leeway=leeway, now=now
     )
+    if revocations is not None and await revocations.is_revoked(claims.challenge_id):
+        raise TokenRevoked(_REVOKED)
+    return claims
 
 
 def verify_access_token_sync(
@@ -549,18 +587,22 @@ def verify_access_token_sync(
     algorithms: Sequence[str] | None = None,
     leeway: float = 0,
     now: float | None = None,
+    revocations: SyncRevocationSource | None = None,
 ) -> AccessClaims:
     """``verify_access_token`` for code without an event loop (Flask, Django, scripts).
 
-    Same checks, same errors; a JWKS source fetches with a blocking client here,
-    so never call this on an event loop.
+    Same checks, same errors; a JWKS source (and a revocation list) fetches with
+    a blocking client here, so never call this on an event loop.
     """
     algorithm = _pinned_algorithm(key_source, algorithms)
     kid = _header_kid(token)
     key = key_source.key_for_sync(kid)
-    return _verify_with_key(
+    claims = _verify_with_key(
         token, key, algorithm, issuer=issuer, audience=audience, leeway=leeway, now=now
     )
+    if revocations is not None and revocations.is_revoked_sync(claims.challenge_id):
+        raise TokenRevoked(_REVOKED)
+    return claims
 
 
 class TokenVerifier:
@@ -579,6 +621,7 @@ class TokenVerifier:
         clock: Clock = system_clock,
         leeway: float = 0,
         algorithms: Sequence[str] | None = None,
+        revocations: RevocationSource | SyncRevocationSource | None = None,
     ) -> None:
         if not issuer:
             raise ConfigError("the token issuer must not be empty")
@@ -592,6 +635,7 @@ class TokenVerifier:
         self.audience = audience
         self.clock = clock
         self.leeway = leeway
+        self.revocations = revocations
         self._verified = VerifiedTokens()
 
     def __repr__(self) -> str:
@@ -604,14 +648,20 @@ class TokenVerifier:
         """See ``verify_access_token``; the time is the verifier's clock.
 
         A token this verifier accepted in the last minute is not decoded again:
-        only its expiry is checked (``x402srv.token_cache``).
+        only its expiry is checked (``x402srv.token_cache``), and its revocation.
         """
         now = self.clock()
         claims = self._verified.get(token, now, self.leeway)
-        if claims is not None:
-            return claims
-        key = await self.key_source.key_for(_header_kid(token))
-        return self._accept(token, key, now)
+        if claims is None:
+            key = await self.key_source.key_for(_header_kid(token))
+            claims = self._accept(token, key, now)
+        revocations = self.revocations
+        if revocations is not None:
+            if not isinstance(revocations, RevocationSource):
+                raise ConfigError(f"{revocations!r} has no async lookup (is_revoked)")
+            if await revocations.is_revoked(claims.challenge_id):
+                raise TokenRevoked(_REVOKED)
+        return claims
 
     def verify_sync(self, token: str) -> AccessClaims:
         """See ``verify_access_token_sync``; the key source must also be a ``SyncKeySource``."""
@@ -620,9 +670,15 @@ class TokenVerifier:
             raise ConfigError(f"{source!r} has no blocking lookup (key_for_sync)")
         now = self.clock()
         claims = self._verified.get(token, now, self.leeway)
-        if claims is not None:
-            return claims
-        return self._accept(token, source.key_for_sync(_header_kid(token)), now)
+        if claims is None:
+            claims = self._accept(token, source.key_for_sync(_header_kid(token)), now)
+        revocations = self.revocations
+        if revocations is not None:
+            if not isinstance(revocations, SyncRevocationSource):
+                raise ConfigError(f"{revocations!r} has no blocking lookup (is_revoked_sync)")
+            if revocations.is_revoked_sync(claims.challenge_id):
+                raise TokenRevoked(_REVOKED)
+        return claims
 
     def _accept(self, token: str, key: VerifyingKey | None, now: float) -> AccessClaims:
         """The checks after the key lookup (the algorithm was pinned when this was built)."""
@@ -640,9 +696,18 @@ class TokenVerifier:
 
     @classmethod
     def from_config(
-        cls, config: Config, *, clock: Clock = system_clock, leeway: float = 0
+        cls,
+        config: Config,
+        *,
+        clock: Clock = system_clock,
+        leeway: float = 0,
+        revocations: RevocationSource | SyncRevocationSource | None = None,
     ) -> TokenVerifier:
-        """The verifier for what the ``jwt`` issuer of this config signs."""
+        """The verifier for what the ``jwt`` issuer of this config signs.
+
+        ``revocations``: where revoked grants are read, e.g.
+        ``RevocationList.for_config(config)`` (x402srv's published list).
+        """
         credentials = config.credentials
         if credentials.issuer != "jwt":
             raise ConfigError(
@@ -657,4 +722,5 @@ class TokenVerifier:
             audience=credentials.audience or agent_url,
             clock=clock,
             leeway=leeway,
+            revocations=revocations,
         )

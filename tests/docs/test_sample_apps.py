@@ -100,3 +100,13 @@ def test_the_jwks_sample_builds_its_verifier() -> None:
         "https://pay.example.com",
         "EdDSA",
     )
+
+
+def test_the_revocation_sample_builds_its_verifier() -> None:
+    from x402srv.revocation import RevocationList
+
+    verifier = run_sample("revocation_verifier.py")["verifier"]
+    assert isinstance(verifier.revocations, RevocationList)
+    assert (
+        verifier.revocations.url == "https://pay.example.com/.well-known/x402srv-revocations.json"
+    )

@@ -53,6 +53,9 @@ class Hooks:
     async def note_broadcast(self, tx_hash: str) -> None:
         self.noted.append(tx_hash)
 
+    async def note(self, reason: str) -> None:
+        return None
+
 
 def _request(
     devchain: Devchain, seller: str, payer: Any, facilitator_url: str = "http://127.0.0.1:1"

@@ -42,8 +42,11 @@ CONCURRENCY = 16
 UNPAID_RETENTION_HOURS = 1
 
 
-async def flood(url: str, source: str) -> Counter[int]:
-    """PER_FLOODER unpaid challenge requests from ``source``; the status codes seen."""
+async def flood(url: str, source: str, challenges: list[str]) -> Counter[int]:
+    """PER_FLOODER unpaid challenge requests from ``source``; the status codes seen.
+
+    The challengeId of every 402 goes into ``challenges``.
+    """
     statuses: Counter[int] = Counter()
     transport = httpx.AsyncHTTPTransport(local_address=source)
     async with httpx.AsyncClient(transport=transport, timeout=30) as client:
@@ -53,6 +56,8 @@ async def flood(url: str, source: str) -> Counter[int]:
             for _ in remaining:
                 response = await client.post(url, json={"planId": "hourly"})
                 statuses[response.status_code] += 1
+                if response.status_code == 402:
+                    challenges.append(response.json()["challengeId"])
                 if response.status_code == 429:
                     assert response.json()["code"] == "RATE_LIMITED"
                     assert int(response.headers["retry-after"]) > 0
@@ -61,9 +66,13 @@ async def flood(url: str, source: str) -> Counter[int]:
     return statuses
 
 
-def rows(seller: Seller) -> int:
+def stored_ids(seller: Seller) -> set[str]:
     with sqlite3.connect(seller.server.directory / "x402srv.db") as db:
-        return int(db.execute("SELECT count(*) FROM challenges").fetchone()[0])
+        return {row[0] for row in db.execute("SELECT challenge_id FROM challenges")}
+
+
+def rows(seller: Seller) -> int:
+    return len(stored_ids(seller))
 
 
 async def sweep_later(seller: Seller) -> PassReport:
@@ -94,9 +103,10 @@ async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
             response = await http.post(seller.access_url, json={"planId": "hourly"})
             return response, time.perf_counter() - started
 
+    challenges: list[str] = []
     started = time.perf_counter()
     floods, (paid, latency) = await asyncio.gather(
-        asyncio.gather(*(flood(seller.access_url, source) for source in FLOODERS)),
+        asyncio.gather(*(flood(seller.access_url, source, challenges) for source in FLOODERS)),
         pay_during_flood(),
     )
     elapsed = time.perf_counter() - started
@@ -108,8 +118,12 @@ async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
         assert LIMIT <= statuses[402] <= LIMIT + sync_slack, statuses
         assert statuses[429] == PER_FLOODER - statuses[402]
 
-    stored = rows(seller)
-    assert stored - before == sum(s[402] for s in floods) + 1  # + the paid one
+    ids = stored_ids(seller)
+    stored = len(ids)
+    assert len(set(challenges)) == len(challenges), "a challengeId was answered twice"
+    not_stored = [c for c in challenges if c not in ids]
+    assert not not_stored, f"402s whose challenge is not in the store: {not_stored[:5]}"
+    assert stored - before == len(challenges) + 1  # + the paid one
     report = await sweep_later(seller)
     after = rows(seller)
     assert after == 1, "only the paid record is left"

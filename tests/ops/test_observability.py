@@ -37,6 +37,14 @@ def test_healthz_and_readyz(seller: Seller) -> None:
     assert ready.json() == {
         "status": "ready",
         "checks": {"store": "ok", "chain": "ok", "settlement": "ok"},
+        "settlers": [
+            {
+                "network": "eip155:31337",
+                "settler": f"{seller.strategy} #1 on eip155:31337",
+                "check": "ok",
+                "breaker": None,
+            }
+        ],
     }
 
 

@@ -21,7 +21,7 @@ from tests.support.scripted import (
     unknown_after,
     wire,
 )
-from x402srv.devchain import settle_on_chain
+from x402srv.devchain import encode_call, settle_on_chain, sign_cancel_authorization
 from x402srv.interfaces import (
     Rejected,
     SettlementHooks,
@@ -30,6 +30,7 @@ from x402srv.interfaces import (
     Unknown,
 )
 from x402srv.pipeline import PENDING_RETRY_AFTER
+from x402srv.reasons import Reason
 from x402srv.records import State
 
 PENDING, SETTLING, PAID, DELIVERED = State.PENDING, State.SETTLING, State.PAID, State.DELIVERED
@@ -205,3 +206,69 @@ async def test_settler_that_hangs_is_cut_off_within_its_lease(
     )
     assert record.payment is not None and record.payment.lease_until == rig.clock()
     assert rig.rpc.methods == []
+
+
+async def test_already_used_from_a_settler_is_decided_by_the_chain(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """Regression: a settler that answers "nonce already used" is not a refusal. The payment
+    may be this very one, settled by a settler we gave up on (a facilitator that settled
+    after its timeout): the chain decides, and here it shows the transfer, so the buyer
+    gets its grant for that transaction, in the same request, and nothing is paid twice."""
+    rig = await make_rig(settler=ScriptedSettler())
+    late: list[str] = []
+
+    async def settled_elsewhere(
+        request: SettlementRequest, hooks: SettlementHooks
+    ) -> SettlementOutcome:
+        auth = request.authorization  # another settler's transfer, which we never heard of
+        late.append(settle_on_chain(rig.devchain, rig.relayer, wire(auth), auth.signature))
+        return Rejected(Reason.NONCE_USED, "This authorization was already used or cancelled.")
+
+    rig.settler.then(settled_elsewhere)
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    paid_before = rig.devchain.balance_of(rig.wallet)
+
+    grant = granted(await outcome(rig.pay(payment)))
+
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [*HANDED_OVER, PAID, DELIVERED]
+    assert grant["txHash"] == record.tx_hash == late[0]
+    assert record.history[3].reason.startswith("settled on-chain by an earlier settlement")
+    assert rig.devchain.balance_of(rig.wallet) - paid_before == int(record.amount)
+    assert len(rig.settler.requests) == 1
+
+
+async def test_already_used_because_the_buyer_cancelled_it_is_refused(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The other side of it: the chain shows the authorization cancelled by its payer, so
+    the settler's "already used" stands: 402, the claim released, nothing granted."""
+    rig = await make_rig(settler=ScriptedSettler())
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def cancelled_first(
+        request: SettlementRequest, hooks: SettlementHooks
+    ) -> SettlementOutcome:
+        nonce = bytes.fromhex(payment.nonce[2:])
+        signature = sign_cancel_authorization(buyer, rig.devchain.token, nonce)
+        call = encode_call(
+            "cancelAuthorization(address,bytes32,bytes)",
+            buyer.address,
+            nonce,
+            bytes.fromhex(signature[2:]),
+        )
+        rig.devchain.rpc.send_transaction(rig.relayer, to=rig.devchain.token.address, data=call)
+        return Rejected(Reason.NONCE_USED, "This authorization was already used or cancelled.")
+
+    rig.settler.then(cancelled_first)
+
+    answer = await outcome(rig.pay(payment))
+
+    assert problem(answer, 402, "PAYMENT_FAILED").extra["reason"] == Reason.NONCE_USED
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [*HANDED_OVER, PENDING]
+    assert await rig.store.inner.get_by_payment(rig.key(payment)) is None
+    assert len(rig.settler.requests) == 1

@@ -23,17 +23,24 @@ import pytest
 
 from tests.support.configs import make_config
 from x402srv.config import Config
-from x402srv.default_plugins import sqlite_ops, sqlite_schema
+from x402srv.default_plugins import sqlite_ops, sqlite_reports, sqlite_schema
 from x402srv.default_plugins.sqlite_checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
 from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.default_plugins.store_rules import encode_record
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import Store, TransitionApplied
 from x402srv.plugin_context import PluginContext
-from x402srv.records import State
+from x402srv.records import ChallengeRecord, State
 from x402srv.registry import Registry
 from x402srv.testing import StoreContract
-from x402srv.testing.builders import BASE_TIME, make_grant, make_key, make_record, new_tx_hash
+from x402srv.testing.builders import (
+    BASE_TIME,
+    make_grant,
+    make_key,
+    make_payment,
+    make_record,
+    new_tx_hash,
+)
 from x402srv.testing.store_contract import settling
 
 
@@ -132,7 +139,7 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
         version = other.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_schema.SCHEMA_VERSION == 4
+        assert version == sqlite_schema.SCHEMA_VERSION == 5
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
         expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
         expected |= {"credits", "credit_entries"}
@@ -215,7 +222,7 @@ async def test_a_version_3_file_gains_credit_accounts(tmp_path: Path) -> None:
         raw.execute(statement)
     for statement in sqlite_schema._SCHEMA_V3:
         raw.execute(statement)
-    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", sqlite_ops.challenge_row(record))
+    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", _v3_row(record))
     raw.execute("PRAGMA user_version = 3")
     raw.close()
 
@@ -231,7 +238,7 @@ async def test_a_version_3_file_gains_credit_accounts(tmp_path: Path) -> None:
         await store.close()
     check = sqlite3.connect(path)
     try:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
         schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
         assert "WITHOUT ROWID" in schema["credits"]
         assert "UNIQUE (grant_id, key)" in schema["credit_entries"]
@@ -269,7 +276,7 @@ async def test_a_version_2_file_is_migrated_in_place(tmp_path: Path) -> None:
     raw = sqlite3.connect(path, isolation_level=None)
     for statement in (*sqlite_schema._SCHEMA_V1, *sqlite_schema._SCHEMA_V2):
         raw.execute(statement)
-    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", sqlite_ops.challenge_row(record))
+    raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", _v3_row(record))
     raw.execute("INSERT INTO tasks VALUES (?, ?, ?)", ("old-task", 4, '{"status":"working"}'))
     raw.execute("PRAGMA user_version = 2")
     raw.close()
@@ -723,3 +730,78 @@ async def test_a_thread_of_its_own_checkpoints_the_wal(opened: SqliteStore) -> N
         await asyncio.sleep(INTERVAL_SECONDS)
     await opened.close()
     assert not thread.is_alive()
+
+
+def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
+    """A challenge row as versions 1 to 4 wrote it (no payer column)."""
+    return (
+        record.challenge_id,
+        record.request_id,
+        record.state.value,
+        record.updated_at,
+        encode_record(record),
+    )
+
+
+async def test_a_version_4_file_files_its_records_under_their_payers(tmp_path: Path) -> None:
+    """The previous release's records gain a payer column from their JSON, and counts a table."""
+    path = tmp_path / "v4.db"
+    key = make_key(payer="0x" + "Cd" * 20)
+    pending = make_record(at=BASE_TIME)
+    settling_record = make_record(at=BASE_TIME + 1, state=State.SETTLING, payment=make_payment(key))
+    delivered = make_record(at=BASE_TIME + 2, state=State.DELIVERED, payer="0x" + "Ef" * 20)
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in (
+        *sqlite_schema._SCHEMA_V1,
+        *sqlite_schema._SCHEMA_V2,
+        *sqlite_schema._SCHEMA_V3,
+        *sqlite_schema._SCHEMA_V4,
+    ):
+        raw.execute(statement)
+    for record in (pending, settling_record, delivered):
+        raw.execute("INSERT INTO challenges VALUES (?, ?, ?, ?, ?)", _v3_row(record))
+    raw.execute("PRAGMA user_version = 4")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.start()
+    try:
+        assert await store.find_challenges(payer=key.payer) == [settling_record]
+        assert await store.find_challenges(payer="0x" + "ef" * 20) == [delivered]
+        assert await store.find_challenges() == [delivered, settling_record, pending]
+        await store.add_counts({(3600, "n"): 2}, forget_before=0)
+        assert await store.read_counts(start=0, end=7200) == {(3600, "n"): 2}
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 5
+        schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+        assert "(payer, updated_at, challenge_id)" in schema["challenges_by_payer"]
+        assert "WITHOUT ROWID" in schema["counts"]
+    finally:
+        check.close()
+
+
+async def test_find_reads_one_index_range_per_state(opened: SqliteStore) -> None:
+    """A page of the console never sorts the table: each statement walks an index backwards."""
+    conn = sqlite3.connect(opened.path)
+    try:
+        for states, payer, before in (
+            (None, None, None),
+            ("DELIVERED", None, (BASE_TIME, "x")),
+            (None, "0xab", None),
+        ):
+            sql = sqlite_reports._find_statement(
+                states is not None, 1 if payer else 0, before is not None
+            )
+            params: list[object] = [p for p in (states, payer) if p is not None]
+            if before is not None:
+                params += list(before)
+            plan = " ".join(
+                row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", [*params, 10])
+            )
+            assert "USE TEMP B-TREE" not in plan, plan
+            assert "SCAN challenges USING" in plan or "SEARCH challenges USING" in plan, plan
+    finally:
+        conn.close()

@@ -66,14 +66,28 @@ def test_aliases_resolve_and_other_names_pass_through() -> None:
     assert canonical_network_name("mainnet") == "base"
     assert canonical_network_name("testnet") == "base-sepolia"
     assert canonical_network_name("eip155:1") == "eip155:1"
-    assert set(KNOWN_NETWORKS) == {"base", "base-sepolia"}
+    assert set(KNOWN_NETWORKS) == {
+        "base",
+        "base-sepolia",
+        "ethereum",
+        "sepolia",
+        "polygon",
+        "polygon-amoy",
+        "arbitrum",
+        "arbitrum-sepolia",
+        "optimism",
+        "optimism-sepolia",
+        "avalanche",
+        "avalanche-fuji",
+    }
 
 
 @pytest.mark.parametrize("name", ["goerli", "Base", "eip155:0", "eip155:", "eip155:abc", ""])
 def test_unknown_network_is_refused_listing_the_known_ones(name: str) -> None:
     message = config_error(on_network(name))
     assert "seller.network: unknown network" in message
-    assert "base, base-sepolia, mainnet, testnet, eip155:<chain id>" in message
+    assert "(known: base, base-sepolia, ethereum, sepolia, polygon, polygon-amoy," in message
+    assert "avalanche-fuji, mainnet, testnet, eip155:<chain id>)" in message
 
 
 def test_explorer_url_of_a_named_network() -> None:

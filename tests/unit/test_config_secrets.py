@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.configs import config_dict, custom_network_dict, make_config
+from tests.support.configs import CUSTOM_ASSET, config_dict, custom_network_dict, make_config
 from x402srv.config import Config, Secret, load_config, parse_config, redact_url
 from x402srv.errors import ConfigError
 
@@ -368,3 +368,76 @@ def test_undecodable_secret_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"credentials\.secret: ") as caught:
         parse_config(document, base_dir=tmp_path, env={})
     assert FILE_SECRET not in str(caught.value)
+
+
+def test_describe_lists_every_network_with_its_tokens_and_no_secret() -> None:
+    """Regression: ``x402srv check`` printed each settler's URL and auth as given. Settler
+    URLs carry API keys (in the path, the query, the user info) and the auth is a bearer
+    token: both appear only redacted, while every network, token and settler is listed."""
+    document = config_dict()
+    del document["seller"]["network"]
+    document["networks"] = [
+        {
+            "network": "base",
+            "rpc_url": f"https://base.example.com/v2/{URL_KEY}",
+            "settlers": [
+                {
+                    "facilitator_url": f"https://user:{URL_PASSWORD}@cdp.example.com/x?key={URL_KEY}",
+                    "facilitator_auth": {"env": "FAC_TOKEN"},
+                },
+                {
+                    "facilitator_url": f"https://fac.example.com/{URL_KEY}",
+                    "facilitator_auth": ENV_SECRET,
+                },
+                {"strategy": "gas-wallet", "gas_wallet_private_key": GAS_KEY},
+            ],
+        },
+        {
+            "network": "eip155:31337",
+            "rpc_url": "http://127.0.0.1:8545",
+            "tokens": [
+                {"asset": CUSTOM_ASSET, "name": "USD Coin", "version": "2", "decimals": 6},
+                {"asset": "0x" + "ab" * 20, "name": "Dollar18", "version": "1", "decimals": 18},
+            ],
+        },
+    ]
+    document["settlement"] = {"facilitator_url": f"https://fallback.example.com/{URL_KEY}"}
+    config = parse_config(document, env={"FAC_TOKEN": ENV_SECRET})
+
+    described = config.describe()
+    text = json.dumps(described)
+
+    assert_no_secret(text)
+    assert_no_secret(repr(config))
+    base, local = described["resolved"]["networks"]
+    assert (base["caip2"], local["caip2"]) == ("eip155:8453", "eip155:31337")
+    assert base["rpc_url"] == "https://base.example.com/<redacted>"
+    assert [t["asset"] for t in base["tokens"]] == ["0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"]
+    assert [(t["decimals"], t["eip712"]["name"]) for t in local["tokens"]] == [
+        (6, "USD Coin"),
+        (18, "Dollar18"),
+    ]
+    assert base["settlers"] == [
+        {
+            "settler": "facilitator https://cdp.example.com/<redacted> #1 on eip155:8453",
+            "strategy": "facilitator",
+            "from": "networks[0].settlers[0]",
+            "facilitator_auth": "<secret: env FAC_TOKEN>",
+        },
+        {
+            "settler": "facilitator https://fac.example.com/<redacted> #2 on eip155:8453",
+            "strategy": "facilitator",
+            "from": "networks[0].settlers[1]",
+            "facilitator_auth": "<secret: inline>",
+        },
+        {
+            "settler": "gas-wallet #3 on eip155:8453",
+            "strategy": "gas-wallet",
+            "from": "networks[0].settlers[2]",
+            "gas_wallet_private_key": "<secret: inline>",
+        },
+    ]
+    assert local["settlers"][0]["settler"] == (
+        "facilitator https://fallback.example.com/<redacted> #1 on eip155:31337"
+    )
+    assert described["networks"][0]["settlers"][0]["facilitator_url"] == "<secret: inline>"

@@ -6,10 +6,15 @@ import asyncio
 
 import pytest
 
+from x402srv.config import SettlerConfig, SettlerSpec
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.errors import NotReady
 from x402srv.health import Readiness
+from x402srv.network_settlers import NetworkSettlers
 from x402srv.plugin import BaseSettler
+
+NETWORK = "eip155:84532"
+LABEL = "counting #1 on eip155:84532"
 
 
 class CountingSettler(BaseSettler):
@@ -27,6 +32,11 @@ class CountingSettler(BaseSettler):
         return self.problem
 
 
+def _of(settler: CountingSettler) -> NetworkSettlers:
+    spec = SettlerSpec(NETWORK, 1, 1, "settlement", SettlerConfig(strategy="counting"), LABEL)
+    return NetworkSettlers({NETWORK: settler}, {NETWORK: spec})
+
+
 class Monotonic:
     def __init__(self) -> None:
         self.now = 100.0
@@ -37,10 +47,14 @@ class Monotonic:
 
 async def test_checks_are_cached_then_asked_again() -> None:
     settler, clock = CountingSettler(), Monotonic()
-    ready = Readiness(MemoryStore(), None, settler, cache_seconds=2.0, monotonic=clock)
+    ready = Readiness(MemoryStore(), {}, _of(settler), cache_seconds=2.0, monotonic=clock)
     answers = await asyncio.gather(*(ready.check() for _ in range(10)))
     assert settler.probes == 1, "concurrent probes share one check"
-    assert answers[0] == {"status": "ready", "checks": {"store": "ok", "settlement": "ok"}}
+    assert answers[0] == {
+        "status": "ready",
+        "checks": {"store": "ok", "settlement": "ok"},
+        "settlers": [{"network": NETWORK, "settler": LABEL, "check": "ok", "breaker": None}],
+    }
     clock.now += 1.9
     await ready.check()
     assert settler.probes == 1
@@ -51,12 +65,13 @@ async def test_checks_are_cached_then_asked_again() -> None:
 
 async def test_a_failure_is_cached_too_and_clears_when_the_dependency_is_back() -> None:
     settler, clock = CountingSettler(), Monotonic()
-    ready = Readiness(MemoryStore(), None, settler, cache_seconds=2.0, monotonic=clock)
+    ready = Readiness(MemoryStore(), {}, _of(settler), cache_seconds=2.0, monotonic=clock)
     settler.problem = "facilitator unreachable (ConnectError)"
     for _ in range(3):
         with pytest.raises(NotReady) as failed:
             await ready.check()
         assert failed.value.extra["checks"]["settlement"] == settler.problem
+        assert failed.value.extra["settlers"][0]["check"] == settler.problem
     assert settler.probes == 1
     settler.problem = None
     clock.now += 2.0
@@ -65,7 +80,7 @@ async def test_a_failure_is_cached_too_and_clears_when_the_dependency_is_back() 
 
 async def test_zero_seconds_asks_every_time() -> None:
     settler, clock = CountingSettler(), Monotonic()
-    ready = Readiness(MemoryStore(), None, settler, cache_seconds=0.0, monotonic=clock)
+    ready = Readiness(MemoryStore(), {}, _of(settler), cache_seconds=0.0, monotonic=clock)
     for _ in range(3):
         await ready.check()
     assert settler.probes == 3

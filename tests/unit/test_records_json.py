@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from x402srv.records import ChallengeRecord, PaymentDetails, State, Transition
+from x402srv.records import ChallengeRecord, Offer, PaymentDetails, State, Transition
 from x402srv.testing.builders import make_grant, make_record
 
 
@@ -24,7 +24,10 @@ def _full_record() -> ChallengeRecord:
         submitted=True,
     )
     history = (Transition(State.PENDING, 1.0, "challenge created"),)
-    record = dataclasses.replace(record, payment=payment, tx_hash="0x" + "55" * 32, history=history)
+    options = (Offer("eip155:1", "0x" + "66" * 20, "1"), Offer("eip155:2", "0x" + "77" * 20, "2"))
+    record = dataclasses.replace(
+        record, payment=payment, tx_hash="0x" + "55" * 32, history=history, options=options
+    )
     return dataclasses.replace(record, grant=make_grant(record))
 
 
@@ -35,6 +38,7 @@ def test_to_dict_is_what_asdict_made() -> None:
     expected["history"] = [
         {"state": t.state.value, "at": t.at, "reason": t.reason} for t in record.history
     ]
+    expected["options"] = [dataclasses.asdict(offer) for offer in record.options]
     data = record.to_dict()
     assert data == expected
     assert list(data) == [f.name for f in dataclasses.fields(ChallengeRecord)]

@@ -31,10 +31,9 @@ from typing import Any
 from ..errors import PaymentFailed, ProblemError, TierNotFound, TxAlreadyRedeemed
 from ..ids import uuid4_str
 from ..interfaces import Clock
-from ..pipeline import AccessPipeline
+from ..pipeline import AccessPipeline, payment_key
 from ..protocol import AccessBody, PaymentPayload
 from ..reasons import Reason
-from ..records import PaymentKey
 from .documents import TERMINAL_STATES, Purchase, TaskRecord, TaskState, loggable, new_id
 from .intent import (
     NoPlan,
@@ -109,6 +108,7 @@ class Conversation:
         self._watch = SettlementWatch(pipeline)
         self._plans = list(pipeline.plans)
         self._network = pipeline.network.caip2
+        self._networks = {n.caip2 for n in pipeline.config.resolved_networks}
         self._settling: set[asyncio.Task[TaskRecord]] = set()
 
     # ------------------------------------------------------------ messages
@@ -201,9 +201,10 @@ class Conversation:
 
     async def _refuse_foreign(self, payment: PaymentPayload) -> Update:
         """A payment made for another payment request: spent already, or not this task's."""
-        auth = payment.payload.authorization
-        network = self._pipeline.network
-        key = PaymentKey(network.chain_id, network.asset, auth.from_, auth.nonce)
+        try:
+            key = payment_key(payment)
+        except PaymentFailed as refused:
+            return from_problem(refused, self._receipt_network(payment))
         if await self._pipeline.store.get_by_payment(key) is not None:
             error: ProblemError = TxAlreadyRedeemed(
                 "this payment was already used for another purchase"
@@ -215,6 +216,12 @@ class Conversation:
                 "sign this task's x402.payment.required",
             )
         return from_problem(error, self._network)
+
+    def _receipt_network(self, payment: PaymentPayload | None) -> str:
+        """A receipt names the network paid on, if this seller takes it; else the first one."""
+        if payment is not None and payment.accepted.network in self._networks:
+            return payment.accepted.network
+        return self._network
 
     def _settled(self, settling: asyncio.Task[TaskRecord]) -> None:
         self._settling.discard(settling)
@@ -271,7 +278,7 @@ class Conversation:
         try:
             result = await self._pipeline.access(body, payment)
         except ProblemError as error:
-            return from_problem(error, self._network)
+            return from_problem(error, self._receipt_network(payment))
         return from_result(result)
 
     async def refresh(self, record: TaskRecord, version: int) -> TaskRecord:

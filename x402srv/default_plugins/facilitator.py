@@ -18,7 +18,11 @@ How answers map to the pipeline (SPEC 4.2 step 8):
 
 - refused before the request left (connect error/timeout), a 4xx that names
   no transaction, ``isValid: false``, or ``success: false`` with no
-  transaction: nothing is on-chain -> ``Rejected`` with the facilitator's reason;
+  transaction: nothing is on-chain -> ``Rejected`` with the facilitator's reason.
+  When the facilitator is at fault rather than the payment (it cannot be
+  reached, does not serve our network, refuses our credentials, is rate
+  limiting us) the ``Rejected`` says so (``settler_failed``): a network with
+  several settlers tries the next one at once;
 - read timeout, dropped connection, 5xx, ``settlement_pending``, an unreadable
   answer, or any answer (a 4xx too) that names a transaction: ``Unknown`` — the
   record stays SETTLING and the chain decides, never a second settle;
@@ -27,7 +31,13 @@ How answers map to the pipeline (SPEC 4.2 step 8):
   does not back is resolved from the authorization itself.
 
 The facilitator URL (it may carry credentials), its raw answers and the
-payload never reach logs or clients.
+payload never reach logs or clients: they name it by its label
+(``facilitator https://host/<redacted> #2 on eip155:8453``).
+
+One is built per network it settles on. At start-up it asks ``/supported``:
+a facilitator that does not list ``(v2, exact, network)`` is a config error
+when it is its network's only settler, and a warning when the network has
+others to fail over to (it is then skipped, and asked again by ``/readyz``).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..chain import ChainReader, ChainUnavailable
-from ..config import Config, redact_url
+from ..config import Config, SettlerConfig
 from ..errors import ConfigError
 from ..hookspecs import Register, hookimpl
 from ..interfaces import (
@@ -52,13 +62,21 @@ from ..interfaces import (
     Settler,
     Unknown,
 )
+from ..networks import NetworkInfo
 from ..plugin_context import PluginContext
 from ..protocol import bounded_json
 from ..reasons import Reason
 from ..resolution import NotTransferred, Transferred, resolve_authorization
+from ..secret_values import redact_url
 from ..transfer_call import preflight
 
 log = logging.getLogger("x402srv.facilitator")
+
+#: Reasons that blame the facilitator (it does not serve this network or scheme), not
+#: the payment: another facilitator may well settle it.
+_NOT_SERVED = frozenset({"unsupported_scheme", "invalid_network", "unsupported_network"})
+#: HTTP statuses that blame the facilitator or our access to it, not the payment.
+_FACILITATOR_FAULT = frozenset({401, 403, 404, 405, 408, 409, 429})
 
 
 class FacilitatorOptions(BaseModel):
@@ -83,28 +101,38 @@ class FacilitatorSettler:
         chain: ChainReader | None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        network: NetworkInfo | None = None,
+        settler: SettlerConfig | None = None,
+        path: str = "settlement",
+        label: str | None = None,
+        sole: bool = True,
     ) -> None:
-        settlement = config.settlement
-        network = config.network_info
-        url = settlement.facilitator_url.reveal() if settlement.facilitator_url else None
+        network = network or config.network_info
+        settler = settler or config.settlement.as_settler()
+        url = settler.facilitator_url.reveal() if settler.facilitator_url else None
         url = url or network.default_facilitator_url
         if not url:
             raise ConfigError(
                 f"required: {network.name} has no default facilitator",
-                path="settlement.facilitator_url",
+                path=f"{path}.facilitator_url",
             )
-        if options.read_timeout_seconds >= settlement.lease_seconds - 2:
+        if options.read_timeout_seconds >= config.settlement.lease_seconds - 2:
             raise ConfigError(
                 "must be shorter than settlement.lease_seconds minus 2 s",
                 path="settlement.facilitator.read_timeout_seconds",
             )
         self._url = url.rstrip("/")
         self.shown_url = redact_url(self._url)
-        self._auth = settlement.facilitator_auth
+        self.label = label or f"facilitator {self.shown_url}"
+        self._auth = settler.facilitator_auth
         self._options = options
         self._network = network
         self._chain = chain
         self._transport = transport
+        self._sole = sole
+        self._path = path
+        #: False once /supported answered without our network (only when others can settle).
+        self._serves_network = True
         self._client: httpx.AsyncClient | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -135,7 +163,8 @@ class FacilitatorSettler:
             listed = await self._supported()
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             return f"facilitator unreachable ({type(exc).__name__})"
-        if (2, "exact", self._network.caip2) not in listed:
+        self._serves_network = (2, "exact", self._network.caip2) in listed
+        if not self._serves_network:
             return f"facilitator does not list exact on {self._network.caip2}"
         return None
 
@@ -144,18 +173,27 @@ class FacilitatorSettler:
             listed = await self._supported()
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             log.warning(
-                "facilitator %s unreachable at start-up (%s); settlements will try it anyway",
-                self.shown_url,
+                "%s unreachable at start-up (%s); settlements will try it anyway",
+                self.label,
                 type(exc).__name__,
             )
             return
         wanted = (2, "exact", self._network.caip2)
         if wanted not in listed:
             offered = ", ".join(sorted(f"v{v} {s} {n}" for v, s, n in listed if s)) or "nothing"
-            raise ConfigError(
-                f"the facilitator at {self.shown_url} does not support x402 v2 exact on "
-                f"{self._network.caip2} (it lists: {offered})",
-                path="settlement.facilitator_url",
+            if self._sole:
+                raise ConfigError(
+                    f"the facilitator at {self.shown_url} does not support x402 v2 exact on "
+                    f"{self._network.caip2} (it lists: {offered})",
+                    path=f"{self._path}.facilitator_url",
+                )
+            self._serves_network = False
+            log.warning(
+                "%s does not support x402 v2 exact on %s (it lists: %s); the failover "
+                "skips it until it does",
+                self.label,
+                self._network.caip2,
+                offered,
             )
 
     async def _supported(self) -> set[tuple[object, object, object]]:
@@ -168,6 +206,12 @@ class FacilitatorSettler:
     # ------------------------------------------------------------ settle
 
     async def settle(self, request: SettlementRequest, hooks: SettlementHooks) -> SettlementOutcome:
+        if not self._serves_network:
+            return Rejected(
+                Reason.INVALID_NETWORK,
+                f"The facilitator does not settle on {request.network.caip2}.",
+                settler_failed=True,
+            )
         body = {
             "x402Version": 2,
             "paymentPayload": dict(request.payload),
@@ -195,14 +239,18 @@ class FacilitatorSettler:
         try:
             answer = await self._post("/verify", body)
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("facilitator /verify failed: %s", type(exc).__name__)
+            log.warning("%s /verify failed: %s", self.label, type(exc).__name__)
             return Rejected(
-                Reason.UNEXPECTED_VERIFY_ERROR, "the facilitator could not verify the payment"
+                Reason.UNEXPECTED_VERIFY_ERROR,
+                "the facilitator could not verify the payment",
+                settler_failed=True,
             )
         if answer.get("isValid") is True:
             return None
         reason = str(answer.get("invalidReason") or "invalid_payload")
-        return Rejected(reason, "the facilitator refused the payment")
+        return Rejected(
+            reason, "the facilitator refused the payment", settler_failed=reason in _NOT_SERVED
+        )
 
     async def _settle(
         self, request: SettlementRequest, body: dict[str, Any], hooks: SettlementHooks
@@ -210,18 +258,28 @@ class FacilitatorSettler:
         try:
             answer = await self._post("/settle", body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            log.warning("facilitator /settle not reached: %s", type(exc).__name__)
-            return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, "the facilitator could not be reached")
+            log.warning("%s /settle not reached: %s", self.label, type(exc).__name__)
+            return Rejected(
+                Reason.UNEXPECTED_SETTLE_ERROR,
+                "the facilitator could not be reached",
+                settler_failed=True,
+            )
         except httpx.HTTPStatusError as exc:
             status = exc.response.status_code
-            named = _named_transaction(exc.response.content)
+            named, reason = _error_answer(exc.response.content)
             if named is not None:
                 # Whatever the status says, a transaction exists: only the chain can tell.
                 await hooks.note_broadcast(named)
                 return Unknown(f"facilitator answered {status} naming a transaction", named)
-            if status < 500:
-                return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, "the facilitator refused to settle")
-            return Unknown(f"facilitator answered {status}")
+            if status >= 500:
+                return Unknown(f"facilitator answered {status}")
+            if reason == Reason.NONCE_USED:
+                return Rejected(reason, "the facilitator found the authorization used")
+            return Rejected(
+                reason or Reason.UNEXPECTED_SETTLE_ERROR,
+                "the facilitator refused to settle",
+                settler_failed=status in _FACILITATOR_FAULT or reason in _NOT_SERVED,
+            )
         except (httpx.HTTPError, ValueError) as exc:
             return Unknown(f"facilitator /settle: {type(exc).__name__}")
         tx_hash = _tx_hash(answer.get("transaction"))
@@ -231,7 +289,11 @@ class FacilitatorSettler:
                 await hooks.note_broadcast(tx_hash)
             if reason == "settlement_pending" or tx_hash:
                 return Unknown(reason, tx_hash)
-            return Rejected(reason, "the facilitator could not settle the payment")
+            return Rejected(
+                reason,
+                "the facilitator could not settle the payment",
+                settler_failed=reason in _NOT_SERVED,
+            )
         if tx_hash is None:
             return Unknown("facilitator reported success without a transaction")
         payer = str(answer.get("payer") or request.authorization.payer)
@@ -312,13 +374,16 @@ def _tx_hash(value: object) -> str | None:
     return None
 
 
-def _named_transaction(content: bytes) -> str | None:
-    """The transaction an error answer names (``transaction``), if it is readable JSON."""
+def _error_answer(content: bytes) -> tuple[str | None, str | None]:
+    """The transaction an error answer names, and its reason, if it is readable JSON."""
     try:
         answer = bounded_json(content)
     except (ValueError, UnicodeDecodeError):
-        return None
-    return _tx_hash(answer.get("transaction")) if isinstance(answer, dict) else None
+        return None, None
+    if not isinstance(answer, dict):
+        return None, None
+    reason = answer.get("errorReason") or answer.get("invalidReason")
+    return _tx_hash(answer.get("transaction")), str(reason)[:128] if reason else None
 
 
 def _listed(kinds: object) -> set[tuple[object, object, object]]:
@@ -333,7 +398,16 @@ def _listed(kinds: object) -> set[tuple[object, object, object]]:
 
 
 def _factory(ctx: PluginContext) -> FacilitatorSettler:
-    return FacilitatorSettler(ctx.config, ctx.parse_options(FacilitatorOptions), ctx.chain)
+    return FacilitatorSettler(
+        ctx.config,
+        ctx.parse_options(FacilitatorOptions),
+        ctx.chain,
+        network=ctx.on_network,
+        settler=ctx.settlement,
+        path=ctx.settlement_path,
+        label=ctx.settler.label if ctx.settler is not None else None,
+        sole=ctx.sole_settler,
+    )
 
 
 @hookimpl

@@ -51,6 +51,7 @@ from .store_rules import (
     encode_record,
     encode_task,
     key_to_release,
+    payer_of,
     tx_claim_key,
 )
 
@@ -64,6 +65,7 @@ class _Row:
     request_id: str
     state: State
     updated_at: float
+    payer: str | None
     json: str
 
 
@@ -105,6 +107,8 @@ class MemoryStore:
         self._counters: dict[str, _Counter] = {}
         # (window_end, key) of every counter, oldest first: what to forget next.
         self._counter_ends: list[tuple[float, str]] = []
+        self._counts: dict[int, dict[str, int]] = {}  # bucket -> name -> count
+
         self._accounts: dict[str, CreditAccount] = {}
         # (keep_until, grant_id) of every account as created or extended: what to forget next.
         self._account_ends: list[tuple[float, str]] = []
@@ -385,6 +389,46 @@ class MemoryStore:
                 row.value = value
             return True
 
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        async with self._lock:
+            wanted = None if states is None else set(states)
+            owner = payer.lower() if payer is not None else None
+            rows = [
+                ((row.updated_at, challenge_id), row)
+                for challenge_id, row in self._rows.items()
+                if (wanted is None or row.state in wanted)
+                and (owner is None or row.payer == owner)
+                and (before is None or (row.updated_at, challenge_id) < before)
+            ]
+            newest = heapq.nlargest(max(limit, 0), rows, key=lambda item: item[0])
+            return [decode_record(row.json) for _, row in newest]
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        async with self._lock:
+            for bucket in [b for b in self._counts if b < forget_before]:
+                del self._counts[bucket]
+            for (bucket, name), delta in counts.items():
+                names = self._counts.setdefault(int(bucket), {})
+                names[name] = names.get(name, 0) + int(delta)
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        async with self._lock:
+            return {
+                (bucket, name): count
+                for bucket, names in self._counts.items()
+                if start <= bucket < end
+                for name, count in names.items()
+            }
+
     async def export_items(self) -> AsyncIterator[ExportItem]:
         """A snapshot taken under the lock, handed out after it."""
         async with self._lock:
@@ -451,7 +495,11 @@ class MemoryStore:
 
     def _put(self, record: ChallengeRecord) -> None:
         self._rows[record.challenge_id] = _Row(
-            record.request_id, record.state, record.updated_at, encode_record(record)
+            record.request_id,
+            record.state,
+            record.updated_at,
+            payer_of(record),
+            encode_record(record),
         )
         self._by_request[record.request_id] = record.challenge_id
 

@@ -45,7 +45,7 @@ class PendingInsert:
     """One caller's insert: the record, its row, and the future its caller awaits."""
 
     record: ChallengeRecord
-    row: tuple[str, str, str, float, str]
+    row: tuple[str, str, str, float, str | None, str]
     future: asyncio.Future[Created]
 
 

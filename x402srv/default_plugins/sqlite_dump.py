@@ -24,7 +24,7 @@ from ..interfaces import (
 from .credit_rules import decode_account, encode_account
 from .dump_rules import sort_items
 from .sqlite_ops import _immediate
-from .store_rules import decode_record, decode_task, encode_record, encode_task
+from .store_rules import decode_record, decode_task, encode_record, encode_task, payer_of
 
 __all__ = ["PAGE", "export_page", "import_items"]
 
@@ -112,13 +112,15 @@ def import_items(conn: sqlite3.Connection, items: Sequence[ExportItem], now: flo
             for item in batch.challenges:
                 record = item.record
                 conn.execute(
-                    "INSERT INTO challenges (challenge_id, request_id, state, updated_at, record) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO challenges "
+                    "(challenge_id, request_id, state, updated_at, payer, record) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
                     (
                         record.challenge_id,
                         record.request_id,
                         record.state.value,
                         record.updated_at,
+                        payer_of(record),
                         encode_record(record),
                     ),
                 )

@@ -28,6 +28,7 @@ from .store_rules import (
     encode_record,
     encode_task,
     key_to_release,
+    payer_of,
     state_values,
     tx_claim_key,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "get_by_tx_hash",
     "get_challenge",
     "get_task",
+    "immediate",
     "list_challenges",
     "listing_query",
     "ping",
@@ -54,8 +56,8 @@ __all__ = [
 ]
 
 _INSERT_CHALLENGE = (
-    "INSERT OR IGNORE INTO challenges (challenge_id, request_id, state, updated_at, record) "
-    "VALUES (?, ?, ?, ?, ?)"
+    "INSERT OR IGNORE INTO challenges "
+    "(challenge_id, request_id, state, updated_at, payer, record) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _BY_ID = "SELECT record FROM challenges WHERE challenge_id = ?"
 _BY_REQUEST = "SELECT record FROM challenges WHERE request_id = ?"
@@ -73,7 +75,7 @@ _CLAIM_PAYMENT = "INSERT OR REPLACE INTO payment_claims (payment_key, challenge_
 _CLAIM_TX = "INSERT OR REPLACE INTO tx_claims (tx_hash, challenge_id) VALUES (?, ?)"
 _RELEASE_PAYMENT = "DELETE FROM payment_claims WHERE payment_key = ? AND challenge_id = ?"
 _UPDATE_CHALLENGE = (
-    "UPDATE challenges SET state = ?, updated_at = ?, record = ? WHERE challenge_id = ?"
+    "UPDATE challenges SET state = ?, updated_at = ?, payer = ?, record = ? WHERE challenge_id = ?"
 )
 _DELETE_CHALLENGE = "DELETE FROM challenges WHERE challenge_id = ?"
 _DELETE_PAYMENT_CLAIMS = "DELETE FROM payment_claims WHERE challenge_id = ?"
@@ -164,6 +166,10 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
+#: The write transaction of every read-then-write (``sqlite_reports`` uses it too).
+immediate = _immediate
+
+
 def _record(conn: sqlite3.Connection, sql: str, key: str) -> ChallengeRecord | None:
     row = conn.execute(sql, (key,)).fetchone()
     return decode_record(row[0]) if row is not None else None
@@ -176,13 +182,14 @@ def _owner(conn: sqlite3.Connection, sql: str, key: str | None) -> str | None:
     return str(row[0]) if row is not None else None
 
 
-def challenge_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
+def challenge_row(record: ChallengeRecord) -> tuple[str, str, str, float, str | None, str]:
     """The values of a record's row (its JSON included), in ``_INSERT_CHALLENGE`` order."""
     return (
         record.challenge_id,
         record.request_id,
         record.state.value,
         record.updated_at,
+        payer_of(record),
         encode_record(record),
     )
 
@@ -249,7 +256,7 @@ def create_challenges(
 @functools.lru_cache(maxsize=64)
 def _insert_rows(count: int) -> str:
     """``_INSERT_CHALLENGE`` for ``count`` rows in one statement."""
-    return _INSERT_CHALLENGE + ", (?, ?, ?, ?, ?)" * (count - 1)
+    return _INSERT_CHALLENGE + ", (?, ?, ?, ?, ?, ?)" * (count - 1)
 
 
 def get_challenge(conn: sqlite3.Connection, challenge_id: str) -> ChallengeRecord | None:
@@ -285,7 +292,13 @@ def transition(conn: sqlite3.Connection, request: TransitionRequest) -> Result:
         updated = record.apply(request.changes, request.to, request.at, request.reason)
         conn.execute(
             _UPDATE_CHALLENGE,
-            (updated.state.value, updated.updated_at, encode_record(updated), record.challenge_id),
+            (
+                updated.state.value,
+                updated.updated_at,
+                payer_of(updated),
+                encode_record(updated),
+                record.challenge_id,
+            ),
         )
         released = key_to_release(record, request)
         if released is not None:

@@ -17,9 +17,13 @@ challenge (``prune`` deletes a record's claims with it) and adds the A2A
 shared hit counters ``rate_counters`` with an index on their window's end;
 4 adds the grants' credit accounts (``credits``, the account's JSON beside
 its ``keep_until``) and the keys credited to each (``credit_entries``, whose
-unique ``(grant_id, key)`` is what makes a credit count once).
-Each step runs in the one transaction that sets the version, so a file is at
-one version or the next, never in between.
+unique ``(grant_id, key)`` is what makes a credit count once); 5 files each
+record under its payer (``payer``, lowercase, with a partial index ending in
+``(updated_at, challenge_id)`` for the console's newest-first search;
+existing rows get theirs from their JSON) and adds the analytics counters
+``counts``, keyed by time bucket and name. Each step runs in the one
+transaction that sets the version, so a file is at one version or the next,
+never in between.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -107,12 +111,27 @@ _SCHEMA_V4 = (
     )""",
 )
 
+_SCHEMA_V5 = (
+    "ALTER TABLE challenges ADD COLUMN payer TEXT",
+    """UPDATE challenges SET payer = lower(coalesce(
+        json_extract(record, '$.payer'), json_extract(record, '$.payment.payer')))""",
+    """CREATE INDEX challenges_by_payer ON challenges (payer, updated_at, challenge_id)
+        WHERE payer IS NOT NULL""",
+    """CREATE TABLE counts (
+        bucket INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (bucket, name)
+    ) WITHOUT ROWID""",
+)
+
 #: The statements that bring a file from version ``n - 1`` to ``n``.
 _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1),
     (2, _SCHEMA_V2),
     (3, _SCHEMA_V3),
     (4, _SCHEMA_V4),
+    (5, _SCHEMA_V5),
 )
 
 

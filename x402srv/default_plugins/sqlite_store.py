@@ -54,6 +54,7 @@ from ..records import ChallengeRecord, PaymentKey, State
 from . import sqlite_credits as credits_ops
 from . import sqlite_dump as dump
 from . import sqlite_ops as ops
+from . import sqlite_reports as reports
 from .sqlite_batch import Created, GroupCommit, PendingInsert, deliver, fail_all
 from .sqlite_checkpoint import SAFETY_NET_PAGES, Checkpointer
 from .sqlite_schema import Synchronous, connect
@@ -285,6 +286,34 @@ class SqliteStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self._run("release_lease", lambda c: ops.release_lease(c, lease, value))
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        if payer is not None and not nameable(payer):
+            return []
+        if before is not None and not nameable(before[1]):
+            return []
+        return await self._run(
+            "find_challenges",
+            lambda c: reports.find_challenges(c, states, payer, before, limit),
+        )
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        rows = [(int(bucket), name, int(delta)) for (bucket, name), delta in counts.items()]
+        await self._run("add_counts", lambda c: reports.add_counts(c, rows, int(forget_before)))
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        return await self._run(
+            "read_counts", lambda c: reports.read_counts(c, int(start), int(end))
+        )
 
     async def _run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         """One hop to the store's thread; ``fn`` runs there with the connection."""

@@ -31,6 +31,7 @@ __all__ = [
     "encode_task",
     "key_to_release",
     "nameable",
+    "payer_of",
     "state_values",
     "tx_claim_key",
 ]
@@ -101,6 +102,17 @@ def nameable(key: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def payer_of(record: ChallengeRecord) -> str | None:
+    """The address ``find_challenges(payer=...)`` files a record under, in lowercase.
+
+    The settled payer once there is one, else the payer of the payment being
+    settled (SETTLING), else none (a payment released back to PENDING leaves
+    no payer behind).
+    """
+    payer = record.payer or (record.payment.payer if record.payment is not None else None)
+    return payer.lower() if payer else None
 
 
 def state_values(states: Sequence[State]) -> list[str]:

@@ -32,23 +32,31 @@ from ..paths import gateway_segments
 from ..pipeline import AccessPipeline
 from ..protocol import encode_header
 from ..ratelimit import client_of
-from ..tokens import TokenVerifier
+from ..tokens import RevocationSource, TokenVerifier
 from .decide import Forward, Gateway, OutOfCredits
 from .forward import forward
 from .route_config import RouteConfig
 
-__all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "install_gateway"]
+__all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "TOP_UP_HEADER", "install_gateway"]
 
 METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Paid-retry response headers: the token to reuse, and the whole AccessGrant (base64 JSON).
 ACCESS_TOKEN_HEADER: Final = "X-X402-Access-Token"  # noqa: S105 - a header name
 GRANT_HEADER: Final = "X-X402-Grant"
+#: A paid retry that topped a grant up: its receipt (base64 JSON ``TopUp``, no token).
+TOP_UP_HEADER: Final = "X-X402-Top-Up"
 
 
 def _grant_headers(decision: Forward) -> dict[str, str]:
     granted = decision.granted
     if granted is None:
         return {}
+    if granted.grant.get("type") == "TopUp":  # the buyer keeps its token: no new one
+        return {
+            "PAYMENT-RESPONSE": granted.payment_response,
+            TOP_UP_HEADER: encode_header(granted.grant),
+            "Cache-Control": "no-store",
+        }
     return {
         "PAYMENT-RESPONSE": granted.payment_response,
         ACCESS_TOKEN_HEADER: str(granted.grant["accessToken"]),
@@ -64,8 +72,16 @@ async def _refund(meter: Meter | None, usage: Usage, route: RouteConfig, *, fail
     return usage
 
 
-def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
-    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none)."""
+def install_gateway(
+    app: Sanic[Any, Any],
+    pipeline: AccessPipeline,
+    revocations: RevocationSource | None = None,
+) -> None:
+    """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none).
+
+    ``revocations``: the store's revocation list (``x402srv.revocation``), so a
+    revoked grant's token stops opening the routes (and spends none of its credits).
+    """
     config = pipeline.config
     if not config.routes:
         return
@@ -74,7 +90,7 @@ def install_gateway(app: Sanic[Any, Any], pipeline: AccessPipeline) -> None:
         meter = Meter(
             pipeline.store, config.plan_map, clock=pipeline.clock, access_url=config.access_url
         )
-    verifier = TokenVerifier.from_config(config, clock=pipeline.clock)
+    verifier = TokenVerifier.from_config(config, clock=pipeline.clock, revocations=revocations)
     gateway = Gateway(config, pipeline, verifier, meter)
 
     @app.before_server_start

@@ -24,8 +24,10 @@ if "pytest" in sys.modules:
         "x402srv.testing.store_contract",
         "x402srv.testing.store_contract_base",
         "x402srv.testing.store_contract_counters",
+        "x402srv.testing.store_contract_counts",
         "x402srv.testing.store_contract_credits",
         "x402srv.testing.store_contract_listing",
+        "x402srv.testing.store_contract_search",
         "x402srv.testing.store_contract_transfer",
     )
 

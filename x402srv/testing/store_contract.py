@@ -56,8 +56,10 @@ from .store_contract_base import (
     tx_is_free,
 )
 from .store_contract_counters import CounterContract
+from .store_contract_counts import CountsContract
 from .store_contract_credits import CreditContract
 from .store_contract_listing import ListingContract
+from .store_contract_search import SearchContract
 from .store_contract_transfer import TransferContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
@@ -65,7 +67,13 @@ __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 
 class StoreContract(
-    ListingContract, CounterContract, CreditContract, TransferContract, StoreContractBase
+    ListingContract,
+    SearchContract,
+    CounterContract,
+    CountsContract,
+    CreditContract,
+    TransferContract,
+    StoreContractBase,
 ):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
 

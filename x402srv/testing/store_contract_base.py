@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 
 from ..interfaces import Store, TransitionApplied, TransitionRequest, TransitionResult
-from ..records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
+from ..records import ChallengeRecord, Offer, PaymentKey, RecordChanges, State, Transition
 from .builders import (
     BASE_TIME,
     make_grant,
@@ -251,6 +251,12 @@ def full_record() -> tuple[ChallengeRecord, PaymentKey]:
             updated_at=BASE_TIME + 1.000001,
             payment=make_payment(key, broadcast_tx_hash=new_tx_hash()),
             grant=make_grant(record),
+            revoked_at=BASE_TIME + 2.5,
+            options=(  # a plan paid on two networks, one of them in two tokens
+                Offer(record.network, record.asset, record.amount),
+                Offer(record.network, "0x" + "ab" * 20, record.amount + "000000000000"),
+                Offer("eip155:8453", "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "100000"),
+            ),
         ),
         key,
     )

@@ -68,7 +68,9 @@ async def test_a_settler_that_was_not_started_refuses(rig: SettlerRig) -> None:
 
     outcome = await settler.settle(rig.request(), rig.hooks())
 
-    assert outcome == Rejected("unexpected_settle_error", "The gas-wallet settler is not started.")
+    assert outcome == Rejected(
+        "unexpected_settle_error", "The gas-wallet settler is not started.", settler_failed=True
+    )
 
 
 async def test_a_surprise_inside_settle_becomes_unknown_not_an_exception(

@@ -164,4 +164,5 @@ def _kind(exc: BaseException) -> str:
 
 
 def _unavailable(detail: str) -> Rejected:
-    return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, detail)
+    """Nothing was sent because the wallet could not send: another settler may."""
+    return Rejected(Reason.UNEXPECTED_SETTLE_ERROR, detail, settler_failed=True)

@@ -17,24 +17,29 @@ from .settler import GasWalletSettler
 
 __all__ = ["build_gas_wallet", "register_settlers"]
 
-KEY_PATH = "settlement.gas_wallet_private_key"
-
 
 def build_gas_wallet(ctx: PluginContext) -> GasWalletSettler:
-    """The factory the TOML selects with ``strategy = "gas-wallet"`` (or just a key)."""
+    """The factory the TOML selects with ``strategy = "gas-wallet"`` (or just a key).
+
+    Built once per network it settles on (the last resort of a network's
+    ``[[networks.settlers]]``, or the one network's ``[settlement]``); its key is
+    that settler's own ``gas_wallet_private_key``, else ``[settlement]``'s.
+    """
     options = ctx.parse_options(GasWalletOptions)
     settlement = ctx.config.settlement
-    if settlement.gas_wallet_private_key is None:
+    secret = ctx.settlement.gas_wallet_private_key or settlement.gas_wallet_private_key
+    key_path = f"{ctx.settlement_path}.gas_wallet_private_key"
+    if secret is None:
         raise ConfigError(
             'required by the gas-wallet strategy (a string, { env = "NAME" } or { file = "path" })',
-            path=KEY_PATH,
+            path=key_path,
         )
-    account = _account(settlement.gas_wallet_private_key)
-    network = ctx.config.network_info
+    account = _account(secret, key_path)
+    network = ctx.on_network
     if not network.rpc_url:
         raise ConfigError(
             f"required by the gas-wallet strategy: network {network.name} has no default RPC",
-            path="settlement.rpc_url",
+            path=_rpc_path(ctx),
         )
     budget = settlement.lease_seconds - 2 * options.nonce_lease_seconds - LEASE_MARGIN_SECONDS
     if options.receipt_timeout_seconds >= budget:
@@ -56,14 +61,23 @@ def build_gas_wallet(ctx: PluginContext) -> GasWalletSettler:
     )
 
 
-def _account(secret: Secret) -> LocalAccount:
+def _rpc_path(ctx: PluginContext) -> str:
+    """Where the network's RPC is configured: its ``[[networks]]`` table, or ``[settlement]``."""
+    caip2 = ctx.on_network.caip2
+    for network in ctx.config.resolved_networks:
+        if network.caip2 == caip2 and network.path.startswith("networks["):
+            return f"{network.path}.rpc_url"
+    return "settlement.rpc_url"
+
+
+def _account(secret: Secret, key_path: str) -> LocalAccount:
     try:
         account: LocalAccount = Account.from_key(secret.reveal())
     except Exception:
         # The library's message may quote the input; say only what is wrong.
         raise ConfigError(
             "not a usable private key (expected 32 bytes as 64 hex digits, 0x optional)",
-            path=KEY_PATH,
+            path=key_path,
         ) from None
     return account
 

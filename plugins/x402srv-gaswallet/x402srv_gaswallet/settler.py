@@ -169,7 +169,9 @@ class GasWalletSettler:
     ) -> SettlementOutcome:
         if self._w3 is None:
             return Rejected(
-                Reason.UNEXPECTED_SETTLE_ERROR, "The gas-wallet settler is not started."
+                Reason.UNEXPECTED_SETTLE_ERROR,
+                "The gas-wallet settler is not started.",
+                settler_failed=True,
             )
         try:
             data = transfer_calldata(request.authorization)
@@ -223,6 +225,7 @@ class GasWalletSettler:
             return Rejected(
                 Reason.UNEXPECTED_SETTLE_ERROR,
                 "The settlement node could not be reached; nothing was sent.",
+                settler_failed=True,  # another settler of the network may get through
             )
         if fees is None:
             log.warning(
@@ -232,6 +235,7 @@ class GasWalletSettler:
             return Rejected(
                 Reason.UNEXPECTED_SETTLE_ERROR,
                 "Gas is above the seller's price cap; nothing was sent.",
+                settler_failed=True,
             )
         return {
             "type": 2,

@@ -262,3 +262,18 @@ async def test_a_closed_store_answers_503(
     with pytest.raises(StoreUnavailable):
         await store.get_challenge("anything")
     await store.close()  # twice is fine
+
+
+async def test_synchronous_commit_is_set_per_connection(
+    postgres_server: PostgresServer, postgres_schema: str
+) -> None:
+    async def setting(store: PostgresStore) -> str:
+        return str(await store._run("show", lambda c: c.fetchval("SHOW synchronous_commit")))
+
+    default = await _ready(postgres_server.dsn(), postgres_schema)
+    relaxed = await _ready(postgres_server.dsn(), postgres_schema, synchronous_commit="off")
+    try:
+        assert (await setting(default), await setting(relaxed)) == ("on", "off")
+    finally:
+        await default.close()
+        await relaxed.close()

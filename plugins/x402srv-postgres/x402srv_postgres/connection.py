@@ -137,6 +137,14 @@ def tls_context(
 
 def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
     """Keyword arguments of ``asyncpg.create_pool`` (the DSN aside)."""
+    settings = {
+        "application_name": "x402srv",
+        "statement_timeout": str(options.statement_timeout_ms),
+        # A connection never sits in an open transaction; if it ever did, end it.
+        "idle_in_transaction_session_timeout": str(options.statement_timeout_ms * 2),
+    }
+    if options.synchronous_commit is not None:
+        settings["synchronous_commit"] = options.synchronous_commit
     return {
         "min_size": 0,
         "max_size": options.pool_size,
@@ -145,12 +153,7 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
         "command_timeout": options.statement_timeout_ms / 1000 + 1,
         "max_inactive_connection_lifetime": 60.0,
         "ssl": tls_context(options),
-        "server_settings": {
-            "application_name": "x402srv",
-            "statement_timeout": str(options.statement_timeout_ms),
-            # A connection never sits in an open transaction; if it ever did, end it.
-            "idle_in_transaction_session_timeout": str(options.statement_timeout_ms * 2),
-        },
+        "server_settings": settings,
     }
 
 

@@ -18,10 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from x402srv.plugin import Secret, SecretValue
 
-__all__ = ["SCHEMES", "PostgresOptions", "SslMode"]
+__all__ = ["SCHEMES", "PostgresOptions", "SslMode", "SynchronousCommit"]
 
 #: What libpq calls the TLS modes; ``None`` (unset) leaves it to the DSN (libpq's "prefer").
 SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
+
+#: ``synchronous_commit`` as PostgreSQL spells it.
+SynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
 
 SCHEMES = ("postgresql", "postgres")
 
@@ -51,6 +54,15 @@ class PostgresOptions(BaseModel):
     statement_timeout_ms: int = Field(default=5000, ge=100, le=600_000)
     """The server cancels a statement that runs longer (``statement_timeout``); the request
     answers 503. The client gives up one second later if the server does not answer at all."""
+
+    synchronous_commit: SynchronousCommit | None = None
+    """When PostgreSQL acknowledges a commit (unset: the server's setting, ``on`` by default).
+
+    ``on`` waits for the WAL flush (and a synchronous standby's); ``remote_apply``
+    also until the standby applied it. ``off`` acknowledges before the flush:
+    a crash of the database server or its host may lose the last ~0.6 s of
+    writes, claims included, which is the durability of sqlite's default
+    ``synchronous = NORMAL`` (README, "Durability")."""
 
     sslmode: SslMode | None = None
     """TLS as libpq spells it; ``verify-full`` checks the certificate and the host name."""

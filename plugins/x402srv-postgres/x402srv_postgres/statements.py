@@ -33,9 +33,15 @@ _LISTING = (
 
 _TEMPLATES = {
     # ------------------------------------------------------------ challenges
-    "insert_challenge": (
+    # Many creates in one statement (``batch``): $1..$5 arrays of the columns, in call order.
+    "insert_challenges": (
         "INSERT INTO {schema}.challenges (challenge_id, request_id, state, updated_at, record) "
-        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true"
+        "SELECT i, r, s, u, j FROM unnest($1::text[], $2::text[], $3::text[], "
+        "$4::float8[], $5::text[]) WITH ORDINALITY AS t(i, r, s, u, j, n) ORDER BY n "
+        "ON CONFLICT DO NOTHING RETURNING challenge_id"
+    ),
+    "records_by_request": (
+        "SELECT request_id, record FROM {schema}.challenges WHERE request_id = ANY($1::text[])"
     ),
     "create_claimed": (
         "SELECT outcome, existing FROM {schema}.create_claimed($1, $2, $3, $4, $5, $6)"
@@ -90,6 +96,18 @@ _TEMPLATES = {
         "DELETE FROM {schema}.rate_counters WHERE key IN (SELECT key FROM {schema}.rate_counters "
         "WHERE window_end < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
     ),
+    # ------------------------------------------------------------ console (migrations/0003)
+    # $1 buckets, $2 names, $3 deltas, sorted by (bucket, name): rows lock in one order.
+    "add_counts": (
+        "INSERT INTO {schema}.counts AS c (bucket, name, n) "
+        "SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[]) "
+        "ON CONFLICT (bucket, name) DO UPDATE SET n = c.n + excluded.n"
+    ),
+    "forget_counts": (
+        "DELETE FROM {schema}.counts WHERE (bucket, name) IN (SELECT bucket, name "
+        "FROM {schema}.counts WHERE bucket < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+    ),
+    "read_counts": "SELECT bucket, name, n FROM {schema}.counts WHERE bucket >= $1 AND bucket < $2",
     # ------------------------------------------------------------ credits (migrations/0002)
     "account": "SELECT account, version FROM {schema}.credits WHERE grant_id = $1",
     "account_for_credit": (
@@ -132,7 +150,8 @@ _TEMPLATES = {
 class Statements:
     """Each template of this module as an attribute, for one schema."""
 
-    insert_challenge: str
+    insert_challenges: str
+    records_by_request: str
     create_claimed: str
     record_by_id: str
     versioned_by_id: str
@@ -154,6 +173,9 @@ class Statements:
     save_account: str
     account_with_entries: str
     sweep_accounts: str
+    add_counts: str
+    forget_counts: str
+    read_counts: str
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
@@ -161,6 +183,7 @@ class Statements:
         for name, template in _TEMPLATES.items():
             setattr(self, name, template.replace("{schema}", quoted))
         self._listings: dict[tuple[bool, bool, bool], str] = {}
+        self._finds: dict[tuple[str, bool, bool], str] = {}
 
     def listing(self, *, states: bool, before: bool, after: bool) -> str:
         """``list_challenges``: $1 limit, then states, updated_before, cursor, as used."""
@@ -179,3 +202,41 @@ class Statements:
             statement = _LISTING.replace("{schema}", f'"{self.schema}"')
             self._listings[key] = statement.replace("{where}", where)
         return self._listings[key]
+
+    def find(self, *, by: str, states: bool, before: bool) -> str:
+        """``find_challenges``, newest first; $1 limit, then its filters.
+
+        ``by`` is ``"payer"`` ($2 payer, states filter that one index range),
+        ``"states"`` ($2 states: one backward index range per state, merged by
+        a LATERAL join) or ``"all"``; the cursor ``(updated_at, challenge_id)``
+        comes last.
+        """
+        key = (by, states, before)
+        if key in self._finds:
+            return self._finds[key]
+        table = f'"{self.schema}".challenges'
+        order = "ORDER BY updated_at DESC, challenge_id DESC LIMIT $1"
+        clauses, n = [], 2
+        if by == "payer":
+            clauses.append(f"payer = ${n}")
+            n += 1
+            if states:
+                clauses.append(f"state = ANY(${n}::text[])")
+                n += 1
+        elif by == "states":
+            clauses.append("state = s.state")
+            n += 1
+        if before:
+            clauses.append(f"(updated_at, challenge_id) < (${n}, ${n + 1})")
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        # Only the schema (a checked identifier) and placeholders are formatted in.
+        if by == "states":
+            inner = f"SELECT updated_at, challenge_id, record FROM {table}{where} {order}"  # noqa: S608
+            statement = (
+                f"SELECT c.record FROM unnest($2::text[]) AS s(state), LATERAL ({inner}) AS c "  # noqa: S608
+                "ORDER BY c.updated_at DESC, c.challenge_id DESC LIMIT $1"
+            )
+        else:
+            statement = f"SELECT record FROM {table}{where} {order}"  # noqa: S608
+        self._finds[key] = statement
+        return statement

@@ -61,6 +61,7 @@ from x402srv.plugin import (
 )
 
 from . import schema
+from .batch import GroupCommit
 from .connection import (
     RETRY_AFTER,
     UNAVAILABLE,
@@ -89,6 +90,11 @@ T = TypeVar("T")
 #: Rounds of read-decide-write one transition may lose to concurrent writers of
 #: the same record before giving up; each lost round means another write won.
 MAX_ROUNDS = 64
+#: Challenge inserts committed by one statement at most; the rest go in the next one.
+MAX_BATCH = 256
+#: What ``create_challenge`` answers.
+Created = tuple[ChallengeRecord, bool] | PaymentClaimed
+
 #: SQLSTATEs ``transition()`` and ``create_claimed()`` raise: the claim's owner is the message.
 PAYMENT_TAKEN, TX_TAKEN = "XC001", "XC002"
 #: A deadlock (two moves releasing and claiming each other's keys) is retried like a lost race.
@@ -111,6 +117,9 @@ class PostgresStore(CreditMethods, DumpMethods):
         self._schema_checked = False
         self._next_sweep = 0.0
         self._next_account_sweep = 0.0
+        self._creates: GroupCommit[tuple[ChallengeRecord, tuple[Any, ...]], Created] = GroupCommit(
+            self._create_batch, max_batch=MAX_BATCH
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore({describe_dsn(self.dsn.reveal())}, schema={self.schema!r})"
@@ -204,17 +213,43 @@ class PostgresStore(CreditMethods, DumpMethods):
         if claim_payment is not None:
             key = str(claim_payment)
             return await self._run("create_challenge", lambda c: self._create_claimed(c, row, key))
-        return await self._run("create_challenge", lambda c: self._create(c, record, row))
+        return await self._creates.submit((record, row))
 
-    async def _create(
-        self, conn: Conn, record: ChallengeRecord, row: tuple[Any, ...]
-    ) -> tuple[ChallengeRecord, bool]:
-        if await conn.fetchval(self.sql.insert_challenge, *row):
-            return record, True
-        existing = await conn.fetchval(self.sql.record_by_request, record.request_id)
-        if existing is None:
-            raise ValueError(f"challenge_id {record.challenge_id} already exists")
-        return decode_record(existing), False
+    async def _create_batch(
+        self, batch: list[tuple[ChallengeRecord, tuple[Any, ...]]]
+    ) -> list[Created | Exception]:
+        """One multi-row ``INSERT`` for ``batch`` (``batch``); each create decided as if alone.
+
+        A row the insert skipped lost to an existing requestId (that record is
+        the answer, created earlier in the batch or before it) or to an existing
+        challengeId (a ``ValueError`` for that caller only).
+        """
+
+        async def work(conn: Conn) -> list[Created | Exception]:
+            columns = [list(column) for column in zip(*(row for _, row in batch), strict=True)]
+            inserted = {r[0] for r in await conn.fetch(self.sql.insert_challenges, *columns)}
+            if len(inserted) == len(batch):
+                return [(record, True) for record, _ in batch]
+            lost = [record.request_id for record, _ in batch if record.challenge_id not in inserted]
+            rows = await conn.fetch(self.sql.records_by_request, lost)
+            existing = {r["request_id"]: r["record"] for r in rows}
+            outcomes: list[Created | Exception] = []
+            for record, _ in batch:
+                text = existing.get(record.request_id)
+                if record.challenge_id in inserted:
+                    outcomes.append((record, True))
+                elif text is not None:
+                    outcomes.append((decode_record(text), False))
+                else:
+                    outcomes.append(
+                        ValueError(f"challenge_id {record.challenge_id} already exists")
+                    )
+            return outcomes
+
+        try:
+            return await self._run("create_challenge", work)
+        except StoreUnavailable:
+            return [StoreUnavailable(UNAVAILABLE, retry_after=RETRY_AFTER) for _ in batch]
 
     async def _create_claimed(
         self, conn: Conn, row: tuple[Any, ...], key: str
@@ -402,6 +437,57 @@ class PostgresStore(CreditMethods, DumpMethods):
         rows = await self._run("count_hits", add)
         totals = {row["key"]: int(row["hits"]) for row in rows}
         return {key: totals[key] for key in hits}
+
+    # ------------------------------------------------------------ the console
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        wanted = None if states is None else state_values(states)
+        if wanted == [] or limit <= 0:
+            return []
+        if (payer is not None and not storable(payer)) or (
+            before is not None and not storable(before[1])
+        ):
+            return []
+        cursor: list[Any] = [] if before is None else [float(before[0]), before[1]]
+        if payer is not None:
+            statement = self.sql.find(by="payer", states=wanted is not None, before=bool(cursor))
+            args: list[Any] = [limit, payer.lower(), *([wanted] if wanted else []), *cursor]
+        elif wanted is not None:
+            statement = self.sql.find(by="states", states=True, before=bool(cursor))
+            args = [limit, wanted, *cursor]
+        else:
+            statement = self.sql.find(by="all", states=False, before=bool(cursor))
+            args = [limit, *cursor]
+        rows = await self._run("find_challenges", lambda conn: conn.fetch(statement, *args))
+        return [decode_record(row["record"]) for row in rows]
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        """One transaction: a few old counters forgotten, every delta added."""
+        ordered = sorted((int(b), name, int(n)) for (b, name), n in counts.items())
+
+        async def add(conn: Conn) -> None:
+            async with conn.transaction():
+                await conn.execute(self.sql.forget_counts, int(forget_before), SWEEP_COUNTERS)
+                if ordered:
+                    buckets, names, deltas = (list(column) for column in zip(*ordered, strict=True))
+                    await conn.execute(self.sql.add_counts, buckets, names, deltas)
+
+        await self._run("add_counts", add)
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        rows = await self._run(
+            "read_counts", lambda conn: conn.fetch(self.sql.read_counts, int(start), int(end))
+        )
+        return {(int(row["bucket"]), str(row["name"])): int(row["n"]) for row in rows}
 
     # ------------------------------------------------------------ leases
 

@@ -77,6 +77,7 @@ async def test_every_record_key_expires_with_the_record(
             f"{key_prefix}tx:{tx}",
             f"{key_prefix}claims:{record.challenge_id}",
             f"{key_prefix}task:task-1",
+            f"{key_prefix}by-payer:0x{'ab' * 20}",  # the payer ``paid`` records
         ]
         for name in expiring:
             assert 10 * DAY - 5 <= await raw.ttl(name) <= 10 * DAY, name

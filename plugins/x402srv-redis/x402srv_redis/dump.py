@@ -33,6 +33,7 @@ from x402srv.plugin import (
     decode_task,
     encode_record,
     encode_task,
+    payer_of,
     sort_items,
 )
 
@@ -162,6 +163,11 @@ class DumpMethods:
             pipe.set(k.request(record.request_id), cid, ex=ttl)
             pipe.zadd(k.by_updated, {cid: at})
             pipe.zadd(k.by_state(record.state), {cid: at})
+            payer = payer_of(record)
+            if payer:
+                pipe.hset(k.challenge(cid), "payer", payer)
+                pipe.zadd(k.by_payer(payer), {cid: at})
+                pipe.expire(k.by_payer(payer), ttl)
             claims = [k.payment(key) for key in item.payment_claims]
             claims += [k.tx(tx) for tx in item.tx_claims]
             for claim in claims:

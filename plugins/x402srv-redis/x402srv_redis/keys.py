@@ -3,26 +3,32 @@
 With the default prefix ``x402srv:``::
 
     x402srv:c:<challengeId>         hash   json (ChallengeRecord.to_dict), state,
-                                           updated_at, rid, ver (a write counter)
+                                           updated_at, rid, ver (a write counter),
+                                           payer (store_rules.payer_of, when there is one)
     x402srv:rid:<requestId>         string challengeId          (the requestId index)
     x402srv:pay:<chain:asset:from:nonce>  string challengeId    (payment claim)
     x402srv:tx:<txHash>             string challengeId          (txHash claim, lowercase)
     x402srv:claims:<challengeId>    set    the claim keys this challenge owns
     x402srv:by-updated              zset   challengeId by updated_at (listing)
     x402srv:by-state:<STATE>        zset   challengeId by updated_at, one per state
+    x402srv:by-payer:<payer>        zset   challengeId by updated_at, one per payer (lowercase)
     x402srv:lease:<name>            hash   holder, fence, expires_at, released, value
     x402srv:task:<taskId>           hash   doc (JSON), ver
     x402srv:tasks-by-prune          zset   taskId by prune_after (tasks that have one)
     x402srv:hits:<key>              hash   n (hits), end (window_end)   (count_hits)
+    x402srv:counts:<bucket>         hash   name -> count                (add_counts)
+    x402srv:count-buckets           zset   bucket by bucket: which count hashes exist
     x402srv:cr:<grantId>            hash   bal, cred, spent, refd, calls, wend, wcalls,
                                            keep (keep_until), n (entries so far)  (credits)
     x402srv:cr:<grantId>:k          hash   credited key -> "<seq> <amount> <at>"
     x402srv:cr:<grantId>:u          list   "<hour> <calls> <spent> <refunded>", newest first
 
 Records, their indexes, claims and tasks expire ``record_ttl_seconds`` after
-their last write; hit counters at the end of their window by the caller's clock
-(the TTL is ``window_end - now`` of the last call); a grant's credit keys at its
-``keep_until`` by the caller's clock, reset by each write. Leases never expire (their
+their last write, and so does a payer's set (renewed with each of its records);
+hit counters at the end of their window by the caller's clock (the TTL is
+``window_end - now`` of the last call); a grant's credit keys at its
+``keep_until`` by the caller's clock, reset by each write. Count buckets leave
+when a later ``add_counts`` forgets them. Leases never expire (their
 fence must only grow), nor do the sorted sets, whose members ``prune`` and
 ``prune_tasks`` remove with the records and tasks (and members whose record or
 task expired first).
@@ -81,6 +87,13 @@ class KeySpace:
 
     def hits(self, key: str) -> str:
         return f"{self.prefix}hits:{key}"
+
+    def by_payer(self, payer: str) -> str:
+        return f"{self.prefix}by-payer:{payer}"
+
+    @property
+    def count_buckets(self) -> str:
+        return f"{self.prefix}count-buckets"
 
     def credits(self, grant_id: str) -> str:
         return f"{self.prefix}cr:{grant_id}"

@@ -32,12 +32,15 @@ from __future__ import annotations
 
 __all__ = [
     "ACQUIRE_LEASE",
+    "ADD_COUNTS",
     "BY_INDEX",
     "COUNT_HITS",
     "CREATE",
+    "FIND",
     "LIST",
     "PRUNE",
     "PRUNE_TASKS",
+    "READ_COUNTS",
     "RELEASE_LEASE",
     "SAVE_TASK",
     "TRANSITION",
@@ -91,8 +94,9 @@ end
 """
 
 CREATE = """#!lua
--- ARGV: prefix, ttl, then six per record, in call order:
---       id, requestId, json, state, updated_at, payment claim key ("" for none)
+-- ARGV: prefix, ttl, then seven per record, in call order:
+--       id, requestId, json, state, updated_at, payment claim key ("" for none),
+--       payer (store_rules.payer_of, "" for none: filed in by-payer:<payer>)
 -- Returns one outcome per record: 1 created, 0 duplicate challengeId,
 -- the existing record's json (its requestId was taken), {holder} (payment claimed).
 -- Every decision is taken before the first write; records earlier in the call
@@ -100,7 +104,7 @@ CREATE = """#!lua
 local prefix, ttl = ARGV[1], ARGV[2]
 local made = {rid = {}, id = {}, claim = {}}
 local out, writes = {}, {}
-for b = 3, #ARGV, 6 do
+for b = 3, #ARGV, 7 do
   local id, rid, claim = ARGV[b], ARGV[b + 1], ARGV[b + 5]
   local json = made.rid[rid]
   if not json then
@@ -140,14 +144,22 @@ for _, b in ipairs(writes) do
     redis.call('SADD', claims, prefix .. 'pay:' .. claim)
     redis.call('EXPIRE', claims, ttl)
   end
+  local payer = ARGV[b + 6]
+  if payer ~= '' then
+    redis.call('HSET', key, 'payer', payer)
+    redis.call('ZADD', prefix .. 'by-payer:' .. payer, at, id)
+    redis.call('EXPIRE', prefix .. 'by-payer:' .. payer, ttl)
+  end
 end
 return out
 """
 
 TRANSITION = """#!lua
 -- KEYS: c:<id>, pay:<claim>, tx:<claim>, pay:<released> (each KEYS[1] when unused),
---       claims:<id>, rid:<requestId>, by-updated, by-state:<from>, by-state:<to>
--- ARGV: ver as read, id, json, to-state, updated_at, ttl, claim-payment, claim-tx, release
+--       claims:<id>, rid:<requestId>, by-updated, by-state:<from>, by-state:<to>,
+--       by-payer:<payer before>, by-payer:<payer after> (each KEYS[1] when none)
+-- ARGV: ver as read, id, json, to-state, updated_at, ttl, claim-payment, claim-tx, release,
+--       payer before, payer after ("" for none)
 local ver = redis.call('HGET', KEYS[1], 'ver')
 if not ver then return {'missing'} end
 if ver ~= ARGV[1] then return {'stale'} end
@@ -178,6 +190,15 @@ end
 if claim_tx then
   redis.call('SET', KEYS[3], id)
   redis.call('SADD', KEYS[5], KEYS[3])
+end
+local payer_before, payer_after = ARGV[10], ARGV[11]
+if payer_before ~= '' and payer_before ~= payer_after then redis.call('ZREM', KEYS[10], id) end
+if payer_after ~= '' then
+  redis.call('HSET', KEYS[1], 'payer', payer_after)
+  redis.call('ZADD', KEYS[11], ARGV[5], id)
+  redis.call('EXPIRE', KEYS[11], ttl)
+elseif payer_before ~= '' then
+  redis.call('HDEL', KEYS[1], 'payer')
 end
 -- The record, its index and its claims live on together from this write.
 redis.call('EXPIRE', KEYS[1], ttl)
@@ -255,6 +276,8 @@ for i = 1, math.min(limit, #found) do
   for _, key in ipairs(redis.call('SMEMBERS', claims)) do
     if redis.call('GET', key) == id then redis.call('DEL', key) end
   end
+  local payer = redis.call('HGET', prefix .. 'c:' .. id, 'payer')
+  if payer then redis.call('ZREM', prefix .. 'by-payer:' .. payer, id) end
   redis.call('DEL', claims, prefix .. 'c:' .. id)
   redis.call('ZREM', zset, id)
   redis.call('ZREM', KEYS[1], id)
@@ -268,6 +291,101 @@ end
 return deleted
 """
 )
+
+FIND = (
+    """#!lua flags=no-writes
+-- ARGV: prefix, limit, cursor score ("" for none), cursor id, payer ("" for none), states...
+-- Newest first by (updated_at, challengeId). Without a payer: one set per state
+-- (or by-updated), merged. With one: the payer's set, filtered by state.
+"""
+    + _BEFORE
+    + """
+local prefix, limit = ARGV[1], tonumber(ARGV[2])
+-- A cursor (score, id): the range ends at its score, inclusive, and a member at
+-- exactly that score is listed only if its id sorts before the cursor's.
+local max, skip = '+inf', nil
+if ARGV[3] ~= '' then
+  local score, id = tonumber(ARGV[3]), ARGV[4]
+  max = ARGV[3]
+  skip = function(s, member) return s == score and not id_before(member, id) end
+end
+local states = nil
+if #ARGV >= 6 then
+  states = {}
+  for i = 6, #ARGV do states[ARGV[i]] = true end
+end
+
+-- Up to ``need`` live members of ``zset`` from the newest down, each with its
+-- record's JSON; with ``wanted``, only records in one of those states.
+local function newest(zset, need, wanted)
+  local out, offset = {}, 0
+  while #out < need do
+    local got = redis.call('ZREVRANGEBYSCORE', zset, max, '-inf', 'WITHSCORES',
+                           'LIMIT', offset, need)
+    if #got == 0 then break end
+    for j = 1, #got, 2 do
+      local id, score = got[j], tonumber(got[j + 1])
+      if not (skip and skip(score, id)) then
+        local fields = redis.call('HMGET', prefix .. 'c:' .. id, 'json', 'state')
+        if fields[1] and (not wanted or wanted[fields[2]]) then
+          out[#out + 1] = {score, id, fields[1]}
+        end
+      end
+    end
+    offset = offset + #got / 2
+  end
+  return out
+end
+
+local found = {}
+if ARGV[5] ~= '' then
+  found = newest(prefix .. 'by-payer:' .. ARGV[5], limit, states)
+elseif states then
+  for i = 6, #ARGV do
+    for _, item in ipairs(newest(prefix .. 'by-state:' .. ARGV[i], limit, nil)) do
+      found[#found + 1] = item
+    end
+  end
+else
+  found = newest(prefix .. 'by-updated', limit, nil)
+end
+table.sort(found, function(a, b) return before(b, a) end)
+local out = {}
+for i = 1, math.min(limit, #found) do out[i] = found[i][3] end
+return out
+"""
+)
+
+ADD_COUNTS = """#!lua
+-- KEYS: count-buckets; ARGV: prefix, forget_before, sweep, then (bucket, name, delta)...
+-- Buckets before ``forget_before`` leave, ``sweep`` of them per call at most.
+local prefix = ARGV[1]
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2],
+                       'LIMIT', 0, tonumber(ARGV[3]))
+for _, bucket in ipairs(old) do
+  redis.call('DEL', prefix .. 'counts:' .. bucket)
+  redis.call('ZREM', KEYS[1], bucket)
+end
+for i = 4, #ARGV, 3 do
+  redis.call('HINCRBY', prefix .. 'counts:' .. ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i])
+end
+return #old
+"""
+
+READ_COUNTS = """#!lua flags=no-writes
+-- KEYS: count-buckets; ARGV: prefix, start, end. Returns bucket, name, count, ...
+local out = {}
+for _, bucket in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '(' .. ARGV[3])) do
+  local fields = redis.call('HGETALL', ARGV[1] .. 'counts:' .. bucket)
+  for j = 1, #fields, 2 do
+    out[#out + 1] = bucket
+    out[#out + 1] = fields[j]
+    out[#out + 1] = fields[j + 1]
+  end
+end
+return out
+"""
 
 ACQUIRE_LEASE = """#!lua
 -- KEYS: lease:<name>; ARGV: holder, now, expires_at

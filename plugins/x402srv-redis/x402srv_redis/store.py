@@ -50,6 +50,7 @@ from x402srv.plugin import (
     encode_task,
     key_to_release,
     nameable,
+    payer_of,
     state_values,
     tx_claim_key,
 )
@@ -85,6 +86,8 @@ Created = tuple[ChallengeRecord, bool] | PaymentClaimed
 #: Rounds of read-decide-write one transition may lose to concurrent writers of
 #: the same record before giving up; each lost round means another write won.
 MAX_ROUNDS = 64
+#: Old count buckets deleted per ``add_counts`` call at most.
+SWEEP_BUCKETS = 8
 
 
 class RedisStore(CreditMethods, DumpMethods):
@@ -197,6 +200,7 @@ class RedisStore(CreditMethods, DumpMethods):
                 record.state.value,
                 repr(record.updated_at),
                 create.claim,
+                payer_of(record) or "",
             ]
         try:
             replies = await self._script("CREATE", keys=[], args=args)
@@ -259,6 +263,7 @@ class RedisStore(CreditMethods, DumpMethods):
         own = k.challenge(record.challenge_id)
         claim, tx = claim_keys(request)
         released = key_to_release(record, request)
+        payer_before, payer_after = payer_of(record), payer_of(updated)
         return {
             "keys": [
                 own,
@@ -270,6 +275,8 @@ class RedisStore(CreditMethods, DumpMethods):
                 k.by_updated,
                 k.by_state(record.state),
                 k.by_state(updated.state),
+                k.by_payer(payer_before) if payer_before else own,
+                k.by_payer(payer_after) if payer_after else own,
             ],
             "args": [
                 version,
@@ -281,6 +288,8 @@ class RedisStore(CreditMethods, DumpMethods):
                 "1" if claim else "0",
                 "1" if tx else "0",
                 "1" if released else "0",
+                payer_before or "",
+                payer_after or "",
             ],
         }
 
@@ -323,6 +332,28 @@ class RedisStore(CreditMethods, DumpMethods):
             args=[self.keys.prefix, f"({updated_before!r}", limit, *wanted],
         )
         return int(deleted)
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        wanted = _states(states)
+        if wanted == [] or limit <= 0:
+            return []
+        owner = payer.lower() if payer is not None else ""
+        if not nameable(owner) or (before is not None and not nameable(before[1])):
+            return []
+        cursor = ["", ""] if before is None else [repr(float(before[0])), before[1]]
+        texts = await self._script(
+            "FIND",
+            keys=[],
+            args=[self.keys.prefix, limit, *cursor, owner, *(wanted or [])],
+        )
+        return [decode_record(text) for text in texts]
 
     # ------------------------------------------------------------ tasks
 
@@ -388,6 +419,31 @@ class RedisStore(CreditMethods, DumpMethods):
             args=[repr(float(now)), repr(float(window_end)), ttl_ms, *(int(hits[k]) for k in keys)],
         )
         return {key: int(total) for key, total in zip(keys, totals, strict=True)}
+
+    # ------------------------------------------------------------ analytics counters
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        """One script per call: every bucket's ``HINCRBY`` and a few old buckets forgotten."""
+        triples = [
+            value
+            for (bucket, name), delta in counts.items()
+            for value in (str(int(bucket)), name, int(delta))
+        ]
+        await self._script(
+            "ADD_COUNTS",
+            keys=[self.keys.count_buckets],
+            args=[self.keys.prefix, int(forget_before), SWEEP_BUCKETS, *triples],
+        )
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        flat = await self._script(
+            "READ_COUNTS",
+            keys=[self.keys.count_buckets],
+            args=[self.keys.prefix, int(start), int(end)],
+        )
+        return {(int(flat[i]), str(flat[i + 1])): int(flat[i + 2]) for i in range(0, len(flat), 3)}
 
     # ------------------------------------------------------------ leases
 

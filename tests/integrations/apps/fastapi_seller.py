@@ -3,7 +3,9 @@
 Run under uvicorn by the tests. It reads the same seller TOML as the x402srv
 process it sells through (``X402SRV_TEST_CONFIG``) for the agent card, and
 verifies tokens either with the config's own key or, when
-``X402SRV_TEST_JWKS_URL`` is set, with x402srv's published JWKS.
+``X402SRV_TEST_JWKS_URL`` is set, with x402srv's published JWKS; with
+``X402SRV_TEST_REVOCATIONS_URL`` it also refuses revoked grants, read from
+x402srv's published revocation list.
 """
 
 from __future__ import annotations
@@ -17,18 +19,29 @@ from x402srv.asgi import AccessMiddleware, access_claims
 from x402srv.card import agent_card
 from x402srv.config import load_config
 from x402srv.jwks import JWKSKeySource
+from x402srv.revocation import RevocationList
 from x402srv.tokens import AccessClaims, TokenVerifier
 
 config = load_config(os.environ["X402SRV_TEST_CONFIG"])
 jwks_url = os.environ.get("X402SRV_TEST_JWKS_URL")
+revocations_url = os.environ.get("X402SRV_TEST_REVOCATIONS_URL")
+revocations = (
+    RevocationList(
+        revocations_url,
+        refresh_seconds=float(os.environ.get("X402SRV_TEST_REVOCATIONS_REFRESH", "1")),
+    )
+    if revocations_url
+    else None
+)
 if jwks_url:
     verifier = TokenVerifier(
         JWKSKeySource(jwks_url),
         issuer=config.seller.agent_url,
         audience=config.credentials.audience or config.seller.agent_url,
+        revocations=revocations,
     )
 else:
-    verifier = TokenVerifier.from_config(config)
+    verifier = TokenVerifier.from_config(config, revocations=revocations)
 
 app = FastAPI()
 app.add_middleware(

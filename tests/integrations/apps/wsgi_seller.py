@@ -3,7 +3,8 @@
 ``python -m tests.integrations.apps.wsgi_seller PORT`` serves ``/api/weather``
 behind ``verify_access_token_sync`` with x402srv's JWKS (``X402SRV_TEST_JWKS_URL``,
 issuer/audience ``X402SRV_TEST_AUDIENCE``): the blocking twin and the
-``httpx.Client`` fetch path, in a real server.
+``httpx.Client`` fetch path, in a real server. With ``X402SRV_TEST_REVOCATIONS_URL``
+it also reads x402srv's revocation list (blocking, every second).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from x402srv.admission import bearer_token
 from x402srv.errors import InvalidToken, KeySourceUnavailable
 from x402srv.jwks import JWKSKeySource
+from x402srv.revocation import RevocationList
 from x402srv.tokens import verify_access_token_sync
 
 AUDIENCE = os.environ["X402SRV_TEST_AUDIENCE"]
 KEYS = JWKSKeySource(os.environ["X402SRV_TEST_JWKS_URL"])
+_LIST = os.environ.get("X402SRV_TEST_REVOCATIONS_URL")
+REVOKED = RevocationList(_LIST, refresh_seconds=1) if _LIST else None
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -37,7 +41,11 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[byte
     header = environ.get("HTTP_AUTHORIZATION")
     try:
         claims = verify_access_token_sync(
-            bearer_token([header] if header else []), KEYS, issuer=AUDIENCE, audience=AUDIENCE
+            bearer_token([header] if header else []),
+            KEYS,
+            issuer=AUDIENCE,
+            audience=AUDIENCE,
+            revocations=REVOKED,
         )
     except (InvalidToken, KeySourceUnavailable) as err:
         headers = [("Content-Type", "application/problem+json"), *err.headers().items()]

@@ -1,0 +1,17 @@
+"""The seller's own API refuses revoked grants too: x402srv's published list, nothing secret."""
+
+from x402srv.jwks import JWKSKeySource
+from x402srv.revocation import RevocationList
+from x402srv.tokens import TokenVerifier
+
+verifier = TokenVerifier(
+    JWKSKeySource("https://pay.example.com/.well-known/jwks.json"),
+    issuer="https://pay.example.com",  # x402srv's seller.agent_url
+    audience="https://pay.example.com",
+    revocations=RevocationList(
+        "https://pay.example.com/.well-known/x402srv-revocations.json",
+        refresh_seconds=5,  # read again at most this often: the delay before a refusal
+    ),
+)
+# With the seller's config (HS256):
+#   TokenVerifier.from_config(config, revocations=RevocationList.for_config(config))

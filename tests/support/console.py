@@ -1,0 +1,57 @@
+"""Talking to a seller's console in tests: the admin API with its token, and purchases.
+
+``Console`` wraps a running seller with ``[admin]`` on; ``buy`` makes a
+purchase with the official x402 client (discovery-first, as a buyer agent
+does) and returns its grant.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from eth_account.signers.local import LocalAccount
+
+from tests.support.seller import Seller
+from x402srv.testing.buyers import paying_client
+
+__all__ = ["ADMIN_TOKEN", "Console", "buy"]
+
+ADMIN_TOKEN = "console-admin-token-" + "a" * 24
+
+
+@dataclass(frozen=True)
+class Console:
+    seller: Seller
+    url: str  # the admin prefix on its listener, e.g. http://127.0.0.1:PORT/admin
+
+    def headers(self, token: str = ADMIN_TOKEN) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    def get(self, path: str, token: str = ADMIN_TOKEN, **params: Any) -> httpx.Response:
+        return httpx.get(f"{self.url}/api{path}", params=params, headers=self.headers(token))
+
+    def post(
+        self, path: str, body: dict[str, Any] | None = None, token: str = ADMIN_TOKEN
+    ) -> httpx.Response:
+        return httpx.post(
+            f"{self.url}/api{path}",
+            content=json.dumps(body).encode() if body is not None else b"",
+            headers={**self.headers(token), "Content-Type": "application/json"},
+        )
+
+    def ok(self, path: str, **params: Any) -> dict[str, Any]:
+        response = self.get(path, **params)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+
+async def buy(seller: Seller, buyer: LocalAccount, plan: str = "hourly") -> dict[str, Any]:
+    """One purchase by the official x402 client; the AccessGrant it received."""
+    http, _ = paying_client(buyer)
+    async with http:
+        paid = await http.post(seller.access_url, json={"planId": plan})
+    assert paid.status_code == 200, paid.text
+    return dict(paid.json())
