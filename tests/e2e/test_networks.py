@@ -19,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -38,6 +39,7 @@ from tests.support.networks import (
     gas_wallet_env,
     nothing_listening,
     reasons,
+    record,
     seller_document,
     sender,
     start,
@@ -45,7 +47,7 @@ from tests.support.networks import (
     wait_for_file,
 )
 from tests.support.paths import REPO
-from x402srv.devchain import Devchain, deploy_token
+from x402srv.devchain import Devchain, deploy_token, encode_call
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import ServerProcess
 
@@ -256,7 +258,9 @@ def test_failover_past_a_refused_connection_and_a_500_settles_once(
     assert f"settled on-chain by {label(good.url, 3, A)}" in history
     assert transfers(options, wallet) == [(options[0].network, grant["txHash"], 100_000)]
     assert sender(options[0], grant["txHash"]) == str(good.address).lower()
-    assert f"{label(good.url, 3, A)} settled it" in server.logs()
+    logs = server.logs()
+    assert f"{label(good.url, 3, A)} settled it" in logs
+    assert f"{label(down, 1, A)} unreachable at start-up (ConnectError)" in logs
 
 
 def test_the_gas_wallet_settles_when_every_facilitator_fails(
@@ -414,3 +418,124 @@ def test_a_token_configured_under_the_wrong_domain_is_reported_at_start_up(
     assert "networks[0]" in message
     grant = buy(server, funded_buyer(options[2]), options[2])  # the rest still sells
     assert grant["network"] == f"eip155:{B}"
+
+
+def test_audit_covers_every_network_with_a_cursor_each(
+    new_seller: Callable[..., tuple[ServerProcess, str]],
+    options: list[Option],
+    good: FacilitatorProcess,
+    chain_b: Devchain,
+    devchain: Devchain,
+) -> None:
+    """Block numbers of one chain mean nothing on another: each network is audited from its
+    own first block, every token on it; a stray transfer on the second chain is named."""
+    server, wallet = new_seller(
+        [
+            (devchain, [options[0].token, options[1].token], [facilitator_settler(good.url)]),
+            (chain_b, [options[2].token], [facilitator_settler(good.url)]),
+        ]
+    )
+    starts = {A: devchain.rpc.block_number(), B: chain_b.rpc.block_number()}
+    grants = [buy(server, funded_buyer(option), option) for option in options]
+    stranger = funded_buyer(options[2])
+    chain_b.fund_eth(stranger.address, 10**18)
+    data = encode_call("transfer(address,uint256)", wallet, 7)
+    chain_b.rpc.send_transaction(stranger, to=options[2].token.address, data=data)
+
+    audited = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "x402srv",
+            "audit",
+            "--config",
+            str(server.config_path),
+            "--from-block",
+            f"eip155:{A}={starts[A]}",
+            "--from-block",
+            f"eip155:{B}={starts[B]}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=server.directory,
+    )
+
+    assert audited.returncode == 1, audited.stdout + audited.stderr  # the stray transfer
+    lines = audited.stdout.splitlines()
+    assert lines[0].startswith(f"audit of eip155:{A} blocks {starts[A]}..")
+    assert any(line.startswith(f"audit of eip155:{B} blocks {starts[B]}..") for line in lines)
+    for grant in grants:
+        assert any(
+            line.startswith(f"matched    {grant['txHash']}") and grant["challengeId"] in line
+            for line in lines
+        ), (grant, audited.stdout)
+    [stray] = [line for line in lines if line.startswith("UNMATCHED")]
+    assert stray.endswith(f"from {stranger.address.lower()}: no challenge accounts for it")
+    assert "3 matched, 1 unmatched transfers" in audited.stderr
+
+
+def test_the_reconciler_decides_a_payment_on_the_second_chain_from_that_chain(
+    new_seller: Callable[..., tuple[ServerProcess, str]],
+    facilitator: Callable[..., FacilitatorProcess],
+    options: list[Option],
+    chain_b: Devchain,
+    devchain: Devchain,
+    tmp_path: Path,
+) -> None:
+    """A facilitator on chain B says nothing within our timeout (502, the payment pending),
+    then settles. ``x402srv reconcile`` reads chain B, not chain A, and delivers the grant;
+    the buyer's retry with its requestId gets it."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    slow = facilitator("settle-gate", gate=gate, also=[chain_b])
+    server, wallet = new_seller(
+        [
+            (devchain, [options[0].token], [facilitator_settler(slow.url)]),
+            (chain_b, [options[2].token], [facilitator_settler(slow.url)]),
+        ]
+    )
+    option = options[2]
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            asyncio.run, buy_with_official_client(server.access_url, funded_buyer(option), option)
+        )
+        wait_for_file(gate / "arrived-1")
+        answer = pending.result(timeout=120)  # our read timeout passed: the outcome is unknown
+    assert answer.status_code == 502, answer.text
+    (gate / "go-1").touch()
+    wait_for_file(gate / "done-1")
+    [(network, tx_hash, value)] = transfers(options, wallet)
+    assert (network, value) == (f"eip155:{B}", 100_000)
+
+    reconciled = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "x402srv",
+            "reconcile",
+            "--config",
+            str(server.config_path),
+            "--grace-seconds",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=server.directory,
+    )
+
+    assert "SETTLING -> PAID  resolved from chain: transferred" in reconciled.stdout
+    assert "PAID -> DELIVERED" in reconciled.stdout
+    challenge_id = reconciled.stdout.split()[0]
+    history = record(server, challenge_id)
+    assert (history["network"], history["state"], history["tx_hash"]) == (
+        f"eip155:{B}",
+        "DELIVERED",
+        tx_hash.lower(),
+    )
+    again = httpx.post(
+        server.access_url, json={"planId": "hourly", "requestId": history["request_id"]}
+    )
+    assert again.status_code == 200
+    assert again.json()["txHash"] == tx_hash.lower()

@@ -28,7 +28,7 @@ In this order, the first that applies decides:
    the token would: expired -> the route's 402 (pay again), signed with a key
    the seller has retired -> 401.
 3. Neither: the route's 402 offer, built from the pipeline's discovery offer
-   (one requirement per plan the route accepts, in the route's order), so a
+   (each option of each plan the route accepts, in the route's order), so a
    standard x402 client pays and retries with no custom code. It counts
    against the client's unpaid-request limit (429 RATE_LIMITED).
 """
@@ -122,7 +122,9 @@ class Gateway:
         """
         discovery = self.pipeline.offers.discovery.body
         allowed = plans or self.plans(route)
-        by_plan = {accept["extra"]["planId"]: accept for accept in discovery["accepts"]}
+        by_plan: dict[str, list[dict[str, Any]]] = {}
+        for accept in discovery["accepts"]:  # a plan paid on several networks: each option
+            by_plan.setdefault(accept["extra"]["planId"], []).append(accept)
         required: dict[str, Any] = {
             "x402Version": 2,
             "error": error
@@ -132,7 +134,7 @@ class Gateway:
                 "url": resource_url,
                 "description": route.description or self.config.seller.agent_description,
             },
-            "accepts": [by_plan[plan_id] for plan_id in allowed],
+            "accepts": [accept for plan_id in allowed for accept in by_plan[plan_id]],
         }
         body = {
             **required,
@@ -140,6 +142,7 @@ class Gateway:
             "walletAddress": discovery["walletAddress"],
             "chainId": discovery["chainId"],
             "network": discovery["network"],
+            **({"networks": discovery["networks"]} if "networks" in discovery else {}),
             **(members or {}),
         }
         return PaymentOffer(body=body, header=encode_header(required))
