@@ -107,7 +107,8 @@ def create_app(
             "cors": bool(config.server.cors_origins),
             "cors_origins": ",".join(config.server.cors_origins),
             "cors_expose_headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-A2A-Extensions, "
-            "X-X402-Access-Token, X-X402-Grant, RateLimit, RateLimit-Policy, Retry-After",
+            "X-X402-Access-Token, X-X402-Grant, X-X402-Top-Up, RateLimit, RateLimit-Policy, "
+            "Retry-After",
             "cors_allow_headers": "content-type, payment-signature, authorization, "
             "x-a2a-extensions, a2a-extensions, a2a-version",
             "http_auto_trace": False,

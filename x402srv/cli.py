@@ -10,7 +10,7 @@
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
     x402srv grants revoke ID --config FILE [--reason R]          revoke a delivered grant
     x402srv export-sales --config FILE --from T [--to T] [--format csv|jsonl]   sales rows
-    x402srv audit --config FILE --from-block N [--to-block M]    match on-chain transfers to records
+    x402srv audit --config FILE --from-block [NET=]N [--to-block [NET=]M]  transfers vs records
     x402srv demo [--keep]                                        buy a plan on a local chain
 
 Exit codes: 0 ok, 2 bad usage or config, 1 anything else.
@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import operations
-from .audit import AuditReport, audit
+from .audit import AuditReport, audit_networks
 from .config import Config, ServerConfig, load_config
 from .domains import check_domains
 from .errors import ConfigError, ProblemError, StoreUnavailable
@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=100, help="at most this many challenges (default 100)"
     )
     for name, text in (
-        ("show", "one challenge with its history"),
+        ("show", "one challenge with its history (and its grant's calls, if it sells them)"),
         ("cancel", "PENDING -> CANCELLED"),
     ):
         action = actions.add_parser(name, help=text)
@@ -138,9 +138,19 @@ def _parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
     audit.add_argument("--config", required=True, help="seller TOML file")
     audit.add_argument(
-        "--from-block", type=int, required=True, help="first block to scan for transfers"
+        "--from-block",
+        action="append",
+        required=True,
+        metavar="[NETWORK=]N",
+        help="first block to scan for transfers: N for every network, or NETWORK=N for one "
+        "(repeat it: each chain counts its own blocks)",
     )
-    audit.add_argument("--to-block", type=int, help="last block to scan (default: the latest)")
+    audit.add_argument(
+        "--to-block",
+        action="append",
+        metavar="[NETWORK=]M",
+        help="last block to scan, likewise (default: the latest)",
+    )
     demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")
     demo.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
     return parser
@@ -342,13 +352,13 @@ def _challenges(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.action == "show":
-            record = asyncio.run(operations.show(config, args.challenge_id))
+            shown = asyncio.run(operations.show(config, args.challenge_id))
         else:
-            record = asyncio.run(operations.cancel(config, args.challenge_id))
+            shown = operations.redacted(asyncio.run(operations.cancel(config, args.challenge_id)))
     except ProblemError as exc:
         print(f"x402srv: {exc.detail}", file=sys.stderr)
         return 1
-    print(json.dumps(operations.redacted(record), indent=2))
+    print(json.dumps(shown, indent=2))
     return 0
 
 
@@ -388,27 +398,61 @@ def _export_sales(args: argparse.Namespace) -> int:
     return 0
 
 
+def _blocks(config: Config, given: list[str] | None, what: str) -> dict[str, int]:
+    """``N`` (every network with an RPC) and ``NETWORK=N`` (one), by CAIP-2 id."""
+    blocks: dict[str, int] = {}
+    networks = {n.caip2: n for n in config.resolved_networks}
+    names = {n.name: n.caip2 for n in config.resolved_networks}
+    for value in given or ():
+        where, _, number = value.rpartition("=")
+        try:
+            block = int(number)
+        except ValueError:
+            raise ConfigError(f"{what}: {value!r} is not [NETWORK=]BLOCK") from None
+        if not where:
+            for caip2, network in networks.items():
+                if network.rpc_url:
+                    blocks.setdefault(caip2, block)
+            continue
+        caip2 = names.get(where, where)
+        if caip2 not in networks:
+            raise ConfigError(f"{what}: {where!r} is not a configured network")
+        blocks[caip2] = block
+    return blocks
+
+
 def _audit(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    starts = _blocks(config, args.from_block, "--from-block")
+    ends = _blocks(config, args.to_block, "--to-block")
+    cursors = {caip2: (start, ends.get(caip2)) for caip2, start in starts.items()}
 
-    async def run() -> AuditReport:
+    async def run() -> list[AuditReport]:
         async with operations.opened(config) as pipeline:
-            return await audit(pipeline, from_block=args.from_block, to_block=args.to_block)
+            return await audit_networks(pipeline, cursors)
 
-    report = asyncio.run(run())
-    print(f"audit of blocks {report.from_block}..{report.to_block}")
-    for transfer, challenge_id in report.matched:
-        print(f"matched    {transfer.tx_hash}  {transfer.value:>12}  challenge {challenge_id}")
-    for transfer, why in report.unmatched:
-        print(f"UNMATCHED  {transfer.tx_hash}  {transfer.value:>12}  from {transfer.payer}: {why}")
-    for challenge_id, tx_hash in report.missing_on_chain:
-        print(f"MISSING    {tx_hash}  challenge {challenge_id} claims it; the chain does not")
+    reports = asyncio.run(run())
+    for report in reports:
+        print(f"audit of {report.network} blocks {report.from_block}..{report.to_block}")
+        for transfer, challenge_id in report.matched:
+            print(f"matched    {transfer.tx_hash}  {transfer.value:>12}  challenge {challenge_id}")
+        for transfer, why in report.unmatched:
+            print(
+                f"UNMATCHED  {transfer.tx_hash}  {transfer.value:>12}  from {transfer.payer}: {why}"
+            )
+        for challenge_id, tx_hash in report.missing_on_chain:
+            print(f"MISSING    {tx_hash}  challenge {challenge_id} claims it; the chain does not")
+    skipped = [n.caip2 for n in config.resolved_networks if n.caip2 not in cursors]
+    for caip2 in skipped:
+        print(f"SKIPPED    {caip2}: no RPC URL, or no --from-block for it")
     print(
-        f"{len(report.matched)} matched, {len(report.unmatched)} unmatched transfers, "
-        f"{len(report.missing_on_chain)} records without their transfer",
+        f"{sum(len(r.matched) for r in reports)} matched, "
+        f"{sum(len(r.unmatched) for r in reports)} unmatched transfers, "
+        f"{sum(len(r.missing_on_chain) for r in reports)} records without their transfer, "
+        f"on {len(reports)} network(s)",
         file=sys.stderr,
     )
-    return 0 if report.clean else 1
+    return 0 if all(r.clean for r in reports) and not skipped else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,6 +43,7 @@ from .metrics import Metrics
 from .offers import OfferBuilder
 from .plan_terms import CREDITS_OUTLIVE_TOKEN_SECONDS
 from .records import ChallengeRecord, State
+from .top_ups import grant_expiry, top_up_document
 
 __all__ = ["DELIVERY_LEASE_SECONDS", "Delivery"]
 
@@ -78,6 +79,8 @@ class Delivery:
         With an exclusive issuer a request that finds the claim held waits for
         the holder (``wait``) or leaves the record to it.
         """
+        if record.top_up_of is not None:
+            return await self._deliver_top_up(record)
         if self.exclusive:
             claimed = await self._claim(record)
             if claimed is None:
@@ -97,13 +100,33 @@ class Delivery:
             return result.record
         return await self.mover.current(record, result)
 
-    async def _credit(self, record: ChallengeRecord, grant_id: str, expires_at: float) -> None:
+    async def _deliver_top_up(self, record: ChallengeRecord) -> ChallengeRecord:
+        """A top-up issues nothing: its calls go to its grant, then PAID -> DELIVERED.
+
+        No delivery claim: crediting twice with the same key changes nothing,
+        and the compare-and-set lets one delivery win.
+        """
+        assert record.top_up_of is not None
+        grant = await self.mover.store.get_challenge(record.top_up_of)
+        expires_at = (grant_expiry(grant) if grant is not None else None) or self.clock()
+        calls = await self._credit(record, record.top_up_of, expires_at)
+        document = top_up_document(record, calls or 0, self.offers.explorer_url(record))
+        result = await self.mover.apply(
+            moves.deliver(record, self.clock(), document, claimed=False)
+        )
+        if isinstance(result, TransitionApplied):
+            return result.record
+        return await self.mover.current(record, result)
+
+    async def _credit(
+        self, record: ChallengeRecord, grant_id: str, expires_at: float
+    ) -> int | None:
         """Add the calls ``record`` paid for to ``grant_id``, once per paying challenge."""
         plan = self.plans.get(record.plan_id)
         # A challenge offered before its plan sold calls gets what the plan sells now.
         calls = record.calls if record.calls is not None else (plan.calls if plan else None)
         if calls is None:
-            return
+            return None
         store = cast(CreditStore, self.mover.store)  # the registry refused a store without
         credited = await store.credit(
             grant_id,
@@ -124,6 +147,7 @@ class Delivery:
             extra={"challenge_id": record.challenge_id, "request_id": record.request_id},
         )
         failpoint("after-credit")
+        return calls
 
     async def _issue(self, record: ChallengeRecord) -> IssuedCredential:
         """The issuer's credential; a claim held meanwhile is renewed until it answers."""

@@ -297,11 +297,15 @@ class OfferBuilder:
             "txHash": record.tx_hash,
             "network": record.network,
         }
-        option = self._config.option(record.network, record.asset)
-        explorer = option.explorer_url(record.tx_hash) if option else None
+        explorer = self.explorer_url(record)
         if explorer:
             grant["explorerUrl"] = explorer
         return grant
+
+    def explorer_url(self, record: ChallengeRecord) -> str | None:
+        """Where the record's settlement transaction is shown, if its network has an explorer."""
+        option = self._config.option(record.network, record.asset)
+        return option.explorer_url(record.tx_hash) if option and record.tx_hash else None
 
     def granted(self, record: ChallengeRecord) -> AccessGranted:
         assert record.grant is not None

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from .config import Config
 from .errors import ChallengeExpired, InvalidRequest, NotFound
 from .interfaces import (
     Clock,
+    CreditAccount,
+    CreditStore,
     MigratingStore,
     StateMismatch,
     TransitionApplied,
     TransitionRequest,
+    keeps_credits,
     system_clock,
 )
+from .offers import rfc3339
 from .pipeline import AccessPipeline
 from .reconciler import PassReport, Reconciler
 from .records import ChallengeRecord, State
@@ -29,6 +33,7 @@ from .store_dump import DumpCounts, export_store, import_store
 
 __all__ = [
     "cancel",
+    "credits_shown",
     "export_records",
     "export_sales",
     "import_records",
@@ -113,12 +118,49 @@ async def list_records(config: Config, *, state: State | None, limit: int) -> li
         return await pipeline.store.list_challenges(states=[state] if state else None, limit=limit)
 
 
-async def show(config: Config, challenge_id: str) -> ChallengeRecord:
+async def show(config: Config, challenge_id: str) -> dict[str, Any]:
+    """A record for display (``redacted``), with its grant's credits when it sells calls.
+
+    A purchase of a plan that sells calls (or limits them) shows its grant's
+    account: calls made, credits added, spent, refunded and left, each credit
+    (the purchase, every top-up) and the recent hourly usage. A top-up shows
+    the account of the grant it topped up.
+    """
     async with opened(config) as pipeline:
         record = await pipeline.store.get_challenge(challenge_id)
-    if record is None:
-        raise NotFound(f"no challenge {challenge_id}")
-    return record
+        if record is None:
+            raise NotFound(f"no challenge {challenge_id}")
+        shown = redacted(record)
+        plan = config.plan_map.get(record.plan_id)
+        metered = record.top_up_of is not None or (plan is not None and plan.metered)
+        if metered and keeps_credits(pipeline.store):
+            grant = record.top_up_of or record.challenge_id
+            account = await cast(CreditStore, pipeline.store).get_credits(grant)
+            shown["credits"] = credits_shown(grant, account)
+    return shown
+
+
+def credits_shown(grant_id: str, account: CreditAccount | None) -> dict[str, Any]:
+    """A grant's account as ``challenges show`` prints it."""
+    if account is None:
+        return {"grant": grant_id, "account": None}
+    return {
+        "grant": grant_id,
+        "calls_made": account.calls,
+        "credits_added": account.credited,
+        "credits_spent": account.spent,
+        "credits_refunded": account.refunded,
+        "credits_left": account.balance,
+        "rate_window": {"ends": rfc3339(account.window_end), "calls": account.window_calls}
+        if account.window_end
+        else None,
+        "kept_until": rfc3339(account.keep_until),
+        "added": [{"key": e.key, "calls": e.amount, "at": rfc3339(e.at)} for e in account.entries],
+        "usage_by_hour": [
+            {"hour": rfc3339(b.start), "calls": b.calls, "spent": b.spent, "refunded": b.refunded}
+            for b in account.usage
+        ],
+    }
 
 
 async def cancel(config: Config, challenge_id: str) -> ChallengeRecord:

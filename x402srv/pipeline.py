@@ -10,6 +10,10 @@ reaches the store's write path or the chain.
     no payment: *discovery*, every plan. Unknown -> 400 TIER_NOT_FOUND. No
     payment: a *challenge*, created (or found by requestId) PENDING. Unpaid
     requests count against the client's limit.       -> 429 RATE_LIMITED
+    A *top-up* (``body.topUp``, or the gateway's token) first finds the grant it
+    names (``top_ups.find_grant``: delivered, sells calls, not expired) and
+    binds it into the challenge it creates; a request whose challenge is bound
+    to another grant (or to none) is 409 REQUEST_ID_CONFLICT.
  3. Find the challenge: ``accepted.extra.challengeId``, else ``body.requestId``,
     else the one that claimed this very payment, else none yet (a
     discovery-first purchase: its challenge is created, already SETTLING, once
@@ -34,7 +38,8 @@ reaches the store's write path or the chain.
     4 again).
  9. Confirm the settler's transaction on-chain (when there is an RPC), claim
     its txHash and move SETTLING -> PAID.
-10. Issue the credential and PAID -> DELIVERED (``delivery``). If the issuer
+10. Issue the credential, credit the calls of a plan that sells them, and PAID
+    -> DELIVERED (``delivery``); a top-up only credits its grant. If the issuer
     fails the record stays PAID; a retry resumes here.
 11. 200 with the AccessGrant and ``PAYMENT-RESPONSE``.
 """
@@ -99,6 +104,7 @@ from .records import ChallengeRecord, PaymentKey, State
 from .resolution import NotTransferred, Transferred
 from .settling import SettlingResolver
 from .tally import Tally
+from .top_ups import find_grant
 
 __all__ = ["DELIVERY_LEASE_SECONDS", "AccessPipeline", "AccessRequest", "AccessResult"]
 
@@ -208,10 +214,21 @@ class AccessPipeline:
         return await self.access(body, payment, client=request.client)
 
     async def access(
-        self, body: AccessBody, payment: PaymentPayload | None, *, client: str | None = None
+        self,
+        body: AccessBody,
+        payment: PaymentPayload | None,
+        *,
+        client: str | None = None,
+        top_up_of: str | None = None,
     ) -> AccessResult:
-        """Steps 2-11 for an already-parsed request (HTTP, the gateway and A2A come here)."""
+        """Steps 2-11 for an already-parsed request (HTTP, the gateway and A2A come here).
+
+        ``top_up_of`` (the gateway, for a token it verified) names the grant a
+        payment tops up by its challengeId; a body names it by requestId (``topUp``).
+        """
         plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
+        if body.top_up is not None or top_up_of is not None:
+            return await self._top_up(body, payment, plan_id, top_up_of, client)
         if plan_id is None:
             if payment is not None:
                 raise TierNotFound("no planId in the body or in accepted.extra.planId")
@@ -239,10 +256,38 @@ class AccessPipeline:
                 self.tally.add("limited")
                 raise
 
-    async def _challenge(self, body: AccessBody, plan: Plan) -> AccessResult:
+    async def _top_up(
+        self,
+        body: AccessBody,
+        payment: PaymentPayload | None,
+        plan_id: str | None,
+        top_up_of: str | None,
+        client: str | None,
+    ) -> AccessResult:
+        """Step 2 for a top-up: the grant is found and checked before anything is stored."""
+        if plan_id is not None and plan_id not in self.plans:
+            raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
+        if payment is None:
+            await self.limit_unpaid(client)
+        grant = await find_grant(
+            self.store,
+            self.plans,
+            request_id=body.top_up,
+            challenge_id=top_up_of if body.top_up is None else None,
+            plan_id=plan_id,
+            now=self.clock(),
+        )
+        plan = self.plans[grant.plan_id]
+        if payment is None:
+            return await self._challenge(body, plan, grant)
+        return await self._settlement(body, plan, payment, grant)
+
+    async def _challenge(
+        self, body: AccessBody, plan: Plan, grant: ChallengeRecord | None = None
+    ) -> AccessResult:
         body = replace(body, request_id=body.request_id or uuid4_str())
         assert body.request_id is not None
-        new = self._new_record(plan, body.request_id, body.resource_id)
+        new = self._new_record(plan, body.request_id, body.resource_id, grant=grant)
         created = await self.store.create_challenge(new)
         assert not isinstance(created, PaymentClaimed)
         record, was_created = created
@@ -250,11 +295,17 @@ class AccessPipeline:
             # DEBUG, not INFO: anyone can send unpaid requests, and a line for each
             # would let them fill the disk. Everything after a payment is at INFO.
             self._log_created(record, logging.DEBUG)
-        self._same_request(record, body, plan)
+        self._same_request(record, body, plan, grant)
         return await self._answer(record, Caller(body))
 
     def _new_record(
-        self, plan: Plan, request_id: str, resource_id: str, *, implicit: bool = False
+        self,
+        plan: Plan,
+        request_id: str,
+        resource_id: str,
+        *,
+        implicit: bool = False,
+        grant: ChallengeRecord | None = None,
     ) -> ChallengeRecord:
         first = plan.options[0]
         return ChallengeRecord.new(
@@ -272,6 +323,7 @@ class AccessPipeline:
             implicit=implicit,
             options=plan_offers(plan),
             calls=plan.calls,
+            top_up_of=grant.challenge_id if grant is not None else None,
         )
 
     def _log_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:
@@ -289,24 +341,41 @@ class AccessPipeline:
             )
 
     @staticmethod
-    def _same_request(record: ChallengeRecord, body: AccessBody, plan: Plan) -> None:
+    def _same_request(
+        record: ChallengeRecord,
+        body: AccessBody,
+        plan: Plan,
+        grant: ChallengeRecord | None = None,
+    ) -> None:
         if record.plan_id != plan.plan_id or record.resource_id != body.resource_id:
             raise RequestIdConflict(
                 f"requestId {record.request_id} belongs to plan {record.plan_id!r} and "
                 f"resource {record.resource_id!r}; use a new requestId for another purchase"
             )
+        if record.top_up_of != (grant.challenge_id if grant is not None else None):
+            if record.top_up_of is None:
+                what = "a purchase"
+            elif grant is None:
+                what = "a top-up: repeat it with its topUp (or the grant's token)"
+            else:
+                what = "a top-up of another grant"
+            raise RequestIdConflict(f"this request belongs to {what}; use a new requestId")
 
     # ------------------------------------------------------------ step 3
 
     async def _settlement(
-        self, body: AccessBody, plan: Plan, payment: PaymentPayload
+        self,
+        body: AccessBody,
+        plan: Plan,
+        payment: PaymentPayload,
+        grant: ChallengeRecord | None = None,
     ) -> AccessResult:
         key = payment_key(payment)
         caller = Caller(body, payment, key)
         record = await self._find_challenge(body, payment, key)
         if record is None:
-            return await self._implicit_purchase(caller, plan)
-        self._same_request(record, body, plan)
+            return await self._implicit_purchase(caller, plan, grant)
+        self._same_request(record, body, plan, grant)
         return await self._answer(record, caller)
 
     async def _find_challenge(
@@ -336,7 +405,9 @@ class AccessPipeline:
             )
         return record
 
-    async def _implicit_purchase(self, caller: Caller, plan: Plan) -> AccessResult:
+    async def _implicit_purchase(
+        self, caller: Caller, plan: Plan, grant: ChallengeRecord | None = None
+    ) -> AccessResult:
         """A discovery-first purchase: check, then create the challenge already SETTLING.
 
         Nothing is stored before the payment passes step 5, and concurrent replays
@@ -346,7 +417,7 @@ class AccessPipeline:
         assert caller.key is not None
         body = caller.body
         pending = self._new_record(
-            plan, body.request_id or uuid4_str(), body.resource_id, implicit=True
+            plan, body.request_id or uuid4_str(), body.resource_id, implicit=True, grant=grant
         )
         claim = self._claim(pending, caller, pending.created_at)
         settling = pending.apply(claim.changes, State.SETTLING, claim.at, claim.reason)
@@ -356,10 +427,11 @@ class AccessPipeline:
             if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
                 self.tally.failed("already_redeemed")
                 raise TxAlreadyRedeemed("this payment is already used for another challenge")
+            self._same_request(owner, body, plan, grant)
             return await self._answer(owner, caller)
         record, was_created = created
         if not was_created:
-            self._same_request(record, body, plan)
+            self._same_request(record, body, plan, grant)
             return await self._answer(record, caller)
         self._log_created(record)
         failpoint("after-claim")

@@ -107,6 +107,7 @@ class AccessBody:
     plan_id: str | None
     request_id: str | None
     resource_id: str
+    top_up: str | None = None  # the requestId of the grant a top-up adds calls to
 
 
 MAX_JSON_CONTAINERS = 256
@@ -166,16 +167,21 @@ def parse_access_body(raw: bytes, content_type: str | None) -> AccessBody:
 def access_body(data: Mapping[str, Any]) -> AccessBody:
     """The fields of an access request, checked: the HTTP body's, or an A2A data part's."""
     plan_id = _optional_str(data, "planId", 64)
-    request_id = _optional_str(data, "requestId", 64)
-    if request_id is not None:
-        try:
-            request_id = str(uuid.UUID(request_id))
-        except ValueError:
-            raise InvalidRequest("requestId must be a UUID") from None
+    request_id = _uuid(data, "requestId")
     resource_id = _optional_str(data, "resourceId", 256) or "default"
     if not _RESOURCE_ID.fullmatch(resource_id):
         raise InvalidRequest("resourceId must match [A-Za-z0-9._:/-]{1,256}")
-    return AccessBody(plan_id, request_id, resource_id)
+    return AccessBody(plan_id, request_id, resource_id, _uuid(data, "topUp"))
+
+
+def _uuid(data: Mapping[str, Any], key: str) -> str | None:
+    value = _optional_str(data, key, 64)
+    if value is None:
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidRequest(f"{key} must be a UUID") from None
 
 
 def _optional_str(data: Mapping[str, Any], key: str, max_length: int) -> str | None:

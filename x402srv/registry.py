@@ -187,9 +187,13 @@ class Registry:
         return list(rows.values())
 
     def _context(self, kind: Kind, section: str, name: str, config: Config, **kw: Any) -> Any:
-        """Build plugin ``name`` of ``kind``; ``section`` is the key that chose it."""
+        """Build plugin ``name`` of ``kind``; ``section`` is the key that chose it.
+
+        Option tables live under the kind's own section (``[store.<plugin>]``,
+        ``[settlement.<plugin>]``), also for a settler a ``[[networks]]`` table chose.
+        """
         entries = self._entries[kind]
-        table_section = section.split(".")[0]  # "store.backend" -> [store.<plugin>] tables
+        table_section = {"settler": "settlement"}.get(kind, section.split(".")[0])
 
         def missing(plugin: str, path: str) -> PluginNotFound:
             installed = ", ".join(sorted(entries)) or "none"

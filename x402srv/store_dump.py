@@ -8,13 +8,17 @@ The format (version 1), one JSON object per line::
     {"kind": "task", "task_id": "...", "version": 3, "prune_after": 1700000000.0, "document": {...}}
     {"kind": "credits", "account": {...credit_rules.encode_account...}}
     {"kind": "lease", "name": "gas-wallet:...", "fence": 7, "value": "..."}
-    {"kind": "end", "counts": {"challenge": 120, "task": 4, "credits": 2, "lease": 2}}
+    {"kind": "count", "bucket": 1700002800, "name": "paid:hourly", "n": 12}
+    {"kind": "end", "counts": {"challenge": 120, "task": 4, "credits": 2, "lease": 2, ...}}
 
-The header names the format and its version; the last line counts what came
-before it, so a file cut short is refused instead of half imported. Import
-reads and checks the whole input before it writes anything, refuses a store
-that already holds a challenge, task or credit account (a seller moves into an
-empty store; importing twice would not be a move), then writes in batches.
+The items come from the store's ``PortableStore`` methods; the console's
+per-hour analytics counters (``count``) from ``read_counts`` and, on import,
+``add_counts``, which every store has. The header names the format and its
+version; the last line counts what came before it, so a file cut short is
+refused instead of half imported. Import reads and checks the whole input
+before it writes anything, refuses a store that already holds a challenge,
+task or credit account (a seller moves into an empty store; importing twice
+would not be a move), then writes in batches.
 
 A dump holds every grant (bearer tokens) and every payment signature: it is
 written with mode 0600, and should be kept like the database it came from.
@@ -50,6 +54,7 @@ __all__ = [
     "BATCH",
     "FORMAT",
     "VERSION",
+    "Dump",
     "DumpCounts",
     "DumpError",
     "decode_item",
@@ -66,7 +71,9 @@ FORMAT = "x402srv-store-dump"
 VERSION = 1
 #: Items per ``import_items`` call.
 BATCH = 500
-KINDS = ("challenge", "task", "credits", "lease")
+KINDS = ("challenge", "task", "credits", "lease", "count")
+#: Every analytics bucket: hours since the epoch, well past any real one.
+ALL_BUCKETS = (0, 2**62)
 
 
 class DumpError(ValueError):
@@ -159,7 +166,7 @@ def _line(document: dict[str, Any]) -> str:
 
 
 async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCounts:
-    """Write the header, every item and the counts to ``out``."""
+    """Write the header, every item, the analytics counters and the end line to ``out``."""
     source = portable(store)
     out.write(
         _line(
@@ -175,13 +182,24 @@ async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCount
     async for item in source.export_items():
         out.write(_line(encode_item(item)))
         counts[kind_of(item)] += 1
+    tallies = await store.read_counts(start=ALL_BUCKETS[0], end=ALL_BUCKETS[1])
+    for (bucket, name), n in sorted(tallies.items()):
+        out.write(_line({"kind": "count", "bucket": bucket, "name": name, "n": n}))
+        counts["count"] += 1
     out.write(_line({"kind": "end", "counts": dict(counts)}))
     return DumpCounts(dict(counts))
 
 
-def read_dump(lines: Iterable[str]) -> list[ExportItem]:
-    """Every item of a complete dump, checked; ``DumpError`` names the first bad line."""
+@dataclass(frozen=True, slots=True)
+class Dump:
+    items: list[ExportItem]
+    tallies: dict[tuple[int, str], int]
+
+
+def read_dump(lines: Iterable[str]) -> Dump:
+    """Everything of a complete dump, checked; ``DumpError`` names the first bad line."""
     items: list[ExportItem] = []
+    tallies: dict[tuple[int, str], int] = {}
     counts: Counter[str] = Counter()
     ended: dict[str, Any] | None = None
     number = 0
@@ -205,6 +223,13 @@ def read_dump(lines: Iterable[str]) -> list[ExportItem]:
             if data.get("kind") == "end":
                 ended = data
                 continue
+            if data.get("kind") == "count":
+                key = (int(data["bucket"]), str(data["name"]))
+                if key in tallies:
+                    raise ValueError(f"counter {key} twice")
+                tallies[key] = int(data["n"])
+                counts["count"] += 1
+                continue
             item = decode_item(data)
         except (ValueError, KeyError, TypeError) as exc:
             raise DumpError(f"line {number}: {type(exc).__name__}: {exc}") from None
@@ -217,7 +242,7 @@ def read_dump(lines: Iterable[str]) -> list[ExportItem]:
     expected = {kind: int(n) for kind, n in dict(ended.get("counts", {})).items() if n}
     if expected != dict(counts):
         raise DumpError(f"the end line counts {expected}, the input holds {dict(counts)}")
-    return items
+    return Dump(items, tallies)
 
 
 async def holds_anything(store: PortableStore) -> str | None:
@@ -237,7 +262,8 @@ async def holds_anything(store: PortableStore) -> str | None:
 async def import_store(store: Store, lines: Iterable[str], *, clock: Clock) -> DumpCounts:
     """Read and check everything, then write it in batches into an empty ``store``."""
     target = portable(store)
-    items = read_dump(lines)
+    dump = read_dump(lines)
+    items = dump.items
     held = await holds_anything(target)
     if held is not None:
         raise DumpError(
@@ -249,6 +275,10 @@ async def import_store(store: Store, lines: Iterable[str], *, clock: Clock) -> D
         batch = items[start : start + BATCH]
         await target.import_items(batch, now=clock())
         counts.update(kind_of(item) for item in batch)
+    tallies = sorted(dump.tallies.items())
+    for start in range(0, len(tallies), BATCH):
+        await store.add_counts(dict(tallies[start : start + BATCH]), forget_before=0)
+    counts["count"] += len(tallies)
     return DumpCounts(dict(counts))
 
 

@@ -3,9 +3,13 @@
 x402srv: one purchase through x402srv (facilitator strategy: the same local
 facilitator the official middleware uses), then 100 calls to the seller's
 guarded ``GET /weather`` with the grant's token, all through one official
-client. The official middleware: 100 calls to its ``GET /weather`` with the
-official client, each one paid and settled. Both servers answer one unpaid
-request first (they are running already when a buyer arrives); wall time then
+client. x402srv selling calls: the gateway in front of the seller's API with a
+plan of 100 calls ($10, the price of 100 paid calls); the official client's
+first call pays the 402 (the plan) and the next 99 carry the token, each
+spending one credit in the store. The official middleware: 100 calls to its
+``GET /weather`` with the official client, each one paid and settled. Every
+server answers one unpaid request first (they are running already when a
+buyer arrives); wall time then
 covers everything the buyer waits for (purchase included); on-chain
 transactions are the token's Transfer logs to each seller's wallet.
 """
@@ -21,6 +25,7 @@ from typing import Any
 import httpx
 from eth_account import Account
 
+from x402srv.testing import toml
 from x402srv.testing.buyers import paying_client
 
 from ..stack import Stack
@@ -109,8 +114,11 @@ def run(stack: Stack, calls: int = CALLS) -> list[Row]:
         stack.stop_app(api)
         stack.stop_server(server)
 
+    credits = _credit_plan(stack, buyer, calls)
     speedup = official.seconds / ours.seconds
     fewer = official.transactions / max(ours.transactions, 1)
+    metered_speedup = official.seconds / credits.seconds
+    metered_fewer = official.transactions / max(credits.transactions, 1)
     return [
         Row(
             SECTION,
@@ -126,4 +134,61 @@ def run(stack: Stack, calls: int = CALLS) -> list[Row]:
                 verdict(">= 100x fewer on-chain transactions", fewer >= 100, f"{fewer:.0f}x"),
             ),
         ),
+        Row(
+            SECTION,
+            f"x402srv gateway: a {calls}-call plan, {calls} metered calls",
+            f"{credits.seconds:7.2f} s wall  {credits.transactions:4d} on-chain transaction(s)",
+            (
+                # (each call is proxied by the gateway and spends a credit: one hop more)
+                verdict(">= 10x less wall time", metered_speedup >= 10, f"{metered_speedup:.1f}x"),
+                verdict(
+                    ">= 100x fewer on-chain transactions",
+                    metered_fewer >= 100,
+                    f"{metered_fewer:.0f}x",
+                ),
+            ),
+        ),
     ]
+
+
+def _credit_plan(stack: Stack, buyer: Any, calls: int) -> Outcome:
+    """The gateway sells ``calls`` calls; the official client's first call buys them."""
+    pay_to = Account.create().address
+    api_config = stack.directory / "calls-api.toml"
+    api_config.write_text(toml.dumps(stack.config(store="sqlite", settlement="facilitator")))
+    api = stack.seller_api(api_config)
+    plan = {
+        "plan_id": f"calls-{calls}",
+        "unit_amount": "$10",
+        "description": f"{calls} calls",
+        "calls": calls,
+    }
+    document = stack.config(
+        store="sqlite",
+        settlement="facilitator",
+        pay_to=pay_to,
+        plans=[plan],
+        routes=[{"prefix": "/open", "upstream": api}],
+    )
+    server = stack.x402srv(document, "credit-plan")
+
+    async def spend_credits() -> float:
+        await _warm_up(("GET", f"{server.url}/open"))
+        http, _ = paying_client(buyer)
+        async with http:
+            started = time.perf_counter()
+            first = await http.get(f"{server.url}/open")  # 402, paid, forwarded: call 1
+            if first.status_code != 200:
+                raise RuntimeError(f"purchase through the gateway failed: {first.status_code}")
+            headers = {"Authorization": f"Bearer {first.headers['x-x402-access-token']}"}
+            for _ in range(calls - 1):
+                response = await http.get(f"{server.url}/open", headers=headers)
+                if response.status_code != 200:
+                    raise RuntimeError(f"metered call failed: {response.status_code}")
+            return time.perf_counter() - started
+
+    try:
+        return _timed(stack, pay_to, spend_credits)
+    finally:
+        stack.stop_app(api)
+        stack.stop_server(server)

@@ -20,19 +20,19 @@ __all__ = ["buy_token", "run"]
 SECTION = "Guarded seller route (x402srv.guard.require_access, Sanic, 1 worker)"
 
 
-async def _buy(url: str, stack: Stack) -> str:
+async def _buy(url: str, stack: Stack, plan_id: str) -> str:
     buyer = stack.chain.new_account(eth=0, usdc_atomic=10**9)
     http, _ = paying_client(buyer)
     async with http:
-        response = await http.post(url, json={"planId": "hourly"})
+        response = await http.post(url, json={"planId": plan_id})
     if response.status_code != 200:
         raise RuntimeError(f"purchase failed: {response.status_code} {response.text}")
     return str(response.json()["accessToken"])
 
 
-def buy_token(url: str, stack: Stack) -> str:
+def buy_token(url: str, stack: Stack, plan_id: str = "hourly") -> str:
     """One purchase with the official client; the grant's bearer token."""
-    return asyncio.run(_buy(url, stack))
+    return asyncio.run(_buy(url, stack, plan_id))
 
 
 def run(stack: Stack, load: Load) -> list[Row]:

@@ -33,6 +33,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from x402srv.testing.buyers import paying_client
+from x402srv.testing.servers import ServerProcess
 
 from ..stack import Stack
 from ..table import Row, Verdict, verdict
@@ -201,7 +202,7 @@ def _judged(
 def run(stack: Stack, samples: int, each: int) -> tuple[PurchaseFigures, list[Row]]:
     setups = _setups(stack)
     official_url = stack.official(Account.create().address)
-    servers = []
+    servers: list[ServerProcess] = []
     try:
         for setup in setups:
             config = stack.config(

@@ -147,9 +147,9 @@ async def test_the_asgi_middleware_meters_every_guarded_call(
         "body": {"planId": "llm", "topUp": problem["topUp"]["body"]["topUp"]},
     }
     assert _left(refused.headers) == 1
-    unmetered = await minted("hourly")
-    plain = client.get("/v1/complete", headers=_auth(unmetered[0]))
-    assert plain.status_code == 500  # (the handler reads a usage an unmetered plan has not)
+    unmetered, _ = await minted("hourly")  # a plan sold by time, no rate limit: not metered
+    plain = client.get("/v1/batch", headers=_auth(unmetered))
+    assert plain.status_code == 200
     assert "ratelimit" not in plain.headers
 
 

@@ -1,8 +1,9 @@
 """No over-spend under concurrency, on real servers: 200 calls at once against 50 credits.
 
-The gateway runs with two worker processes (two instances for Redis: two
-servers sharing one Redis), and the calls go to both at once, so the spends
-race across processes, not just inside one event loop. Exactly 50 may pass.
+The gateway runs with two worker processes (two instances for Redis and
+PostgreSQL: two servers sharing one store), and the calls go to all of them at
+once, so the spends race across processes, not just inside one event loop.
+Exactly 50 may pass.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ CALLS = 200
 def _store(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:
     if backend == "sqlite":
         return {"backend": "sqlite", "path": "x402srv.db"}
+    if backend == "postgres":
+        table: dict[str, Any] = request.getfixturevalue("postgres_store_table")
+        return table
     url: str = request.getfixturevalue("redis_url")
     return {"backend": "redis", "url": url, "redis": {"key_prefix": f"race-{id(request)}:"}}
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 async def test_200_calls_at_once_against_50_credits_let_exactly_50_through(
     start_seller: Callable[..., Seller],
     echo_upstream: AppProcess,
@@ -50,7 +54,7 @@ async def test_200_calls_at_once_against_50_credits_let_exactly_50_through(
         store=_store(backend, request),
     )
     servers = [seller.server]
-    if backend == "redis":  # a second instance on the same Redis
+    if backend != "sqlite":  # a second instance on the same Redis / PostgreSQL
         twin = ServerProcess(
             seller.config, tmp_path_factory.mktemp("twin"), workers=2, env=seller.server.env
         ).start()

@@ -33,6 +33,8 @@ class AppProcess:
     uvicorn: bool = True
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    cwd: Path = REPO  # where it runs (an app that reads ./seller.toml: the seller's directory)
+    app_dir: Path | None = None  # uvicorn --app-dir: where ``target``'s module is
 
     @property
     def url(self) -> str:
@@ -42,6 +44,8 @@ class AppProcess:
         if self.uvicorn:
             command = [sys.executable, "-m", "uvicorn", self.target, "--port", str(self.port)]
             command += ["--host", "127.0.0.1", "--log-level", "warning", "--no-access-log"]
+            if self.app_dir is not None:
+                command += ["--app-dir", str(self.app_dir)]
         else:
             command = [sys.executable, "-m", self.target, str(self.port)]
         with self.log_path.open("ab") as log:
@@ -49,7 +53,7 @@ class AppProcess:
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=REPO,
+                cwd=self.cwd,
                 env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
                 start_new_session=True,
             )

@@ -123,3 +123,21 @@ async def minted(
         HS256KeySource(JWT_SECRET), issuer=AGENT_URL, audience=AGENT_URL, clock=clock
     )
     return credential.token, await verifier.verify(credential.token)
+
+
+class ExchangeRecorder(httpx.AsyncBaseTransport):
+    """Under the official x402 transport: every request it sends and the answer it got."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.exchanges: list[tuple[httpx.Request, httpx.Response]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        response = await self._inner.handle_async_request(request)
+        await response.aread()
+        self.exchanges.append((request, response))
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

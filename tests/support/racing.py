@@ -19,11 +19,16 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from x402srv.interfaces import (
+    CreditAccount,
+    Credited,
+    CreditStore,
     Lease,
     PaymentClaimed,
+    RateWindow,
+    Spend,
     Store,
     TransitionApplied,
     TransitionRequest,
@@ -310,3 +315,34 @@ class RacingStore:
     async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
         self._count("read_counts")
         return await self.inner.read_counts(start=start, end=end)
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        self._count("credit")
+        return await cast(CreditStore, self.inner).credit(
+            grant_id, amount, key=key, now=now, keep_until=keep_until
+        )
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        self._count("spend")
+        return await cast(CreditStore, self.inner).spend(
+            grant_id, cost, now=now, keep_until=keep_until, rate=rate, credits=credits
+        )
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        self._count("refund")
+        return await cast(CreditStore, self.inner).refund(grant_id, amount, now=now)
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        self._count("get_credits")
+        return await cast(CreditStore, self.inner).get_credits(grant_id)

@@ -226,6 +226,7 @@ async def open_rig(
     store: str = "memory",
     lease_seconds: int = 120,
     reconciler: dict[str, Any] | None = None,
+    plans: list[dict[str, Any]] | None = None,
 ) -> AsyncIterator[Rig]:
     """A pipeline for one test; its store and chain reader are closed afterwards.
 
@@ -245,6 +246,7 @@ async def open_rig(
         },
         credentials={"secret": JWT_SECRET},
         reconciler=reconciler or {},
+        plans=plans,
     )
     config = parse_config(data, base_dir=tmp_path)
     clock = FrozenClock(float(devchain.block_timestamp()))

@@ -416,3 +416,24 @@ def test_a_claim_keys_on_the_network_and_token_the_payment_names() -> None:
     with pytest.raises(PaymentFailed) as refused:
         payment_key(payment("solana:mainnet", USD6))
     assert refused.value.reason == Reason.INVALID_NETWORK
+
+
+async def test_a_gateway_route_offers_every_option_of_its_own_plans_only() -> None:
+    """Splitting a catalogue by route: each route's 402 carries its plans' options only."""
+    from x402srv.app import create_app
+
+    document = two_chains(
+        routes=[{"prefix": "/api", "upstream": "http://127.0.0.1:9", "plans": ["daily"]}]
+    )
+    document["store"] = {"backend": "memory"}
+    document["reconciler"] = {"enabled": False}
+    app = create_app(make(document), name="gateway_options")
+    _, response = await app.asgi_client.get("/api/forecast")
+    assert response.status_code == 402
+    body = response.json
+    assert [(a["extra"]["planId"], a["network"], a["asset"]) for a in body["accepts"]] == [
+        ("daily", f"eip155:{CHAIN_A}", USD6),
+        ("daily", f"eip155:{CHAIN_A}", USD18),
+        ("daily", f"eip155:{CHAIN_B}", USD_B),
+    ]
+    assert body["networks"] == [f"eip155:{CHAIN_A}", f"eip155:{CHAIN_B}"]

@@ -13,6 +13,8 @@ from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.store_dump import DumpError, export_store, import_store, write_atomically
 from x402srv.testing.builders import BASE_TIME, make_record
 
+HOUR = 1_699_999_200  # an hour's start, as the analytics buckets are
+
 
 def _clock() -> float:
     return BASE_TIME
@@ -23,9 +25,10 @@ async def _dump(count: int = 3) -> list[str]:
     for _ in range(count):
         await store.create_challenge(make_record())
     await store.save_task("t-1", {"status": "working"}, expect_version=None)
+    await store.add_counts({(HOUR, "paid:hourly"): 3, (2 * HOUR, "402"): 40}, forget_before=0)
     out = io.StringIO()
     counts = await export_store(store, out, clock=_clock)
-    assert counts.counts == {"challenge": count, "task": 1}
+    assert counts.counts == {"challenge": count, "task": 1, "count": 2}
     return out.getvalue().splitlines(keepends=True)
 
 
@@ -34,10 +37,17 @@ async def test_a_dump_round_trips_through_the_format() -> None:
     header = json.loads(lines[0])
     assert header["format"] == "x402srv-store-dump"
     assert (header["version"], header["store"]) == (1, "memory")
-    assert json.loads(lines[-1]) == {"kind": "end", "counts": {"challenge": 3, "task": 1}}
+    assert json.loads(lines[-1]) == {
+        "kind": "end",
+        "counts": {"challenge": 3, "task": 1, "count": 2},
+    }
     target = MemoryStore()
     counts = await import_store(target, lines, clock=_clock)
-    assert str(counts) == "3 challenge, 1 task, 0 credits, 0 lease"
+    assert str(counts) == "3 challenge, 1 task, 0 credits, 0 lease, 2 count"
+    assert await target.read_counts(start=0, end=3 * HOUR) == {
+        (HOUR, "paid:hourly"): 3,
+        (2 * HOUR, "402"): 40,
+    }
     again = io.StringIO()
     await export_store(target, again, clock=_clock)
     assert again.getvalue().splitlines(keepends=True)[1:] == lines[1:]

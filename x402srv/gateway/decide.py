@@ -9,7 +9,13 @@ In this order, the first that applies decides:
    the plan is metered (``calls``, ``rate_limit``) the call spends the route's
    ``cost`` first (``x402srv.metering``): a full rate window is 429, spent
    credits are ``OutOfCredits``: the 402 offer of the token's plan with the
-   problem code ``CREDITS_EXHAUSTED``.
+   problem code ``CREDITS_EXHAUSTED``. A token of a plan that sells calls
+   sent WITH a ``PAYMENT-SIGNATURE`` (the official client paying that 402 and
+   repeating the request) is a *top-up*: the payment is settled by the access
+   pipeline as a top-up of the token's grant (``x402srv.top_ups``; once per
+   payment, however often it is replayed), then the call is metered and
+   forwarded, and the buyer keeps its token. A payment for another plan gets
+   the token plan's offer again, nothing settled.
 2. ``PAYMENT-SIGNATURE`` present (the official x402 client retrying the SAME
    request after our 402): the paid plan (``accepted.extra.planId``) must be
    one of the route's (else the route's 402 again, nothing settled); then the
@@ -22,7 +28,7 @@ In this order, the first that applies decides:
    the token would: expired -> the route's 402 (pay again), signed with a key
    the seller has retired -> 401.
 3. Neither: the route's 402 offer, built from the pipeline's discovery offer
-   (one requirement per plan the route accepts, in the route's order), so a
+   (each option of each plan the route accepts, in the route's order), so a
    standard x402 client pays and retries with no custom code. It counts
    against the client's unpaid-request limit (429 RATE_LIMITED).
 """
@@ -116,7 +122,9 @@ class Gateway:
         """
         discovery = self.pipeline.offers.discovery.body
         allowed = plans or self.plans(route)
-        by_plan = {accept["extra"]["planId"]: accept for accept in discovery["accepts"]}
+        by_plan: dict[str, list[dict[str, Any]]] = {}
+        for accept in discovery["accepts"]:  # a plan paid on several networks: each option
+            by_plan.setdefault(accept["extra"]["planId"], []).append(accept)
         required: dict[str, Any] = {
             "x402Version": 2,
             "error": error
@@ -126,7 +134,7 @@ class Gateway:
                 "url": resource_url,
                 "description": route.description or self.config.seller.agent_description,
             },
-            "accepts": [by_plan[plan_id] for plan_id in allowed],
+            "accepts": [accept for plan_id in allowed for accept in by_plan[plan_id]],
         }
         body = {
             **required,
@@ -134,6 +142,7 @@ class Gateway:
             "walletAddress": discovery["walletAddress"],
             "chainId": discovery["chainId"],
             "network": discovery["network"],
+            **({"networks": discovery["networks"]} if "networks" in discovery else {}),
             **(members or {}),
         }
         return PaymentOffer(body=body, header=encode_header(required))
@@ -149,15 +158,19 @@ class Gateway:
     ) -> Forward | PaymentOffer | OutOfCredits:
         """See the module docstring; refusals are raised as ``ProblemError``."""
         if authorization:
-            return await self._with_token(route, authorization, resource_url)
+            return await self._with_token(route, authorization, resource_url, payment_signature)
         if payment_signature is not None:
             return await self._paid(route, payment_signature, resource_url)
         await self.pipeline.limit_unpaid(client)
         return self.offer(route, resource_url)
 
     async def _with_token(
-        self, route: RouteConfig, authorization: Sequence[str], resource_url: str
-    ) -> Forward | OutOfCredits:
+        self,
+        route: RouteConfig,
+        authorization: Sequence[str],
+        resource_url: str,
+        payment_signature: str | None = None,
+    ) -> Forward | PaymentOffer | OutOfCredits:
         result = await admission.admit(self.verifier, authorization)
         if not isinstance(result, AccessClaims):
             raise result
@@ -166,7 +179,29 @@ class Gateway:
                 f"A token for plan {result.plan_id!r} does not open {route.prefix}; "
                 f"it needs one of: {', '.join(self.plans(route))}."
             )
+        plan = self.config.plan_map.get(result.plan_id)
+        if payment_signature is not None and plan is not None and plan.calls is not None:
+            return await self._top_up(route, result, payment_signature, resource_url)
         return await self._metered(route, resource_url, result)
+
+    async def _top_up(
+        self, route: RouteConfig, claims: AccessClaims, payment_signature: str, resource_url: str
+    ) -> Forward | PaymentOffer | OutOfCredits:
+        """The token's grant topped up with this payment, then the call metered as usual."""
+        payment = decode_payment_header(payment_signature)
+        if payment.extra_str("planId") != claims.plan_id:
+            return self.offer(
+                route,
+                resource_url,
+                error=f"a grant of plan {claims.plan_id!r} is topped up by paying that plan",
+                plans=(claims.plan_id,),
+            )
+        result = await self.pipeline.access(
+            AccessBody(None, None, _RESOURCE_ID), payment, top_up_of=claims.challenge_id
+        )
+        if isinstance(result, PaymentOffer):  # (only without a payment; kept total)
+            return result
+        return await self._metered(route, resource_url, claims, result)
 
     def _out_of_credits(
         self, route: RouteConfig, resource_url: str, claims: AccessClaims, spent: CreditsExhausted

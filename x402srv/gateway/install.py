@@ -37,18 +37,26 @@ from .decide import Forward, Gateway, OutOfCredits
 from .forward import forward
 from .route_config import RouteConfig
 
-__all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "install_gateway"]
+__all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "TOP_UP_HEADER", "install_gateway"]
 
 METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Paid-retry response headers: the token to reuse, and the whole AccessGrant (base64 JSON).
 ACCESS_TOKEN_HEADER: Final = "X-X402-Access-Token"  # noqa: S105 - a header name
 GRANT_HEADER: Final = "X-X402-Grant"
+#: A paid retry that topped a grant up: its receipt (base64 JSON ``TopUp``, no token).
+TOP_UP_HEADER: Final = "X-X402-Top-Up"
 
 
 def _grant_headers(decision: Forward) -> dict[str, str]:
     granted = decision.granted
     if granted is None:
         return {}
+    if granted.grant.get("type") == "TopUp":  # the buyer keeps its token: no new one
+        return {
+            "PAYMENT-RESPONSE": granted.payment_response,
+            TOP_UP_HEADER: encode_header(granted.grant),
+            "Cache-Control": "no-store",
+        }
     return {
         "PAYMENT-RESPONSE": granted.payment_response,
         ACCESS_TOKEN_HEADER: str(granted.grant["accessToken"]),

@@ -1,7 +1,16 @@
 """A local x402 v2 facilitator HTTP server built from the official ``x402`` SDK.
 
     python -m x402srv.testing.facilitator_app --rpc-url URL --network eip155:31337 --port P
+    python -m x402srv.testing.facilitator_app --chain eip155:31337=URL --chain eip155:31338=URL2 ...
     (the signer key comes from the environment variable X402SRV_FACILITATOR_KEY)
+
+With several ``--chain``s it settles on each, with a signer on that chain's RPC
+(the same key), as one facilitator serving several networks does: one SDK
+facilitator per chain, picked by the requirement's network (registered on one
+facilitator, the SDK turns a single ``eip155`` network into ``eip155:*`` and
+the first registration would serve every chain with its own RPC). A payment
+for a network it does not serve is answered 400 ``invalid_network``, as a
+hosted facilitator answers it (the SDK raises there).
 
 ``x402FacilitatorSync`` + ``register_exact_evm_facilitator`` + ``FacilitatorWeb3Signer``
 do all the work; this module only speaks HTTP (``GET /supported``, ``POST
@@ -26,6 +35,10 @@ real work first where a real facilitator could fail after it:
     settle-400-after   /settle really settles on-chain, then answers HTTP 400 with a
                        body that names the transaction
     settle-lie         /settle claims success with a made-up transaction, settles nothing
+    settle-500         /settle answers HTTP 500 at once: nothing verified, nothing broadcast
+    settle-gate        /settle writes <gate>/arrived-<n>, waits for <gate>/go-<n> to exist,
+                       then really settles and writes <gate>/done-<n> (``--gate DIR``): a
+                       test decides when it settles, without any timing
 
 ``--record FILE`` appends every POST body it receives to FILE (JSON lines), so a
 test can check what a third party gets to see.
@@ -34,12 +47,14 @@ test can check what a third party gets to see.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 __all__ = ["FAULTS", "RECEIPT_POLL_SECONDS", "main"]
@@ -51,13 +66,15 @@ FAULTS = [
     "settle-500-after",
     "settle-400-after",
     "settle-lie",
+    "settle-500",
+    "settle-gate",
 ]
 
 #: Seconds between receipt polls while a settle waits for its transaction.
 RECEIPT_POLL_SECONDS = 0.005
 
 
-def _build(rpc_url: str, network: str, key: str) -> Any:
+def _build(chains: list[tuple[str, str]], key: str) -> dict[str, Any]:
     from eth_typing import HexStr
     from x402 import x402FacilitatorSync
     from x402.mechanisms.evm import FacilitatorWeb3Signer
@@ -83,18 +100,27 @@ def _build(rpc_url: str, network: str, key: str) -> Any:
                 logs=list(receipt.get("logs") or []),
             )
 
-    facilitator = x402FacilitatorSync()
-    signer = LocalChainSigner(private_key=key, rpc_url=rpc_url)
-    register_exact_evm_facilitator(facilitator, signer, networks=network)
-    return facilitator
+    facilitators = {}
+    for network, rpc_url in chains:
+        facilitator = x402FacilitatorSync()
+        signer = LocalChainSigner(private_key=key, rpc_url=rpc_url)
+        register_exact_evm_facilitator(facilitator, signer, networks=network)
+        facilitators[network] = facilitator
+    return facilitators
 
 
 def _handler(
-    facilitator: Any, fault: str | None, delay: float, record: str | None
+    facilitators: dict[str, Any],
+    fault: str | None,
+    delay: float,
+    record: str | None,
+    gate: str | None,
 ) -> type[BaseHTTPRequestHandler]:
     from x402.schemas import PaymentPayload, PaymentRequirements
+    from x402.schemas.errors import SchemeNotFoundError
 
     recording = threading.Lock()
+    arrivals = itertools.count(1)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -118,8 +144,12 @@ def _handler(
             if not self.path.rstrip("/").endswith("/supported"):
                 self._answer(404, {"error": "not found"})
                 return
-            supported = facilitator.get_supported()
-            self._answer(200, supported.model_dump(by_alias=True, exclude_none=True))
+            kinds: list[Any] = []
+            answer: dict[str, Any] = {}
+            for facilitator in facilitators.values():
+                answer = facilitator.get_supported().model_dump(by_alias=True, exclude_none=True)
+                kinds += [k for k in answer.get("kinds", []) if k not in kinds]
+            self._answer(200, {**answer, "kinds": kinds})
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -135,9 +165,28 @@ def _handler(
                 self._answer(400, {"error": "invalid request"})
                 return
             path = "/" + self.path.rstrip("/").rsplit("/", 1)[-1]  # any mount prefix
+            try:
+                facilitator = facilitators.get(requirements.network)
+                if facilitator is None:
+                    raise SchemeNotFoundError(requirements.scheme, requirements.network)
+                self._serve(facilitator, path, payload, requirements)
+            except SchemeNotFoundError:
+                answer = {"success": False, "isValid": False, "transaction": ""}
+                answer |= {"errorReason": "invalid_network", "invalidReason": "invalid_network"}
+                self._answer(400, answer)
+
+        def _serve(self, facilitator: Any, path: str, payload: Any, requirements: Any) -> None:
             if path == "/verify":
                 result = facilitator.verify(payload, requirements)
             elif path == "/settle":
+                if fault == "settle-500":
+                    self._answer(500, {"error": "internal error"})
+                    return
+                if fault == "settle-gate":
+                    assert gate is not None
+                    result = _gated(Path(gate), next(arrivals), facilitator, payload, requirements)
+                    self._answer(200, result.model_dump(by_alias=True, exclude_none=True))
+                    return
                 if fault == "settle-drop":
                     self.close_connection = True
                     return
@@ -173,6 +222,17 @@ def _handler(
     return Handler
 
 
+def _gated(gate: Path, n: int, facilitator: Any, payload: Any, requirements: Any) -> Any:
+    """Settle when the test says so: it creates ``go-<n>`` after seeing ``arrived-<n>``."""
+    (gate / f"arrived-{n}").touch()
+    while not (gate / f"go-{n}").exists():
+        time.sleep(0.01)
+    try:
+        return facilitator.settle(payload, requirements)
+    finally:
+        (gate / f"done-{n}").touch()
+
+
 class _Server(ThreadingHTTPServer):
     # The stdlib's listen backlog of 5 resets connections when many buyers pay at once.
     request_queue_size = 256
@@ -180,18 +240,26 @@ class _Server(ThreadingHTTPServer):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="x402srv.testing.facilitator_app")
-    parser.add_argument("--rpc-url", required=True)
-    parser.add_argument("--network", required=True)
+    parser.add_argument("--rpc-url")
+    parser.add_argument("--network")
+    parser.add_argument(
+        "--chain", action="append", default=[], metavar="NETWORK=RPC_URL", help="repeatable"
+    )
+    parser.add_argument("--gate", default=None, help="settle-gate: the directory of its files")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--fault", choices=FAULTS, default=None)
     parser.add_argument("--delay", type=float, default=3.0)
     parser.add_argument("--record", default=None, help="append every POST body to this file")
     args = parser.parse_args(argv)
     key = os.environ["X402SRV_FACILITATOR_KEY"]
-    facilitator = _build(args.rpc_url, args.network, key)
-    server = _Server(
-        ("127.0.0.1", args.port), _handler(facilitator, args.fault, args.delay, args.record)
-    )
+    chains = [tuple(chain.split("=", 1)) for chain in args.chain]
+    if args.network and args.rpc_url:
+        chains.insert(0, (args.network, args.rpc_url))
+    if not chains:
+        parser.error("give --network and --rpc-url, or --chain NETWORK=RPC_URL")
+    facilitators = _build([(network, url) for network, url in chains], key)
+    handler = _handler(facilitators, args.fault, args.delay, args.record, args.gate)
+    server = _Server(("127.0.0.1", args.port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -14,7 +14,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,8 +40,13 @@ class FacilitatorProcess:
         port: int | None = None,
         delay: float = 3.0,
         record: bool = False,
+        also: Sequence[Devchain] = (),
+        gate: Path | None = None,
+        address: str | None = None,
     ) -> None:
         self.port = port or free_port()
+        self.gate = gate
+        self.address = address  # its signer: the sender of the transactions it broadcasts
         self.record = log.with_suffix(".requests.jsonl") if record else None
         self.url = f"http://127.0.0.1:{self.port}"
         command = [
@@ -55,8 +60,12 @@ class FacilitatorProcess:
             "--port",
             str(self.port),
         ]
+        for other in also:  # more networks, one signer on each chain's RPC
+            command += ["--chain", f"{other.network}={other.rpc_url}"]
         if fault:
             command += ["--fault", fault, "--delay", str(delay)]
+        if gate is not None:
+            command += ["--gate", str(gate)]
         if self.record is not None:
             command += ["--record", str(self.record)]
         with log.open("ab") as out:
@@ -94,7 +103,11 @@ def devchain() -> Iterator[Devchain]:
 def facilitator(
     devchain: Devchain, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., FacilitatorProcess]]:
-    """``facilitator(fault=None, port=None, delay=3, record=False)``: a process, own signer."""
+    """``facilitator(fault=None, port=None, delay=3, record=False, also=(), gate=None)``.
+
+    A process with its own signer; ``also`` are more chains it settles on (its
+    signer gets gas there too), ``gate`` the directory of a ``settle-gate`` fault.
+    """
     started: list[FacilitatorProcess] = []
 
     def start(
@@ -103,12 +116,25 @@ def facilitator(
         port: int | None = None,
         delay: float = 3.0,
         record: bool = False,
+        also: Sequence[Devchain] = (),
+        gate: Path | None = None,
     ) -> FacilitatorProcess:
         signer = devchain.new_account(eth=1000, usdc_atomic=0)
+        for other in also:
+            other.fund_eth(signer.address, 1000 * 10**18)
         key = "0x" + bytes(signer.key).hex()
         log = tmp_path_factory.mktemp("facilitator") / f"facilitator-{secrets.token_hex(4)}.log"
         process = FacilitatorProcess(
-            devchain, key, log, fault, port=port, delay=delay, record=record
+            devchain,
+            key,
+            log,
+            fault,
+            port=port,
+            delay=delay,
+            record=record,
+            also=also,
+            gate=gate,
+            address=signer.address,
         )
         started.append(process)
         return process
