@@ -157,6 +157,10 @@ async def revoke_grant(
                 f"challenge {challenge_id} is {record.state.value}; only a delivered grant "
                 "can be revoked"
             )
+        if record.top_up_of is not None:
+            raise StateConflict(
+                f"challenge {challenge_id} topped up grant {record.top_up_of}: revoke that grant"
+            )
         now = pipeline.clock()
         await book.add(challenge_id, token_lifetime_end(record, now), now)
         if record.revoked_at is not None:

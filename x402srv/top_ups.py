@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .config import Plan
-from .errors import ChallengeExpired, InvalidRequest
+from .errors import ChallengeExpired, GrantRevoked, InvalidRequest
 from .interfaces import Store
 from .records import ChallengeRecord, State
 
@@ -58,8 +58,9 @@ async def find_grant(
 
     Refused (``InvalidRequest``): no delivered purchase by that name, a top-up
     named instead of a grant, a plan that sells no calls, another plan than the
-    grant's. An expired grant is ``ChallengeExpired``: its token opens nothing
-    any more, so calls added to it could never be used.
+    grant's. An expired grant is ``ChallengeExpired`` and a revoked one
+    ``GrantRevoked``: its token opens nothing any more, so calls added to it
+    could never be used.
     """
     if request_id is not None:
         grant = await store.get_by_request_id(request_id)
@@ -68,6 +69,9 @@ async def find_grant(
         grant = await store.get_challenge(challenge_id)
     if grant is None or grant.state is not State.DELIVERED or grant.top_up_of is not None:
         raise InvalidRequest("topUp names no delivered purchase on this server")
+    if grant.revoked_at is not None:
+        # Its token is refused everywhere: calls added to it could never be used.
+        raise GrantRevoked("the grant was revoked by the seller; it cannot be topped up")
     plan = plans.get(grant.plan_id)
     if plan is None or plan.calls is None:
         raise InvalidRequest(f"the grant's plan {grant.plan_id!r} sells no calls to top up")

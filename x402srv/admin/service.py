@@ -197,13 +197,14 @@ class AdminService:
         owner = (payer or "").strip() or None
         if owner is not None and not _ADDRESS.fullmatch(owner):
             raise InvalidRequest("payer must be an address (0x + 40 hex)")
-        records = await self.store.find_challenges(
+        found = await self.store.find_challenges(
             states=[State.DELIVERED], payer=owner, before=decode_cursor(cursor), limit=size
         )
+        records = [r for r in found if r.top_up_of is None]  # a top-up adds to a grant
         now = self._now()
         usages = await asyncio.gather(*(self._usage(r) for r in records))
         items = [grant_view(r, self.config, now, u) for r, u in zip(records, usages, strict=True)]
-        return self._page(items, records, size)
+        return self._page(items, found, size)
 
     async def _usage(self, record: ChallengeRecord) -> dict[str, Any] | None:
         """The grant's credits, when its plan is metered and the store keeps them."""

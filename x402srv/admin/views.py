@@ -110,6 +110,7 @@ def purchase_view(record: ChallengeRecord, config: Config, now: float) -> dict[s
         "secondsLeft": max(0, int(expires - now)) if expires is not None else None,
         "revokedAt": rfc3339(record.revoked_at),
         "implicit": record.implicit,
+        "topUpOf": record.top_up_of,  # a top-up adds calls to that grant: no token of its own
     }
 
 
