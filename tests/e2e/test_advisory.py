@@ -165,4 +165,15 @@ async def test_challenge_and_request_ids_never_reach_the_facilitator(
             body["paymentRequirements"]["extra"],
             body["paymentPayload"]["accepted"]["extra"],
         ):
-            assert set(extra) == {"name", "version", "planId"}
+            # What a public discovery offer says (the token's domain, the plan and its
+            # terms), never the ids that fetch a grant.
+            assert {"name", "version", "planId"} <= set(extra)
+            assert not {"challengeId", "requestId"} & set(extra), extra
+            assert set(extra) <= {
+                "name",
+                "version",
+                "planId",
+                "periodSeconds",
+                "calls",
+                "rateLimit",
+            }
