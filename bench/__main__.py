@@ -22,6 +22,7 @@ import time
 from .scenarios import (
     calls,
     challenge,
+    console,
     failover,
     guard,
     metering,
@@ -69,6 +70,7 @@ SCENARIOS = (
     "calls",
     "roundtrips",
     "failover",
+    "console",
 )
 
 
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         if "failover" in chosen:
             step("a purchase past a failing first facilitator (refused, 500)")
             rows += failover.run(stack, samples * 3)  # small differences: more samples
+        if "console" in chosen:
+            step(f"the console's admin API on {records:,} purchases per store")
+            rows += console.run(stack, records)
     header = (
         f"x402srv bench  {datetime.date.today()}  {cores} cores ({_cpu_model()}), "
         f"Python {platform.python_version()}\n"
