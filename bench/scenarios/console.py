@@ -32,7 +32,7 @@ from x402srv.tally import hour_of
 from x402srv.testing.servers import free_port
 
 from ..stack import GAS_KEY_ENV, HOURLY_AMOUNT, Stack, _key
-from ..table import Row, verdict
+from ..table import Row, Verdict, verdict
 
 __all__ = ["PURCHASES", "run"]
 
@@ -188,7 +188,7 @@ def run(stack: Stack, count: int = PURCHASES) -> list[Row]:
             for label, path, params in asks:
                 taken = _latencies(admin + path, params)
                 p50, p95, p99 = (_percentile(taken, p) for p in (50, 95, 99))
-                judged = ()
+                judged: tuple[Verdict, ...] = ()
                 if path == "/overview" and not params:
                     judged = (verdict("p95 < 50 ms", p95 < 50, f"p95 {p95:.1f} ms"),)
                 rows.append(
