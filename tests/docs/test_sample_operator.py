@@ -38,6 +38,8 @@ def test_the_operator_commands(docs_seller: Seller) -> None:
     assert cancelled["state"] == "CANCELLED"  # challenges cancel
     assert "reconciled: " in result.stderr
     assert "unmatched transfers" in result.stderr  # audit's summary line
+    assert "settledAt,planId,network,asset,amount,amountUsd" in result.stdout  # export-sales
+    assert "settled payment(s)" in result.stderr
 
 
 def _documents(output: str) -> list[dict[str, object]]:
