@@ -55,16 +55,20 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
     try:
         await built.open_chains()
         await built.issuer.start()
+        pipeline = AccessPipeline(
+            config,
+            store=built.store,
+            settler=built.settler,
+            issuer=built.issuer,
+            chain=built.chains,
+            clock=clock,
+        )
         try:
-            yield AccessPipeline(
-                config,
-                store=built.store,
-                settler=built.settler,
-                issuer=built.issuer,
-                chain=built.chains,
-                clock=clock,
-            )
+            yield pipeline
         finally:
+            # What this command counted (a reconcile settling or delivering, a
+            # revocation) reaches the store's analytics before it closes.
+            await pipeline.tally.stop()
             await built.issuer.close()
             await built.close_chains()
     finally:
@@ -192,10 +196,7 @@ async def revoke(config: Config, challenge_id: str, reason: str) -> tuple[Challe
     from .revocation import revoke_grant
 
     async with opened(config) as pipeline:
-        try:
-            return await revoke_grant(pipeline, challenge_id, reason=f"by operator: {reason}")
-        finally:
-            await pipeline.tally.flush()
+        return await revoke_grant(pipeline, challenge_id, reason=f"by operator: {reason}")
 
 
 async def export_sales(config: Config, start: float, end: float) -> list[dict[str, str]]:

@@ -143,6 +143,7 @@ def test_the_funnel_and_its_failure_reasons() -> None:
         (H0, f"settled:hourly|eip155:84532|{USDC}|100000"): 5,
         (H0, "delivered:hourly"): 5,
         (H0, "settler:gas-wallet:settled"): 5,
+        (H0, "revoked:hourly"): 2,
     }
     page = funnel(counts)
     assert page["stages"] == [
@@ -153,6 +154,7 @@ def test_the_funnel_and_its_failure_reasons() -> None:
         {"stage": "delivered", "count": 5},
     ]
     assert page["rateLimited"] == 12
+    assert page["revoked"] == 2
     assert page["failures"] == [
         {"reason": "invalid_exact_evm_payload_signature", "count": 4},
         {"reason": "already_redeemed", "count": 1},

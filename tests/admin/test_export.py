@@ -102,6 +102,7 @@ def test_bad_exports(console: Console) -> None:
 async def test_grants_revoke_from_the_command_line(console: Console, buyer: LocalAccount) -> None:
     grant = await buy(console.seller, buyer)
     server = console.seller.server
+    revoked_before = console.ok("/funnel")["revoked"]
 
     def revoke() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -135,3 +136,5 @@ async def test_grants_revoke_from_the_command_line(console: Console, buyer: Loca
     second = revoke()
     assert second.returncode == 0 and second.stderr.strip().endswith("already revoked")
     assert console.ok(f"/purchases/{grant['challengeId']}")["revokedAt"] is not None
+    # the command's own count reached the store before it exited (once: the second did nothing)
+    assert console.ok("/funnel")["revoked"] == revoked_before + 1
