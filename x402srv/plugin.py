@@ -50,6 +50,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 from .chain import ChainReader, ChainUnavailable, Receipt
+from .coalescing import Coalescer
 from .config import Config
 from .default_plugins.credit_rules import (
     USAGE_BUCKET_SECONDS,
@@ -147,6 +148,7 @@ __all__ = [
     "ChainUnavailable",
     "ChallengeRecord",
     "Clock",
+    "Coalescer",
     "Config",
     "ConfigError",
     "CredentialIssuer",

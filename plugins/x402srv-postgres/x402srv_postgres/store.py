@@ -37,6 +37,7 @@ from asyncpg import exceptions as pg
 
 from x402srv.plugin import (
     ChallengeRecord,
+    Coalescer,
     ConfigError,
     Lease,
     PaymentClaimed,
@@ -61,7 +62,6 @@ from x402srv.plugin import (
 )
 
 from . import schema
-from .batch import GroupCommit
 from .connection import (
     RETRY_AFTER,
     UNAVAILABLE,
@@ -117,7 +117,7 @@ class PostgresStore(CreditMethods, DumpMethods):
         self._schema_checked = False
         self._next_sweep = 0.0
         self._next_account_sweep = 0.0
-        self._creates: GroupCommit[tuple[ChallengeRecord, tuple[Any, ...]], Created] = GroupCommit(
+        self._creates: Coalescer[tuple[ChallengeRecord, tuple[Any, ...]], Created] = Coalescer(
             self._create_batch, max_batch=MAX_BATCH
         )
 

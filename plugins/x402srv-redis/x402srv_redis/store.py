@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from x402srv.plugin import (
     ChallengeRecord,
+    Coalescer,
     ConfigError,
     Lease,
     PaymentClaimed,
@@ -56,7 +57,6 @@ from x402srv.plugin import (
 )
 
 from . import credit_scripts, durability, scripts
-from .batch import Coalescer
 from .connection import (
     RETRY_AFTER,
     UNAVAILABLE,
