@@ -1,9 +1,11 @@
 """Read-only chain access for deciding what happened to a payment.
 
-A few JSON-RPC reads over one shared ``httpx.AsyncClient``: receipts, logs,
-``authorizationState``, the latest block. The core uses it to confirm a
-facilitator's word and to resolve SETTLING records (SPEC 5.2); settler plugins
-get the same reader so "what does the chain say" has one implementation.
+A few JSON-RPC reads over one shared ``httpx.AsyncClient``: receipts,
+transactions (who sent one, whether it is mined), logs, ``authorizationState``
+(at a block, the latest, or the node's pending block), the latest block. The
+core uses it to confirm a facilitator's word, to resolve SETTLING records (SPEC
+5.2) and to see a settlement in flight before a failover moves on; settler
+plugins get the same reader so "what does the chain say" has one implementation.
 
 RPC failures raise ``ChainUnavailable`` whose message never contains the RPC
 URL (it may carry an API key).
@@ -26,6 +28,7 @@ __all__ = [
     "ChainUnavailable",
     "Log",
     "Receipt",
+    "Transaction",
 ]
 
 TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
@@ -119,6 +122,15 @@ class Receipt:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """What ``eth_getTransactionByHash`` says: who sent it, and its block (None while pending)."""
+
+    tx_hash: str
+    sender: str
+    block_number: int | None
+
+
 class ChainReader:
     """Async JSON-RPC reads. Open it once per process; share it."""
 
@@ -205,14 +217,31 @@ class ChainReader:
             logs=tuple(Log.from_rpc(log) for log in raw.get("logs", ())),
         )
 
+    async def transaction(self, tx_hash: str) -> Transaction | None:
+        """The transaction as the node knows it (mined or pending); None if it does not."""
+        raw = await self.call("eth_getTransactionByHash", [tx_hash])
+        if not raw:
+            return None
+        sender = raw.get("from")
+        if not isinstance(sender, str):
+            raise ChainUnavailable("eth_getTransactionByHash: malformed RPC answer")
+        block = raw.get("blockNumber")
+        return Transaction(
+            tx_hash=str(raw.get("hash") or tx_hash).lower(),
+            sender=sender.lower(),
+            block_number=int(block, 16) if isinstance(block, str) else None,
+        )
+
     async def authorization_state(
-        self, asset: str, payer: str, nonce: str, *, block: int | None = None
+        self, asset: str, payer: str, nonce: str, *, block: int | str | None = None
     ) -> bool:
         """``authorizationState(payer, nonce)`` at ``block`` (default: latest).
 
-        A node that does not have ``block`` yet (a load-balanced RPC lagging
-        behind another) answers with an error: ``ChainUnavailable``, never a
-        stale "unused".
+        ``block="pending"`` reads the node's pending block: the transactions
+        waiting in its pool are applied, so an authorization being settled
+        right now shows as used before it is mined. A node that does not have
+        ``block`` yet (a load-balanced RPC lagging behind another) answers
+        with an error: ``ChainUnavailable``, never a stale "unused".
         """
         data = (
             "0x"
@@ -220,7 +249,7 @@ class ChainReader:
             + address_topic(payer)[2:]
             + nonce[2:].lower().rjust(64, "0")
         )
-        tag = "latest" if block is None else hex(block)
+        tag = "latest" if block is None else block if isinstance(block, str) else hex(block)
         result = await self.call("eth_call", [{"to": asset, "data": data}, tag])
         if not isinstance(result, str) or not result.startswith("0x"):
             raise ChainUnavailable("eth_call: malformed RPC answer")

@@ -9,13 +9,21 @@ Built by the registry only for a network with more than one settler
     (``settler_failed``)                    an unsupported network, a wallet that cannot send
     "nonce already used"                 -> the chain decides (below): it may be this payment,
                                             settled by a settler we gave up on
-    Unknown (timeout, 5xx, dropped)      -> ask the chain: the authorization unused -> the
-                                            next settler; used -> settled (by whom, the
-                                            chain says) or refused; no answer -> Unknown
+    Unknown (timeout, 5xx, dropped)      -> look at what is in flight first (``in_flight``):
+                                            a transaction announced or pending for this
+                                            authorization is waited for, never raced; clear
+                                            -> the next settler; landed -> settled; spent ->
+                                            refused; no answer, or still pending when the
+                                            lease ends -> Unknown (the chain decides later)
+    every settler failed for its own     -> Rejected with ``settler_failed``: the pipeline
+    reason, nothing moved                   answers 503 SETTLER_UNAVAILABLE, the payment is fine
 
 Moving on is safe because of the nonce: the token spends an authorization at
-most once, so two settlers that both broadcast make one transfer and one
-reverted transaction, and the grant names the transfer that happened.
+most once. Looking first keeps it cheap: no second settler is asked (and pays
+gas for a transaction that reverts) while the first one's transaction is on its
+way. The history names the settler whose transaction moved the money, as the
+chain shows it (``_who``: the transaction's sender, matched to the addresses
+each settler sends from), never a guess from the order they were asked in.
 
 Each settler has a circuit breaker (``breaker``) in this worker process: a
 settler that keeps failing is skipped during its cool-down and then probed by
@@ -35,8 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .breaker import BreakerState, CircuitBreaker
-from .chain import ChainReader, ChainUnavailable
+from .chain import ChainReader
 from .config import BreakerConfig
+from .in_flight import Clear, Landed, Spent, StillPending, Unreadable, sender_of, watch
 from .interfaces import (
     Rejected,
     Settled,
@@ -50,7 +59,7 @@ from .metrics import Metrics
 from .metrics import current as current_metrics
 from .network_config import SettlerSpec
 from .reasons import Reason
-from .transfer_call import from_chain
+from .transfer_call import DETAILS
 
 __all__ = ["MIN_ATTEMPT_SECONDS", "FailoverSettler", "Member"]
 
@@ -58,6 +67,8 @@ log = logging.getLogger("x402srv.failover")
 
 #: A settler is not started with less of the lease left than this.
 MIN_ATTEMPT_SECONDS = 1.0
+#: How long a settler may take to say which addresses it sends from.
+SENDERS_TIMEOUT_SECONDS = 3.0
 
 
 @dataclass
@@ -72,6 +83,17 @@ class Member:
     def label(self) -> str:
         return self.spec.label
 
+    async def senders(self) -> frozenset[str]:
+        """The addresses this settler sends transactions from, if it says (``Settler`` docs)."""
+        ask = getattr(self.settler, "senders", None)
+        if not callable(ask):
+            return frozenset()
+        try:
+            found = await asyncio.wait_for(ask(), SENDERS_TIMEOUT_SECONDS)
+        except Exception:  # a settler that cannot say is one we cannot match: no harm
+            return frozenset()
+        return frozenset(str(address).lower() for address in found)
+
 
 @dataclass
 class _Attempt:
@@ -80,20 +102,21 @@ class _Attempt:
     request: SettlementRequest
     hooks: SettlementHooks
     deadline: float
-    broadcast: dict[str, str] = field(default_factory=dict)  # txHash -> who broadcast it
-    unknown: list[str] = field(default_factory=list)  # who left no outcome (timed out ...)
+    broadcast: dict[str, Member] = field(default_factory=dict)  # txHash -> who announced it
     last: SettlementOutcome | None = None
+    #: The last settler that left its outcome unknown, even if the chain let us move on.
+    unknown: Unknown | None = None
 
 
 class _Watch:
     """The hooks a member gets: the pipeline's, remembering who broadcast what."""
 
-    def __init__(self, attempt: _Attempt, label: str) -> None:
+    def __init__(self, attempt: _Attempt, member: Member) -> None:
         self._attempt = attempt
-        self._label = label
+        self._member = member
 
     async def note_broadcast(self, tx_hash: str) -> None:
-        self._attempt.broadcast[tx_hash.lower()] = self._label
+        self._attempt.broadcast[tx_hash.lower()] = self._member
         await self._attempt.hooks.note_broadcast(tx_hash)
 
     async def note(self, reason: str) -> None:
@@ -209,12 +232,13 @@ class FailoverSettler:
             final = await self._try(member, attempt)
             if final is not None:
                 return final
-        if isinstance(attempt.last, Unknown):
-            return attempt.last
+        if attempt.unknown is not None:
+            # One of them may still broadcast what it was given: only the chain can say.
+            return attempt.unknown
         return Rejected(
             Reason.UNEXPECTED_SETTLE_ERROR,
             f"No settler of {self.network} could settle the payment; nothing was sent.",
-            settler_failed=True,
+            settler_failed=True,  # each failed for its own reason; the payment is fine
         )
 
     async def _try(self, member: Member, attempt: _Attempt) -> SettlementOutcome | None:
@@ -222,10 +246,10 @@ class FailoverSettler:
         left = attempt.deadline - self._monotonic()
         if left < MIN_ATTEMPT_SECONDS:
             log.warning("challenge %s: no time left to try %s", _cid(attempt), member.label)
-            return attempt.last or Unknown("the settlement lease ran out")
+            return attempt.unknown or attempt.last or Unknown("the settlement lease ran out")
         try:
             outcome = await asyncio.wait_for(
-                member.settler.settle(attempt.request, _Watch(attempt, member.label)), left
+                member.settler.settle(attempt.request, _Watch(attempt, member)), left
             )
         except TimeoutError:
             outcome = Unknown(f"{member.label} did not finish within the lease")
@@ -235,7 +259,8 @@ class FailoverSettler:
             outcome = Unknown(f"{member.label} raised")
         if isinstance(outcome, Settled):
             member.breaker.success()
-            return Settled(outcome.tx_hash, outcome.payer, self._who(outcome, member, attempt))
+            by = await self._who(outcome.tx_hash, None, attempt, reporter=member)
+            return Settled(outcome.tx_hash, outcome.payer, by)
         if isinstance(outcome, Rejected) and outcome.settler_failed:
             member.breaker.failure()
             await self._moving_on(member, attempt, outcome, outcome.reason)
@@ -248,41 +273,79 @@ class FailoverSettler:
     async def _ask_chain(
         self, member: Member, attempt: _Attempt, outcome: Unknown | Rejected
     ) -> SettlementOutcome | None:
-        """No outcome, or "already used": the chain says whether to move on."""
-        request = attempt.request
-        auth = request.authorization
-        hint = outcome.tx_hash if isinstance(outcome, Unknown) else None
+        """No outcome, or "already used": what is in flight decides whether to move on."""
         if self._chain is None:
             return outcome  # no RPC: nothing tells us the authorization is unused
-        try:
-            used = await self._chain.authorization_state(
-                request.network.asset, auth.payer, auth.nonce
-            )
-        except ChainUnavailable as exc:
-            log.warning("challenge %s: cannot ask the chain: %s", _cid(attempt), exc)
-            return outcome
-        if not used:
+        if isinstance(outcome, Unknown):
+            attempt.unknown = outcome
+        announced = list(attempt.broadcast)
+        if isinstance(outcome, Unknown) and outcome.tx_hash:
+            announced.append(outcome.tx_hash)
+        why = outcome.reason if isinstance(outcome, Unknown) else f"said {outcome.reason}"
+
+        async def waiting(what: str) -> None:
+            log.info("challenge %s: %s; waiting for it", _cid(attempt), what)
+            with contextlib.suppress(Exception):  # a history line is worth no failed payment
+                await attempt.hooks.note(
+                    f"{member.label} left the outcome unknown ({why}); {what}: waiting for it "
+                    "before asking another settler"
+                )
+
+        seen = await watch(
+            self._chain,
+            attempt.request,
+            announced,
+            deadline=attempt.deadline,
+            monotonic=self._monotonic,
+            on_pending=waiting,
+        )
+        if isinstance(seen, Clear):
             member.breaker.failure()
-            if isinstance(outcome, Unknown) and outcome.tx_hash is None:
-                attempt.unknown.append(member.label)
-            why = outcome.reason if isinstance(outcome, Unknown) else f"said {outcome.reason}"
             await self._moving_on(member, attempt, outcome, f"{why}; the chain shows it unused")
             return None
-        decided = await from_chain(self._chain, request, tx_hint=hint)
-        if isinstance(decided, Settled):
-            return Settled(decided.tx_hash, decided.payer, self._who(decided, member, attempt))
-        return decided
+        if isinstance(seen, Landed):
+            by = await self._who(seen.tx_hash, seen.sender, attempt, reporter=None)
+            return Settled(seen.tx_hash, attempt.request.authorization.payer, by)
+        if isinstance(seen, Spent):
+            log.info("challenge %s: authorization used elsewhere (%s)", _cid(attempt), seen.why)
+            return Rejected(Reason.NONCE_USED, DETAILS[Reason.NONCE_USED])
+        if isinstance(seen, StillPending):
+            log.warning("challenge %s: still in flight (%s)", _cid(attempt), seen.why)
+            hint = announced[-1] if announced else None
+            return Unknown(f"{seen.why} when the settlement lease ran out", hint)
+        assert isinstance(seen, Unreadable)
+        log.warning("challenge %s: cannot ask the chain: %s", _cid(attempt), seen.why)
+        return outcome
 
-    def _who(self, settled: Settled, member: Member, attempt: _Attempt) -> str:
-        """Who moved the money: the settler that broadcast that transaction, if we know it."""
-        broadcaster = attempt.broadcast.get(settled.tx_hash.lower())
-        if broadcaster is not None:
-            return broadcaster
-        if settled.by is None and not attempt.unknown:
-            return member.label
-        if len(attempt.unknown) == 1:
-            return f"{attempt.unknown[0]} (after it timed out; shown by the chain)"
-        return f"an earlier settlement of this authorization (shown by the chain to {member.label})"
+    async def _who(
+        self, tx_hash: str, sender: str | None, attempt: _Attempt, *, reporter: Member | None
+    ) -> str:
+        """Who moved the money: the settler that sent ``tx_hash``, as the chain shows it.
+
+        The sender's address is matched to the addresses each settler sends from
+        (``Settler.senders``); the settler that announced the transaction or
+        reported it is only believed when the chain cannot say, or when that
+        settler does not tell its addresses.
+        """
+        tx_hash = tx_hash.lower()
+        announcer = attempt.broadcast.get(tx_hash) or reporter
+        if sender is None and self._chain is not None:
+            sender = await sender_of(self._chain, tx_hash)
+        if sender is None:
+            if announcer is not None:
+                return announcer.label
+            return "an earlier settlement of this authorization (shown by the chain)"
+        ordered = [announcer] if announcer is not None else []
+        ordered += [m for m in self.members if m is not announcer]
+        owners = [m for m in ordered if sender in await m.senders()]
+        if len(owners) == 1 or (owners and owners[0] is announcer):
+            return owners[0].label
+        if owners:
+            named = " or ".join(m.label for m in owners)
+            return f"{named} (they send from the same address {sender}; shown by the chain)"
+        if announcer is not None and not await announcer.senders():
+            return announcer.label  # it does not say where it sends from: its word stands
+        return f"{sender}, none of the settlers of {self.network} (shown by the chain)"
 
     async def _moving_on(
         self, member: Member, attempt: _Attempt, outcome: SettlementOutcome, why: str

@@ -531,9 +531,11 @@ class SettlementRequest:
 class Settled:
     """The transfer is on-chain (receipt checked): txHash and payer.
 
-    ``by`` names who settled it when a network has several settlers
-    (``"facilitator https://... #2 on eip155:8453"``; never a secret): the log
-    and the record's history say so.
+    ``payer`` is the settler's word; the core records the authorization's own
+    signer (the pipeline checked the signature), never this. ``by`` names who
+    settled it when a network has several settlers (``"facilitator https://...
+    #2 on eip155:8453"``; never a secret), as the chain shows the transaction's
+    sender: the log and the record's history say so.
     """
 
     tx_hash: str
@@ -547,7 +549,8 @@ class Rejected:
 
     ``settler_failed``: the settler itself could not settle (unreachable, a 5xx
     that broadcast nothing, the network unsupported), not the payment: a
-    network with more settlers tries the next one at once.
+    network with more settlers tries the next one at once, and when none of
+    them could, the buyer gets 503 SETTLER_UNAVAILABLE (the payment is fine).
     """
 
     reason: str

@@ -30,6 +30,13 @@ How answers map to the pipeline (SPEC 4.2 step 8):
   status and the Transfer log to payTo of the right value); a claim the chain
   does not back is resolved from the authorization itself.
 
+Only the chain and the buyer's signature decide who paid: the payer is the
+authorization's ``from`` (checked by the pipeline), never the ``payer`` string
+of a facilitator's answer, which is not even read. ``senders`` tells the
+failover which addresses the facilitator sends transactions from (the
+``signers`` of its ``/supported``), so a history names the settler whose
+transaction the chain shows.
+
 The facilitator URL (it may carry credentials), its raw answers and the
 payload never reach logs or clients: they name it by its label
 (``facilitator https://host/<redacted> #2 on eip155:8453``).
@@ -43,6 +50,7 @@ others to fail over to (it is then skipped, and asked again by ``/readyz``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -75,6 +83,8 @@ log = logging.getLogger("x402srv.facilitator")
 #: Reasons that blame the facilitator (it does not serve this network or scheme), not
 #: the payment: another facilitator may well settle it.
 _NOT_SERVED = frozenset({"unsupported_scheme", "invalid_network", "unsupported_network"})
+#: While a facilitator's signers are unknown, ``/supported`` is asked again at most this often.
+SENDERS_REFRESH_SECONDS = 60.0
 #: HTTP statuses that blame the facilitator or our access to it, not the payment.
 _FACILITATOR_FAULT = frozenset({401, 403, 404, 405, 408, 409, 429})
 
@@ -133,6 +143,9 @@ class FacilitatorSettler:
         self._path = path
         #: False once /supported answered without our network (only when others can settle).
         self._serves_network = True
+        #: The addresses its /supported lists as signers for our network (lowercase).
+        self._senders: frozenset[str] = frozenset()
+        self._senders_asked_at: float | None = None  # loop time of the last /supported read
         self._client: httpx.AsyncClient | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -156,6 +169,20 @@ class FacilitatorSettler:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    async def senders(self) -> frozenset[str]:
+        """The addresses it settles from on our network, as its ``/supported`` lists them.
+
+        Read at start-up and by every ``/readyz``; asked again here at most
+        every ``SENDERS_REFRESH_SECONDS`` while unknown (a facilitator that was
+        down at start-up), so a failover never waits on a dead facilitator.
+        """
+        now = asyncio.get_running_loop().time()
+        asked = self._senders_asked_at
+        if not self._senders and (asked is None or now - asked >= SENDERS_REFRESH_SECONDS):
+            with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+                await self._supported()
+        return self._senders
 
     async def check_ready(self) -> str | None:
         """For ``/readyz``: None when the facilitator answers and lists our network."""
@@ -197,11 +224,14 @@ class FacilitatorSettler:
             )
 
     async def _supported(self) -> set[tuple[object, object, object]]:
-        """What ``GET /supported`` lists; raises what the request or its JSON raise."""
+        """What ``GET /supported`` lists (its signers noted); raises what the request raises."""
         assert self._client is not None
+        self._senders_asked_at = asyncio.get_running_loop().time()
         response = await self._client.get(f"{self._url}/supported")
         response.raise_for_status()
-        return _listed(bounded_json(response.content).get("kinds", []))
+        answer = bounded_json(response.content)
+        self._senders = _signers(answer.get("signers"), self._network.caip2)
+        return _listed(answer.get("kinds", []))
 
     # ------------------------------------------------------------ settle
 
@@ -296,7 +326,10 @@ class FacilitatorSettler:
             )
         if tx_hash is None:
             return Unknown("facilitator reported success without a transaction")
-        payer = str(answer.get("payer") or request.authorization.payer)
+        # The payer is whoever signed the authorization (checked by the pipeline), never
+        # what the answer says: a facilitator's "payer" reached records, tokens, the
+        # X-X402-Payer header and spreadsheets before (docs/facilitators.md).
+        payer = request.authorization.payer
         # The txHash is written while the chain is asked for its receipt: the two
         # are independent, and both finish before the pipeline records PAID.
         noted, outcome = await asyncio.gather(
@@ -384,6 +417,29 @@ def _error_answer(content: bytes) -> tuple[str | None, str | None]:
         return None, None
     reason = answer.get("errorReason") or answer.get("invalidReason")
     return _tx_hash(answer.get("transaction")), str(reason)[:128] if reason else None
+
+
+def _signers(signers: object, network: str) -> frozenset[str]:
+    """The addresses ``/supported`` lists under our network or its CAIP family (``eip155:*``)."""
+    if not isinstance(signers, dict):
+        return frozenset()
+    family = network.split(":", 1)[0] + ":*"
+    found: set[str] = set()
+    for key in (network, family):
+        addresses = signers.get(key)
+        if isinstance(addresses, list):
+            found.update(a.lower() for a in addresses if isinstance(a, str) and _is_address(a))
+    return frozenset(found)
+
+
+def _is_address(value: str) -> bool:
+    if len(value) != 42 or not value.startswith("0x"):
+        return False
+    try:
+        int(value[2:], 16)
+    except ValueError:
+        return False
+    return True
 
 
 def _listed(kinds: object) -> set[tuple[object, object, object]]:

@@ -22,6 +22,7 @@ never a complete-looking one.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -51,6 +52,7 @@ HOP_BY_HOP: Final = frozenset(
     }
 )
 _CREDENTIALS: Final = frozenset({"authorization", "payment-signature"})
+_ADDRESS: Final = re.compile(r"0x[0-9a-fA-F]{40}")
 _SET_BY_GATEWAY: Final = frozenset(
     {"host", "expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"}
 )
@@ -90,7 +92,9 @@ def request_headers(
         if name.lower() not in drop and not name.lower().startswith("x-x402-")
     ]
     kept += [("X-X402-Plan", claims.plan_id), ("X-X402-Request-Id", claims.request_id)]
-    if claims.payer:
+    if claims.payer and _ADDRESS.fullmatch(claims.payer):
+        # Only an address: a token issued before the payer came from the signature
+        # alone may carry whatever a facilitator answered (docs/settlement.md).
         kept.append(("X-X402-Payer", claims.payer))
     if route.secret is not None:
         kept.append((route.secret_header, route.secret.reveal()))

