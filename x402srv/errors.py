@@ -34,6 +34,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── SettlementPending        502 SETTLEMENT_PENDING (+ Retry-After)
         ├── UpstreamUnavailable      502 UPSTREAM_UNAVAILABLE, gateway upstream refused/broke
         ├── StoreUnavailable         503 STORE_UNAVAILABLE (+ Retry-After)
+        ├── SettlerUnavailable       503 SETTLER_UNAVAILABLE, no settler reachable (+ Retry-After)
         ├── NotReady                 503 NOT_READY, /readyz: a dependency is down
         ├── KeySourceUnavailable     503 KEY_SOURCE_UNAVAILABLE, token keys (JWKS) unreachable
         ├── RevocationsUnavailable   503 REVOCATIONS_UNAVAILABLE, revocation list too old
@@ -72,6 +73,7 @@ __all__ = [
     "RevocationsUnavailable",
     "SettlementInProgress",
     "SettlementPending",
+    "SettlerUnavailable",
     "StateConflict",
     "StoreUnavailable",
     "TierNotFound",
@@ -354,6 +356,20 @@ class StoreUnavailable(ProblemError):
     status = 503
     code = "STORE_UNAVAILABLE"
     title = "Store unavailable"
+
+
+class SettlerUnavailable(ProblemError):
+    """No settler of the payment's network could be reached; nothing moved (``Retry-After``).
+
+    The seller's outage, not the buyer's fault: the payment is released
+    untouched (the challenge is PENDING again, its claim freed), so the same
+    payment sent again after ``Retry-After`` settles once a settler is back.
+    A 402 would tell the buyer its payment is bad.
+    """
+
+    status = 503
+    code = "SETTLER_UNAVAILABLE"
+    title = "Settler unavailable"
 
 
 class KeySourceUnavailable(ProblemError):

@@ -33,11 +33,13 @@ reaches the store's write path or the chain.
  8. Mark the attempt submitted (its own compare-and-set), then settle with the
     settler of the payment's network (``settlers``: its failover, when it has
     several), our ids removed (``protocol.for_third_parties``). Rejected:
-    SETTLING -> PENDING, the claim released, 402; but "nonce already used" is
-    the chain's to decide. Unknown: the lease ends and the chain decides (step
-    4 again).
+    SETTLING -> PENDING, the claim released, 402; 503 SETTLER_UNAVAILABLE
+    (+ Retry-After) when no settler could be reached; but "nonce already used"
+    is the chain's to decide. Unknown: the lease ends and the chain decides
+    (step 4 again).
  9. Confirm the settler's transaction on-chain (when there is an RPC), claim
-    its txHash and move SETTLING -> PAID.
+    its txHash and move SETTLING -> PAID with the payer of the authorization
+    checked in step 5 (never a settler's word for it).
 10. Issue the credential, credit the calls of a plan that sells them, and PAID
     -> DELIVERED (``delivery``); a top-up only credits its grant. If the issuer
     fails the record stays PAID; a retry resumes here.
@@ -68,6 +70,7 @@ from .errors import (
     RequestIdConflict,
     SettlementInProgress,
     SettlementPending,
+    SettlerUnavailable,
     StoreUnavailable,
     TierNotFound,
     TxAlreadyRedeemed,
@@ -116,6 +119,10 @@ Next = AccessResult | ChallengeRecord
 
 #: Retry-After for an outcome that only the chain can tell.
 PENDING_RETRY_AFTER = 5
+#: Retry-After when no settler could be reached (a restarting facilitator, a breaker cooling).
+SETTLER_RETRY_AFTER = 10
+#: What the analytics count a payment turned away by a settler outage as.
+SETTLER_UNAVAILABLE_REASON = "settler_unavailable"
 #: How many states one request follows a record through (lost races) before giving up.
 MAX_STEPS = 6
 _CAIP2 = re.compile(r"eip155:([1-9][0-9]{0,18})")
@@ -608,16 +615,41 @@ class AccessPipeline:
         if isinstance(outcome, Rejected) and outcome.reason == Reason.NONCE_USED:
             outcome = await self._used_already(record, outcome)
         if isinstance(outcome, Settled):
-            return await self._record_paid(record, outcome.tx_hash, outcome.payer, outcome.by)
+            # Who paid is whoever signed the authorization checked in step 5, whatever
+            # a settler says (a facilitator's "payer" is its word, not the chain's).
+            assert record.payment is not None
+            return await self._record_paid(
+                record, outcome.tx_hash, record.payment.payer, outcome.by
+            )
         if isinstance(outcome, Rejected):
-            self.tally.failed(outcome.reason)
-            reason = f"settlement failed: {outcome.reason}"
-            result = await self.mover.apply(moves.release(record, self.clock(), reason))
-            if isinstance(result, TransitionApplied):
-                raise PaymentFailed(outcome.reason, outcome.detail)
-            return await self.mover.current(record, result)
+            return await self._rejected(record, outcome)
         log.warning("challenge %s: outcome unknown: %s", record.challenge_id, outcome.reason)
         return await self._end_lease(record, outcome)
+
+    async def _rejected(self, record: ChallengeRecord, outcome: Rejected) -> Next:
+        """Nothing moved: release the claim; the payment's fault is 402, the settlers' 503.
+
+        ``settler_failed`` means no settler of the network could take the payment
+        (unreachable, every breaker open, the network unsupported): the payment is
+        fine and the same one may be sent again after ``Retry-After``.
+        """
+        unavailable = outcome.settler_failed
+        self.tally.failed(SETTLER_UNAVAILABLE_REASON if unavailable else outcome.reason)
+        reason = (
+            f"no settler could be reached ({outcome.reason}); nothing moved, claim released"
+            if unavailable
+            else f"settlement failed: {outcome.reason}"
+        )
+        result = await self.mover.apply(moves.release(record, self.clock(), reason))
+        if not isinstance(result, TransitionApplied):
+            return await self.mover.current(record, result)
+        if unavailable:
+            raise SettlerUnavailable(
+                f"no settler of {record.network} could be reached; nothing was transferred "
+                "and the payment is still good: send the same request again later",
+                retry_after=SETTLER_RETRY_AFTER,
+            )
+        raise PaymentFailed(outcome.reason, outcome.detail)
 
     async def _used_already(self, record: ChallengeRecord, said: Rejected) -> SettlementOutcome:
         """A settler says the authorization is used: by whom is the chain's to say.

@@ -6,6 +6,9 @@
 - A facilitator that answers after our timeout: the task stays ``working`` with a
   retry hint; ``tasks/get`` asks again and ends ``completed`` once the chain shows
   the transfer, without settling twice.
+- No settler reachable: ``input-required`` with ``payment-failed``,
+  ``SETTLEMENT_FAILED`` and a retry hint (``503 SETTLER_UNAVAILABLE``); the same
+  payment, sent again once the facilitator is back, completes the task.
 - Paid but the credential callback failed: ``working`` with ``payment-completed``
   and the receipt; ``tasks/get`` delivers.
 - An expired challenge: the task ``failed`` with ``EXPIRED_PAYMENT`` (in-process
@@ -55,7 +58,7 @@ from x402srv.config import parse_config
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
-from x402srv.testing.servers import seller_config
+from x402srv.testing.servers import free_port, seller_config
 
 
 def _transfers(seller: Seller) -> int:
@@ -134,6 +137,40 @@ async def test_an_unknown_outcome_keeps_the_task_working_until_the_chain_tells(
     assert _transfers(seller) == 1  # resolved from the chain, not settled again
     with pytest.raises(AssertionError):
         error_of(get(url, task["id"]), -32603)  # and it stays answered
+
+
+async def test_no_settler_reachable_leaves_the_task_payable_with_a_retry_hint(
+    start_seller: Callable[..., Seller],
+    facilitator: Callable[..., FacilitatorProcess],
+    buyer: LocalAccount,
+) -> None:
+    port = free_port()
+    up = facilitator(port=port)
+    seller = facilitator_seller(start_seller, up.url, verify_before_settle=False)
+    url = a2a_url(seller)
+    task = open_task(url)
+    payment = payment_for(seller, buyer, task)
+    up.stop()
+
+    failed = task_of(pay(url, task, payment))
+    if failed["status"]["state"] == "working":  # the answer's first step: ask for the outcome
+        failed = task_of(get(url, task["id"]))
+    assert failed["status"]["state"] == "input-required", failed
+    metadata = status_metadata(failed)
+    assert (metadata[STATUS], metadata[ERROR]) == ("payment-failed", "SETTLEMENT_FAILED")
+    assert metadata["x402srv.retryAfterSeconds"] >= 1
+    assert metadata["x402srv.problem"]["code"] == "SETTLER_UNAVAILABLE"
+    assert required_of(failed)["accepts"], "the task still asks for the payment"
+    assert _transfers(seller) == 0
+
+    facilitator(port=port)  # back up, same address: the same payment settles
+    paid = task_of(pay(url, task, payment))
+    deadline = time.monotonic() + 30
+    while paid["status"]["state"] == "working" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        paid = task_of(get(url, task["id"]))
+    assert paid["status"]["state"] == "completed", paid
+    assert _transfers(seller) == 1
 
 
 async def test_paid_but_no_credential_yet_is_working_then_delivered(

@@ -15,6 +15,9 @@ status it replaces and the user message that caused it.
     409 TX_ALREADY_REDEEMED         input-required  payment-failed       DUPLICATE_NONCE
     409 SETTLEMENT_IN_PROGRESS      working         payment-submitted    (retry hint)
     502 SETTLEMENT_PENDING          working         payment-submitted    (retry hint)
+    503 SETTLER_UNAVAILABLE         input-required  payment-failed       SETTLEMENT_FAILED
+                                                                         (retry hint: the same
+                                                                         payment, later)
     500 paid, credential pending    working         payment-completed    (retry hint, receipt)
     410 CHALLENGE_EXPIRED           failed          payment-failed       EXPIRED_PAYMENT
     400 INVALID_REQUEST,            JSON-RPC -32602 Invalid params; the task is unchanged
@@ -44,10 +47,12 @@ from ..errors import (
     ProblemError,
     SettlementInProgress,
     SettlementPending,
+    SettlerUnavailable,
     TxAlreadyRedeemed,
 )
 from ..offers import AccessGranted, PaymentOffer
 from ..pipeline import AccessResult
+from ..reasons import Reason
 from .documents import TERMINAL_STATES, Note, Purchase, TaskRecord, TaskState, new_id
 from .extension import REDEEMED_REASON, ExtensionError, PaymentStatus, error_code
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
@@ -209,6 +214,22 @@ def from_problem(error: ProblemError, network: str) -> Update:
         )
     if isinstance(error, SettlementInProgress | SettlementPending):
         return Update(state=TaskState.WORKING, note=_retry_note(error, PaymentStatus.SUBMITTED))
+    if isinstance(error, SettlerUnavailable):
+        # Nothing moved and the payment is still good: the task waits for it again
+        # (input-required, the same PaymentRequired), and says when to send it.
+        wait = max(1, int(error.retry_after or 1))
+        return Update(
+            state=TaskState.INPUT_REQUIRED,
+            note=Note(
+                text=f"Payment not settled: {_sentence(error)} Send the same payment on this "
+                f"task again in {wait} s.",
+                payment_status=PaymentStatus.FAILED,
+                error=ExtensionError.SETTLEMENT_FAILED,
+                retry_after=wait,
+                problem=problem_data(error),
+            ),
+            receipt=_failed_receipt(Reason.UNEXPECTED_SETTLE_ERROR, network),
+        )
     if isinstance(error, CredentialPending):
         tx_hash = str(error.extra.get("txHash", ""))
         return Update(
