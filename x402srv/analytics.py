@@ -192,7 +192,7 @@ def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
 def funnel(counts: Counts) -> dict[str, Any]:
     """Unpaid requests -> challenges -> payments tried -> settled -> delivered, and why not."""
     stages = {"unpaid": 0, "challenges": 0, "tried": 0, "settled": 0, "delivered": 0}
-    limited = revoked = 0
+    limited = revoked = owed = 0
     failures: dict[str, int] = {}
     by_plan: dict[str, dict[str, int]] = {}
     prefixes = {
@@ -208,6 +208,8 @@ def funnel(counts: Counts) -> dict[str, Any]:
             limited += n
         elif name.startswith("revoked:"):
             revoked += n
+        elif name.startswith("owed:"):
+            owed += n
         elif name.startswith("failed:"):
             reason = name[len("failed:") :]
             failures[reason] = failures.get(reason, 0) + n
@@ -223,6 +225,7 @@ def funnel(counts: Counts) -> dict[str, Any]:
         "stages": [{"stage": stage, "count": count} for stage, count in stages.items()],
         "rateLimited": limited,
         "revoked": revoked,
+        "owed": owed,
         "failures": [
             {"reason": reason, "count": count}
             for reason, count in sorted(failures.items(), key=lambda item: (-item[1], item[0]))

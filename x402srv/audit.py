@@ -34,7 +34,8 @@ from .records import ChallengeRecord, PaymentKey, State
 
 __all__ = ["AuditReport", "Transfer", "audit", "audit_networks"]
 
-PAID_STATES = (State.PAID, State.DELIVERED)
+#: States whose transfer happened (OWED: paid, and owed back to the buyer).
+PAID_STATES = (State.PAID, State.DELIVERED, State.OWED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -345,9 +345,10 @@ def _challenges(args: argparse.Namespace) -> int:
         state = State(args.state) if args.state else None
         records = asyncio.run(operations.list_records(config, state=state, limit=args.limit))
         for record in records:
+            owed = "  owed to the buyer" if record.state is State.OWED else ""
             print(
                 f"{record.challenge_id}  {record.state.value:9s}  {record.plan_id:12s}  "
-                f"{record.request_id}  updated {rfc3339(record.updated_at)}"
+                f"{record.request_id}  updated {rfc3339(record.updated_at)}{owed}"
             )
         return 0
     try:

@@ -16,6 +16,14 @@ A plan that sells calls credits the grant between issuing and PAID ->
 DELIVERED, keyed by the paying challenge (``CreditStore.credit``): a crash in
 between leaves the record PAID, and the retry or the reconciler that delivers
 it credits again with the same key, which changes nothing. Exactly once.
+
+A top-up is delivered to its grant as it is now, which may be late (the
+reconciler, after a crash or an unknown outcome): a grant revoked or expired
+meanwhile can never use the calls, so nothing is credited and the top-up moves
+PAID -> OWED instead, its payment owed back to the buyer (``x402srv challenges
+list --state OWED``, the console). A top-up credited before its grant was
+revoked (a crash between crediting and DELIVERED) stays credited and is
+delivered: its money went where it was paid to go.
 """
 
 from __future__ import annotations
@@ -109,6 +117,9 @@ class Delivery:
         assert record.top_up_of is not None
         grant = await self.mover.store.get_challenge(record.top_up_of)
         expires_at = (grant_expiry(grant) if grant is not None else None) or self.clock()
+        unusable = await self._unusable(record, grant)
+        if unusable is not None:
+            return await self._owe(record, unusable)
         calls = await self._credit(record, record.top_up_of, expires_at)
         document = top_up_document(record, calls or 0, self.offers.explorer_url(record))
         result = await self.mover.apply(
@@ -117,6 +128,40 @@ class Delivery:
         if isinstance(result, TransitionApplied):
             return result.record
         return await self.mover.current(record, result)
+
+    async def _unusable(self, record: ChallengeRecord, grant: ChallengeRecord | None) -> str | None:
+        """Why the top-up's grant can no longer use its calls; None when it can (or has them)."""
+        assert record.top_up_of is not None
+        expiry = grant_expiry(grant) if grant is not None else None
+        if grant is None:
+            why = f"its grant {record.top_up_of} is no longer in the store"
+        elif grant.revoked_at is not None:
+            why = f"its grant {grant.challenge_id} was revoked before the top-up was credited"
+        elif expiry is not None and expiry <= self.clock():
+            why = f"its grant {grant.challenge_id} expired before the top-up was credited"
+        else:
+            return None
+        store = cast(CreditStore, self.mover.store)
+        account = await store.get_credits(record.top_up_of)
+        if account is not None and any(e.key == record.challenge_id for e in account.entries):
+            return None  # credited before the grant went: delivered like any other
+        return why
+
+    async def _owe(self, record: ChallengeRecord, why: str) -> ChallengeRecord:
+        """PAID -> OWED: nothing is credited; the payment waits to be paid back."""
+        result = await self.mover.apply(moves.owe(record, self.clock(), why))
+        if not isinstance(result, TransitionApplied):
+            return await self.mover.current(record, result)
+        log.warning(
+            "challenge %s: top-up of %s %s on %s (tx %s) owed to the buyer: %s",
+            record.challenge_id,
+            record.amount,
+            record.asset,
+            record.network,
+            record.tx_hash,
+            why,
+        )
+        return result.record
 
     async def _credit(
         self, record: ChallengeRecord, grant_id: str, expires_at: float

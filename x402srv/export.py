@@ -4,7 +4,9 @@ A row is a challenge that reached PAID: when it settled (UTC), the plan, the
 network and asset, the amount in the token's atomic units and in US dollars
 (USD stablecoins only), the payer, the txHash, the requestId and challengeId,
 and its status now: ``delivered``, ``paid`` (the credential is not issued
-yet: the reconciler or the buyer's retry will issue it) or ``revoked``.
+yet: the reconciler or the buyer's retry will issue it), ``revoked``, or
+``owed`` (a top-up whose grant was revoked or expired before it could be
+credited: the payment is owed back to the buyer).
 
 Every cell is safe to open in a spreadsheet (``cell``): a text that starts
 with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return would be read as a
@@ -78,6 +80,8 @@ def _settled_at(record: ChallengeRecord) -> float | None:
 
 
 def _status(record: ChallengeRecord) -> str:
+    if record.state is State.OWED:
+        return "owed"
     if record.revoked_at is not None:
         return "revoked"
     return "delivered" if record.state is State.DELIVERED else "paid"
@@ -108,7 +112,7 @@ async def sale_rows(store: Store, config: Config, start: float, end: float) -> l
     before: tuple[float, str] | None = None
     while True:
         page = await store.find_challenges(
-            states=[State.PAID, State.DELIVERED], before=before, limit=PAGE
+            states=[State.PAID, State.DELIVERED, State.OWED], before=before, limit=PAGE
         )
         for record in page:
             settled = _settled_at(record)

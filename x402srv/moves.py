@@ -12,6 +12,7 @@ record that changed meanwhile is lost, never applied twice.
     release   SETTLING -> PENDING, the claim released          (nothing moved on-chain)
     paid      SETTLING -> PAID, claiming the txHash
     deliver   PAID -> DELIVERED with the grant
+    owe       PAID -> OWED: a top-up its grant can no longer use (``delivery``)
     expire    PENDING -> EXPIRED
 """
 
@@ -39,6 +40,7 @@ __all__ = [
     "deliver",
     "expire",
     "note",
+    "owe",
     "paid",
     "release",
     "settle",
@@ -190,6 +192,21 @@ def deliver(
         reason="credential issued",
         changes=RecordChanges(grant=grant),
         attempt_id=record.payment.attempt_id if claimed else None,
+    )
+
+
+def owe(record: ChallengeRecord, at: float, why: str) -> TransitionRequest:
+    """PAID -> OWED: paid for, nothing delivered; the payment is owed back to the payer.
+
+    No attempt check (as a top-up's delivery): the first of two deliveries wins,
+    the other finds the record OWED.
+    """
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PAID,
+        to=State.OWED,
+        at=at,
+        reason=f"owed to the buyer: {why}",
     )
 
 

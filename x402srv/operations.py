@@ -40,6 +40,7 @@ __all__ = [
     "list_records",
     "migrate",
     "opened",
+    "owed_shown",
     "reconcile",
     "redacted",
     "revoke",
@@ -128,13 +129,16 @@ async def show(config: Config, challenge_id: str) -> dict[str, Any]:
     A purchase of a plan that sells calls (or limits them) shows its grant's
     account: calls made, credits added, spent, refunded and left, each credit
     (the purchase, every top-up) and the recent hourly usage. A top-up shows
-    the account of the grant it topped up.
+    the account of the grant it topped up. An OWED record shows what is owed
+    to whom (``owed_to_buyer``): what a refund pays back.
     """
     async with opened(config) as pipeline:
         record = await pipeline.store.get_challenge(challenge_id)
         if record is None:
             raise NotFound(f"no challenge {challenge_id}")
         shown = redacted(record)
+        if record.state is State.OWED:
+            shown["owed_to_buyer"] = owed_shown(record)
         plan = config.plan_map.get(record.plan_id)
         metered = record.top_up_of is not None or (plan is not None and plan.metered)
         if metered and keeps_credits(pipeline.store):
@@ -142,6 +146,19 @@ async def show(config: Config, challenge_id: str) -> dict[str, Any]:
             account = await cast(CreditStore, pipeline.store).get_credits(grant)
             shown["credits"] = credits_shown(grant, account)
     return shown
+
+
+def owed_shown(record: ChallengeRecord) -> dict[str, Any]:
+    """What an OWED record owes: the amount paid, to its payer, and why nothing was delivered."""
+    why = next((t.reason for t in reversed(record.history) if t.state is State.OWED), None)
+    return {
+        "amount": record.amount,
+        "asset": record.asset,
+        "network": record.network,
+        "payer": record.payer,
+        "tx_hash": record.tx_hash,
+        "why": why,
+    }
 
 
 def credits_shown(grant_id: str, account: CreditAccount | None) -> dict[str, Any]:

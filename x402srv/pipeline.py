@@ -21,7 +21,8 @@ reaches the store's write path or the chain.
  4. Answer from the record's state (``_step``), in a bounded loop: a lost
     compare-and-set re-reads the record and answers from its state now.
     DELIVERED -> the grant (410 GRANT_REVOKED once the seller revoked it),
-    PAID -> step 10, both only on proof (``proof``);
+    PAID -> step 10, both only on proof (``proof``); OWED (a top-up its
+    grant can no longer use) -> 410 GRANT_REVOKED naming the owed payment;
     SETTLING -> the chain decides at once (``settling``), else 409 while a lease
     runs, 502 after; EXPIRED/CANCELLED -> 410; PENDING past expiresAt -> 410.
  5. Check the payment against the requirement this server offered (the one
@@ -41,7 +42,8 @@ reaches the store's write path or the chain.
     its txHash and move SETTLING -> PAID with the payer of the authorization
     checked in step 5 (never a settler's word for it).
 10. Issue the credential, credit the calls of a plan that sells them, and PAID
-    -> DELIVERED (``delivery``); a top-up only credits its grant. If the issuer
+    -> DELIVERED (``delivery``); a top-up only credits its grant, or moves PAID
+    -> OWED when that grant was revoked or expired meanwhile. If the issuer
     fails the record stays PAID; a retry resumes here.
 11. 200 with the AccessGrant and ``PAYMENT-RESPONSE``.
 """
@@ -470,6 +472,12 @@ class AccessPipeline:
             return self.offers.granted(record)
         if state in (State.EXPIRED, State.CANCELLED):
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
+        if state is State.OWED:
+            self.verifier.prove(record, caller)
+            raise GrantRevoked(
+                "the grant this top-up was for was revoked or expired before the top-up "
+                f"could be credited; its payment ({record.tx_hash}) is recorded as owed to you"
+            )
         if state is State.PAID:
             self.verifier.prove(record, caller)
             return await self._deliver(record)

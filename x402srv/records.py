@@ -1,9 +1,12 @@
 """Challenge records and their state machine (SPEC 5).
 
     PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
-       │  ▲         │                       ▲        │ revoked by the seller
-       │  └─────────┘                       └────────┘ (``revoked_at``; the grant stays)
+       │  ▲         │         │             ▲        │ revoked by the seller
+       │  └─────────┘         │             └────────┘ (``revoked_at``; the grant stays)
        │   definite settlement failure (claim released)
+       │                      └──► OWED     a top-up paid for a grant that was revoked or
+       │                                    expired before it could be credited: the
+       │                                    payment is owed back to the buyer (refunds)
        ├──► EXPIRED     past expiresAt
        └──► CANCELLED   operator
 
@@ -37,12 +40,15 @@ class State(StrEnum):
     DELIVERED = "DELIVERED"
     EXPIRED = "EXPIRED"
     CANCELLED = "CANCELLED"
+    #: Paid, but nothing could be delivered for it: the money is owed back to the payer.
+    OWED = "OWED"
 
 
 #: Moves the state machine allows; stores refuse every other move (SETTLING →
 #: SETTLING is a lease update by the attempt that holds it; PAID → PAID takes
 #: the delivery claim, so one request at a time calls the credential issuer;
-#: DELIVERED -> DELIVERED records a revocation in the history).
+#: DELIVERED -> DELIVERED records a revocation in the history; PAID -> OWED is a
+#: top-up whose grant can no longer use what it paid for).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),
@@ -53,6 +59,7 @@ ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (State.SETTLING, State.PAID),
         (State.PAID, State.PAID),
         (State.PAID, State.DELIVERED),
+        (State.PAID, State.OWED),
         (State.DELIVERED, State.DELIVERED),
     }
 )

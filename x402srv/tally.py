@@ -24,6 +24,7 @@ holds a bounded set of counters whatever the traffic.
     settled:<plan>|<network>|<asset>|<amount>
                                 SETTLING -> PAID; revenue is the count times the amount
     delivered:<plan>            PAID -> DELIVERED
+    owed:<plan>                 PAID -> OWED: paid, nothing delivered, owed back to the buyer
     revoked:<plan>              grants revoked (``x402srv.revocation``)
     settler:<name>:<outcome>    settler calls by outcome (settled, rejected, unknown)
     settler:<name>:ms           milliseconds spent in those calls
@@ -114,6 +115,8 @@ class Tally:
             self.kick()
         elif now is State.DELIVERED and before is State.PAID:
             self.add(f"delivered:{record.plan_id}")
+        elif now is State.OWED and before is State.PAID:
+            self.add(f"owed:{record.plan_id}")
 
     # ------------------------------------------------------------ flushing
 

@@ -17,7 +17,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
 
-__all__ = ["ADMIN_TOKEN", "Console", "buy"]
+__all__ = ["ADMIN_TOKEN", "Console", "buy", "console_pages"]
 
 ADMIN_TOKEN = "console-admin-token-" + "a" * 24
 
@@ -46,6 +46,17 @@ class Console:
         response = self.get(path, **params)
         assert response.status_code == 200, response.text
         return dict(response.json())
+
+
+def console_pages(console: Console, *paths: str) -> list[str]:
+    """The console's HTML pages at ``paths`` (under its prefix), as a signed-in seller sees them."""
+    with httpx.Client(follow_redirects=False) as client:
+        signed = client.post(f"{console.url}/login", data={"token": ADMIN_TOKEN, "next": ""})
+        assert signed.status_code == 303, signed.text
+        pages = [client.get(f"{console.url}{path}") for path in paths]
+    for path, page in zip(paths, pages, strict=True):
+        assert page.status_code == 200, (path, page.text)
+    return [page.text for page in pages]
 
 
 async def buy(seller: Seller, buyer: LocalAccount, plan: str = "hourly") -> dict[str, Any]:

@@ -12,7 +12,7 @@ Under ``[admin] prefix`` (``/admin``)::
     POST /api/grants/<challengeId>/revoke  {"reason"?}: idempotent
     GET  /api/challenges?state&cursor&limit
     POST /api/challenges/<challengeId>/cancel    PENDING -> CANCELLED: idempotent
-    GET  /api/reconciler                   the last pass and what is unresolved now
+    GET  /api/reconciler                   the last pass, what is unresolved now, what is owed
     GET  /api/settlers                     readiness and calls per outcome
     GET  /api/export?from&to&format        csv or jsonl, one row per settled payment
 

@@ -37,6 +37,7 @@ from sanic.response import HTTPResponse, redirect
 
 from .. import __version__
 from ..errors import NotFound, ProblemError
+from ..records import State
 from .auth import COOKIE, CSRF_HEADER, Admin
 from .chart import funnel_steps, revenue_chart
 from .gate import AdminGate
@@ -353,7 +354,7 @@ def install_console(
             items=result["items"],
             next=result["nextCursor"],
             state=(state or "").upper(),
-            states=["", "PENDING", "SETTLING", "PAID", "DELIVERED", "EXPIRED", "CANCELLED"],
+            states=["", *(known.value for known in State)],
         )
 
     page("/challenges")(challenges)

@@ -281,7 +281,11 @@ class AdminService:
     # ------------------------------------------------------------ the reconciler
 
     async def reconciler_status(self) -> Page:
-        """The last pass (from any instance) and what is unresolved now."""
+        """The last pass (from any instance), what is unresolved now, and what is owed.
+
+        ``owed``: payments that delivered nothing (OWED, a top-up whose grant
+        was revoked or expired first), newest first: money the seller owes back.
+        """
         options = self.config.reconciler
         now = self._now()
         waiting = await self.store.find_challenges(
@@ -297,6 +301,7 @@ class AdminService:
                     "stuck": lease is None or lease + options.grace_seconds <= now,
                 }
             )
+        owed = await self.store.find_challenges(states=[State.OWED], limit=MAX_LIMIT)
         last = await reconciler.last_pass(self.store)
         if last is not None:
             for key in ("startedAt", "finishedAt"):
@@ -307,4 +312,5 @@ class AdminService:
             "intervalSeconds": options.interval_seconds,
             "lastPass": last,
             "unresolved": unresolved,
+            "owed": [purchase_view(record, self.config, now) for record in owed],
         }

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: What counts as a purchase: a payment is (or was) being settled.
-PURCHASE_STATES = (State.SETTLING, State.PAID, State.DELIVERED)
+PURCHASE_STATES = (State.SETTLING, State.PAID, State.DELIVERED, State.OWED)
 
 
 def rfc3339(at: float | None) -> str | None:
@@ -111,7 +111,18 @@ def purchase_view(record: ChallengeRecord, config: Config, now: float) -> dict[s
         "revokedAt": rfc3339(record.revoked_at),
         "implicit": record.implicit,
         "topUpOf": record.top_up_of,  # a top-up adds calls to that grant: no token of its own
+        # Paid, nothing delivered: why, as the move to OWED said (refunds pay it back).
+        "owedToBuyer": _owed(record),
     }
+
+
+def _owed(record: ChallengeRecord) -> str | None:
+    if record.state is not State.OWED:
+        return None
+    for step in reversed(record.history):
+        if step.state is State.OWED:
+            return step.reason
+    return "owed to the buyer"
 
 
 def purchase_detail(record: ChallengeRecord, config: Config, now: float) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from .store_contract_counters import CounterContract
 from .store_contract_counts import CountsContract
 from .store_contract_credits import CreditContract
 from .store_contract_listing import ListingContract
+from .store_contract_owed import OwedContract
 from .store_contract_search import SearchContract
 from .store_contract_transfer import TransferContract
 
@@ -68,6 +69,7 @@ __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 
 class StoreContract(
     ListingContract,
+    OwedContract,
     SearchContract,
     CounterContract,
     CountsContract,

@@ -42,6 +42,7 @@ __all__ = [
     "expiring",
     "full_record",
     "move",
+    "owing",
     "paid",
     "settling",
     "settling_again",
@@ -206,6 +207,11 @@ def delivering(
     return move(
         record, State.PAID, State.DELIVERED, at, "delivered", changes, attempt_id=attempt_id
     )
+
+
+def owing(record: ChallengeRecord, *, at: float = BASE_TIME + 40) -> TransitionRequest:
+    """PAID -> OWED: a top-up whose grant went first; nothing delivered, the money owed back."""
+    return move(record, State.PAID, State.OWED, at, "owed to the buyer: grant revoked")
 
 
 # ------------------------------------------------------------ checks every section uses

@@ -43,6 +43,7 @@ from .store_contract_base import (
     paid,
     settling,
 )
+from .store_contract_owed import owed_record
 
 __all__ = ["TransferContract", "exported", "normalized"]
 
@@ -250,6 +251,17 @@ class TransferContract(StoreContractBase):
         with pytest.raises(ValueError, match=r"\w"):
             await target.import_items([thief], now=NOW)
         assert normalized(await exported(fresh)) == before
+
+    async def test_an_owed_record_moves_with_its_state_and_claims(
+        self, store: Store, fresh: Store
+    ) -> None:
+        owed, key, tx = await owed_record(store)
+        items = await exported(store)
+        await _portable(fresh).import_items(items, now=NOW)
+        assert await fresh.get_challenge(owed.challenge_id) == owed
+        assert await fresh.list_challenges(states=[State.OWED]) == [owed]
+        assert await fresh.get_by_payment(key) == owed
+        assert await fresh.get_by_tx_hash(tx) == owed
 
     async def test_a_large_export_pages_through_everything(
         self, store: Store, fresh: Store
