@@ -335,14 +335,13 @@ class FailoverSettler:
             if announcer is not None:
                 return announcer.label
             return "an earlier settlement of this authorization (shown by the chain)"
+        # The announcer first: it is the sender nearly always, and a match ends the search
+        # (a settler that is down is asked for its addresses only when it matters).
         ordered = [announcer] if announcer is not None else []
         ordered += [m for m in self.members if m is not announcer]
-        owners = [m for m in ordered if sender in await m.senders()]
-        if len(owners) == 1 or (owners and owners[0] is announcer):
-            return owners[0].label
-        if owners:
-            named = " or ".join(m.label for m in owners)
-            return f"{named} (they send from the same address {sender}; shown by the chain)"
+        for member in ordered:
+            if sender in await member.senders():
+                return member.label
         if announcer is not None and not await announcer.senders():
             return announcer.label  # it does not say where it sends from: its word stands
         return f"{sender}, none of the settlers of {self.network} (shown by the chain)"
