@@ -11,12 +11,20 @@ from __future__ import annotations
 import pytest
 
 from x402srv.a2a import v1
-from x402srv.a2a.documents import MAX_LOG, Note, Purchase, TaskRecord, TaskState, loggable
+from x402srv.a2a.documents import (
+    MAX_LOG,
+    TERMINAL_STATES,
+    Note,
+    Purchase,
+    TaskRecord,
+    TaskState,
+    loggable,
+)
 from x402srv.a2a.extension import REASON_CODES, ExtensionError, activated_extensions, error_code
 from x402srv.a2a.jsonrpc import RpcError
 from x402srv.a2a.outcomes import Update, apply, canceled, from_problem
 from x402srv.a2a.versions import Version, version_of
-from x402srv.errors import ChallengeExpired, PaymentFailed, SettlementPending
+from x402srv.errors import ChallengeExpired, PaymentFailed, SettlementPending, SettlerUnavailable
 from x402srv.reasons import Reason
 
 NETWORK = "eip155:31337"
@@ -69,6 +77,18 @@ GRANTED = Update(
     receipt={"success": True, "transaction": "0xabc", "network": NETWORK},
     grant={"type": "AccessGrant", "challengeId": "ch"},
 )
+
+
+def test_no_settler_reachable_keeps_the_task_payable_with_a_retry_hint() -> None:
+    """503 SETTLER_UNAVAILABLE: the payment is fine, so the task waits for it again."""
+    update = from_problem(SettlerUnavailable("no settler", retry_after=10), NETWORK)
+    assert update.state is TaskState.INPUT_REQUIRED
+    assert update.state not in TERMINAL_STATES
+    assert update.note.error is ExtensionError.SETTLEMENT_FAILED
+    assert update.note.retry_after == 10
+    assert update.note.problem is not None
+    assert update.note.problem["code"] == "SETTLER_UNAVAILABLE"
+    assert update.receipt is not None and update.receipt["success"] is False
 
 
 def test_completed_is_final() -> None:

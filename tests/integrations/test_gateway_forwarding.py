@@ -79,6 +79,20 @@ async def test_client_cannot_spoof_gateway_headers(gateway: Seller) -> None:
     assert "proxy-authorization" not in headers
 
 
+async def test_a_payer_claim_that_is_no_address_never_reaches_the_upstream(
+    gateway: Seller,
+) -> None:
+    """A token issued before the payer came from the signature alone may carry whatever a
+    facilitator answered: the upstream gets no X-X402-Payer rather than a formula."""
+    token = await mint_token("hourly", payer='=HYPERLINK("https://evil.example","x")')
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{gateway.server.url}/api/echo", headers=bearer(token))
+    assert response.status_code == 200, response.text
+    headers = received_headers(response.json())
+    assert "x-x402-payer" not in headers
+    assert headers["x-x402-plan"] == ["hourly"]
+
+
 async def test_response_status_headers_and_cookies_pass_back(gateway: Seller) -> None:
     token = await mint_token()
     async with httpx.AsyncClient() as http:

@@ -33,7 +33,13 @@ def gateway_routes(upstream_url: str) -> list[dict[str, object]]:
     ]
 
 
-async def mint_token(plan_id: str = "hourly", *, ttl: int = 600, secret: str = JWT_SECRET) -> str:
+async def mint_token(
+    plan_id: str = "hourly",
+    *,
+    ttl: int = 600,
+    secret: str = JWT_SECRET,
+    payer: str = "0x" + "ab" * 20,
+) -> str:
     """A token exactly as the gateway's own ``jwt`` issuer signs one (no purchase needed)."""
     issuer = JwtIssuer(secret.encode(), issuer=AGENT_URL, audience=AGENT_URL, clock=time.time)
     credential = await issuer.issue(
@@ -43,7 +49,7 @@ async def mint_token(plan_id: str = "hourly", *, ttl: int = 600, secret: str = J
             plan_id=plan_id,
             resource_id="default",
             tx_hash="0x" + secrets.token_hex(32),
-            payer="0x" + "ab" * 20,
+            payer=payer,
             token_ttl_seconds=ttl,
         )
     )
