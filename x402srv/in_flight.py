@@ -13,6 +13,7 @@ until one of these holds or the lease runs out:
     an announced transaction is pending, or the pending block shows
     it used (a transaction in the node's pool carries it)            -> wait, read again
     unused at the pending block, no announced transaction pending    -> Clear: ask the next
+    (an RPC that serves no pending block: the latest one decides)
     the RPC cannot answer                                            -> Unreadable
     the lease runs out while it is still pending                     -> StillPending
 
@@ -26,6 +27,7 @@ still cost one reverted transaction, never a second transfer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ from .interfaces import SettlementRequest
 from .resolution import NotTransferred, Transferred, resolve_authorization
 
 __all__ = ["Clear", "InFlight", "Landed", "Spent", "StillPending", "Unreadable", "watch"]
+
+log = logging.getLogger("x402srv.failover")
 
 #: First pause between reads while a transaction is pending; doubled up to ``MAX_POLL``.
 FIRST_POLL = 0.05
@@ -150,6 +154,13 @@ async def _look(chain: ChainReader, request: SettlementRequest, hashes: list[str
         return StillPending(verdict.why)  # used, its log not visible yet: read again
     if pending_tx is not None:
         return StillPending(f"transaction {pending_tx} is pending")
-    if await chain.authorization_state(asset, auth.payer, auth.nonce, block="pending"):
+    try:
+        in_pool = await chain.authorization_state(asset, auth.payer, auth.nonce, block="pending")
+    except ChainUnavailable as exc:
+        # Some hosted RPCs serve no pending block: the latest one (read just above)
+        # decides then, as it did before this module; the nonce still holds.
+        log.warning("the RPC cannot read its pending block (%s); the latest block decides", exc)
+        return Clear()
+    if in_pool:
         return StillPending("a pending transaction uses the authorization")
     return Clear()
