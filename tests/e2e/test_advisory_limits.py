@@ -106,6 +106,8 @@ def test_a2a_payment_payload_key_alone_does_not_skip_the_unpaid_limit(
     plan = data({"planId": "hourly"})
     payment = payment_for(seller, buyer, task)
     dodges = [
+        # a payment submission, but on no task: it fails, and a failed payment counts
+        message(task_id="no-such-task", metadata={STATUS: "payment-submitted", PAYLOAD: payment}),
         message(plan, metadata={PAYLOAD: "junk"}),
         message(plan, metadata={PAYLOAD: {"x402Version": 2}}),
         message(plan, metadata={PAYLOAD: payment}),  # a real payload, but no status
@@ -243,9 +245,14 @@ def test_junk_signature_payments_get_429_after_the_threshold_at_the_gateway(
     assert offer.status_code == 402
     required = decode_header(offer.headers["payment-required"])
     payment = signed_payment(buyer, seller.chain.token, required["accepts"][0])
+    # a payment for a plan the route does not sell: nothing is tried, an unpaid 402 (2 of LIMIT)
+    elsewhere = forged(payment)
+    elsewhere["accepted"]["extra"]["planId"] = "weekly"
+    refused = httpx.get(url, headers={"PAYMENT-SIGNATURE": encode_payment(elsewhere)})
+    assert refused.status_code == 402
     junk = {"PAYMENT-SIGNATURE": encode_payment(forged(payment))}
-    answers = [httpx.get(url, headers=junk) for _ in range(LIMIT + 2)]
-    assert [a.status_code for a in answers] == [402] * (LIMIT - 1) + [429] * 3
+    answers = [httpx.get(url, headers=junk) for _ in range(LIMIT + 1)]
+    assert [a.status_code for a in answers] == [402] * (LIMIT - 2) + [429] * 3
     assert_limited(answers[-1])
 
     paid = httpx.get(url, headers={"PAYMENT-SIGNATURE": encode_payment(payment)})

@@ -39,9 +39,7 @@ def test_by_default_the_peer_address_counts() -> None:
     ],
 )
 def test_check_shows_which_entry_counts(hops: int, shown: str) -> None:
-    config = make_config(
-        rate_limit={"client_ip_header": "X-Forwarded-For", "trusted_hops": hops}
-    )
+    config = make_config(rate_limit={"client_ip_header": "X-Forwarded-For", "trusted_hops": hops})
     assert config.rate_limit.trusted_hops == hops
     described = config.describe()
     assert described["rate_limit"]["trusted_hops"] == hops

@@ -147,7 +147,7 @@ class A2AService:
             try:
                 result = await run()
             except (RpcError, ProblemError) as refused:
-                if pays and not isinstance(refused, RateLimited):
+                if pays and _refusal(refused):
                     await self._pipeline.limit_failed(client)  # 429 past the limit
                 raise
         except RateLimited:
@@ -261,6 +261,13 @@ class A2AService:
         anyone who asks would hand them out. The params are still checked.
         """
         return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
+
+
+def _refusal(error: RpcError | ProblemError) -> bool:
+    """The caller's fault (bad params, no such task, a final task), not ours or the store's."""
+    if isinstance(error, RpcError):
+        return error.code != INTERNAL_ERROR
+    return 400 <= error.status < 500 and not isinstance(error, RateLimited)
 
 
 async def _one(document: dict[str, Any]) -> Events:
