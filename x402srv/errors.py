@@ -313,7 +313,7 @@ class GrantRevoked(ProblemError):
 
 
 class RateLimited(ProblemError):
-    """One client sent more unpaid requests than the limit allows (paid ones never are)."""
+    """Too many unpaid requests from one client (a failed payment is one; paid ones never are)."""
 
     status = 429
     code = "RATE_LIMITED"
