@@ -43,7 +43,13 @@ from typing import Any
 
 from .. import admission
 from ..config import Config
-from ..errors import CreditsExhausted, InternalError, InvalidToken, TokenExpired
+from ..errors import (
+    CreditsExhausted,
+    InternalError,
+    InvalidToken,
+    RevocationsUnavailable,
+    TokenExpired,
+)
 from ..metering import Meter, Usage
 from ..offers import AccessGranted, PaymentOffer
 from ..pipeline import AccessPipeline
@@ -263,6 +269,8 @@ class Gateway:
                 "The access token bought with this payment is no longer accepted by this "
                 "server (its signing key was retired)."
             ) from None
+        except RevocationsUnavailable:
+            raise  # no revocation list read yet: 503, never forwarded; a retry gets the same grant
         except Exception:
             # Our own issuer's token failing any other way is a bug, not the buyer's fault.
             log.exception("the token of %s does not verify", result.grant["challengeId"])
