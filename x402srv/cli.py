@@ -1,4 +1,4 @@
-"""The ``x402srv`` command (SPEC 3).
+"""The ``x402srv`` command (``docs/cli.md``).
 
     x402srv --config FILE [--host H] [--port P] [--workers N]   serve (the main job)
     x402srv check --config FILE                                  validate, print resolved config
@@ -21,29 +21,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
 
 from . import operations
 from .audit import AuditReport, audit_networks
-from .config import Config, ServerConfig, load_config
-from .domains import check_domains
+from .config import Config, load_config
 from .errors import ConfigError, ProblemError, StoreUnavailable
 from .logs import configure_logging
-from .metrics import MULTIPROCESS_ENV
 from .offers import rfc3339
 from .records import State
-from .registry import Built, Registry
+from .registry import Registry
 from .store_dump import write_atomically
-from .validation_errors import problems
 
 __all__ = ["main"]
 
@@ -156,102 +146,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _with_overrides(config: Config, overrides: dict[str, Any]) -> Config:
-    """``--host/--port/--workers`` replace [server] keys, with the same validation."""
-    updates = {key: value for key, value in overrides.items() if value is not None}
-    if not updates:
-        return config
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
-    except ValidationError as exc:
-        path, message = problems(exc)[0]
-        raise ConfigError(f"--{path}: {message}") from None
-    return config.model_copy(update={"server": server})
-
-
-def build_app(config_path: str, overrides: dict[str, Any]) -> Any:
-    """App factory for Sanic's worker processes (each worker builds its own app)."""
-    from .app import create_app
-
-    configure_logging()  # a spawned worker does not inherit the parent's handlers
-    # The sqlite store's thread hands results back to the event loop; with the
-    # default 5 ms switch interval it could wait that long for the GIL while the
-    # loop runs other requests (1 ms: +8% unpaid requests/s, lower p99).
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-
-    return create_app(_with_overrides(load_config(config_path), overrides))
-
-
 def _serve(args: argparse.Namespace) -> int:
-    from sanic import Sanic
-    from sanic.worker.loader import AppLoader
+    from .server import serve
 
-    overrides = {"host": args.host, "port": args.port, "workers": args.workers}
-    config = _with_overrides(load_config(args.config), overrides)
-    # Fail here, with exit code 2 and one clear message, not inside a worker.
-    asyncio.run(_preflight(config, Registry().build(config)))
-    if config.metrics.enabled:
-        # Set before any worker imports prometheus_client: each writes its samples there.
-        os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
-    server = config.server
-    loader = AppLoader(factory=partial(build_app, args.config, overrides))
-    app = loader.load()
-    single = server.workers == 1
-    app.prepare(
-        host=server.host,
-        port=server.port,
-        workers=server.workers,
-        single_process=single,
-        access_log=False,
-        motd=False,
-    )
-    log = logging.getLogger("x402srv")
-    log.info(
-        "serving %s on http://%s:%d with %d worker(s)",
-        config.access_url,
-        server.host,
-        server.port,
-        server.workers,
-    )
-    admin = config.admin
-    if admin is not None and admin.enabled and admin.own_listener:
-        assert admin.port is not None
-        # The same app on a second socket; the admin routes answer only there (admin.gate).
-        app.prepare(
-            host=admin.listen_host,
-            port=admin.port,
-            workers=server.workers,
-            single_process=single,
-            access_log=False,
-            motd=False,
-        )
-        log.info(
-            "console and admin API on http://%s:%d%s", admin.listen_host, admin.port, admin.prefix
-        )
-    if single:
-        Sanic.serve_single(primary=app)
-    else:
-        Sanic.serve(primary=app, app_loader=loader)
-    return 0
-
-
-async def _preflight(config: Config, built: Built) -> None:
-    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains.
-
-    Then each token's EIP-712 domain is compared with the chain's (``domains``):
-    a mismatch is logged as an error, the server still starts.
-    """
-    await built.store.start()
-    try:
-        await built.store.ping()
-        await built.settler.start()
-        await built.settler.close()
-        await built.issuer.start()
-        await built.issuer.close()
-        await check_domains(config, built.chains)
-    finally:
-        await built.close_chains()
-        await built.store.close()
+    return serve(args.config, {"host": args.host, "port": args.port, "workers": args.workers})
 
 
 def _check(args: argparse.Namespace) -> int:
