@@ -1,7 +1,8 @@
 """The ``x402srv`` command (``docs/cli.md``).
 
     x402srv --config FILE [--host H] [--port P] [--workers N]   serve (the main job)
-    x402srv check --config FILE                                  validate, print resolved config
+    x402srv check --config FILE [--strict]                       validate, print resolved config,
+                                                                 probe the settlers and RPCs
     x402srv plugins                                              list plugins and what they register
     x402srv migrate --config FILE                                bring the store's schema up to date
     x402srv export --config FILE [--output F]                    the store as JSON lines
@@ -68,8 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="override [server] host")
     serve.add_argument("--port", type=int, help="override [server] port")
     serve.add_argument("--workers", type=int, help="override [server] workers")
-    check = commands.add_parser("check", help="validate a config and print it without secrets")
+    check = commands.add_parser(
+        "check", help="validate a config, print it without secrets, probe its settlers and RPCs"
+    )
     check.add_argument("--config", required=True, help="seller TOML file")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="an unreachable or mismatched settler or RPC is an error (exit 2 when the config "
+        "names the wrong one, 1 when it does not answer), not a warning",
+    )
     commands.add_parser("plugins", help="list installed plugins")
     migrate = commands.add_parser(
         "migrate",
@@ -153,11 +162,25 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    """Validate offline, print, then probe the settlers and RPCs (``x402srv.probes``).
+
+    Without ``--strict`` a probe's finding is a warning: the config is valid, and
+    what did not answer may answer by the time the server starts. With it, exit 2
+    when a finding is the config naming the wrong thing (as serving would), else 1.
+    """
+    from .probes import probe
 
     config = load_config(args.config)
-    Registry().build(config)
+    built = Registry().build(config)
     print(json.dumps(config.describe(), indent=2))
-    print("config OK", file=sys.stderr)
+    findings = asyncio.run(probe(config, built))
+    for finding in findings:
+        print(f"{'error' if args.strict else 'warning'}: {finding.text}", file=sys.stderr)
+    if args.strict and findings:
+        print(f"x402srv: {len(findings)} probe(s) failed", file=sys.stderr)
+        return 2 if any(finding.config for finding in findings) else 1
+    warned = f" ({len(findings)} warning(s): see above)" if findings else ""
+    print(f"config OK{warned}", file=sys.stderr)
     return 0
 
 
