@@ -10,6 +10,7 @@ process), then only watches them:
                                  (``worker``); the main process exits when they have
     a second SIGTERM or SIGINT,  SIGKILL to every worker that is left
     or ``stop_seconds`` passed
+    the main process dies        (Linux) every worker gets SIGTERM from the kernel
 
 This replaces Sanic's multi-process manager, which x402srv used before: with
 two listeners its workers never finished stopping, and its main process waited
@@ -28,6 +29,7 @@ spawned.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -48,19 +50,36 @@ __all__ = ["Supervisor"]
 log = logging.getLogger("x402srv.server")
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
-def _worker_main(spec: WorkerSpec, inherited: tuple[int, ...]) -> None:
+def _worker_main(spec: WorkerSpec, inherited: tuple[int, ...], parent: int) -> None:
     """A worker process's entry point: a config the main process accepted fails rarely here."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the supervisor's handler, if forked
     for fd in inherited:  # the supervisor's own pipe, if forked
         with contextlib.suppress(OSError):
             os.close(fd)
+    _stop_with(parent)
     try:
         run_worker(spec)
     except ConfigError as exc:
         print(f"x402srv: configuration error: {exc}", flush=True)
         raise SystemExit(2) from None
+
+
+def _stop_with(parent: int) -> None:
+    """Linux: SIGTERM this worker when the main process dies, even of SIGKILL.
+
+    Otherwise a worker outlives a main process killed by the OOM killer or a
+    ``kill -9``, keeps serving, and holds the port the restarted server needs.
+    """
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass(eq=False)
@@ -115,6 +134,7 @@ class Supervisor:
             args=(
                 replace(self._spec, ready=writer),
                 (self._wake_read, self._wake_write) if self._forks else (),
+                os.getpid(),
             ),
             name=f"x402srv-worker-{index}",
             daemon=True,
