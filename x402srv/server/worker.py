@@ -3,7 +3,7 @@
 ``run_worker`` builds the app from the config file and serves it with Sanic in
 this process (``Sanic.serve_single``) on the inherited public socket. The
 console's own listener, when there is one, is served by the same app in the
-same event loop (``ConnectionDrain.serve_also``), opened after the app started
+same event loop (``Listening.serve_also``), opened after the app started
 and closed with it: Sanic's own way to serve a second socket (a second
 ``app.prepare``) never finished its shutdown.
 
@@ -53,7 +53,7 @@ from .sockets import Listeners
 __all__ = [
     "GRACEFUL_SECONDS",
     "SWITCH_INTERVAL_SECONDS",
-    "ConnectionDrain",
+    "Listening",
     "WorkerSpec",
     "run_worker",
 ]
@@ -98,9 +98,9 @@ def run_worker(spec: WorkerSpec) -> None:
         access_log=False,
         motd=False,
     )
-    drain = ConnectionDrain(app)
+    listening = Listening(app)
     if spec.listeners.admin is not None:
-        drain.serve_also(spec.listeners.admin)
+        listening.serve_also(spec.listeners.admin)
     if spec.ready is not None:
         _report_ready(app, spec.ready)
     Sanic.serve_single(primary=app)
@@ -129,17 +129,19 @@ def _report_ready(app: Sanic[Any, Any], ready: Connection) -> None:
 
 
 @dataclass(eq=False)
-class ConnectionDrain:
-    """Closes the app's connections as soon as they are idle once a stop began.
+class Listening:
+    """The app's listeners beyond the main one, and every listener's connections in a stop.
+
+    ``serve_also`` serves the app on one more socket, opened once the app
+    started and closed when it stops, its requests in flight drained like the
+    main listener's.
 
     Sanic closes idle connections once when it stops, then waits for the rest
     for up to its graceful timeout; a keep-alive connection whose request
     finished meanwhile stayed open (and the worker with it) until the client's
-    keep-alive ran out. This marks connections with a request in flight to close
-    after their answer, and closes idle ones, until the process stops.
-
-    It also serves the app on one more socket (``serve_also``), with the same
-    life cycle as the main one.
+    keep-alive ran out. Once a stop began, this marks connections with a request
+    in flight to close after their answer, and closes idle ones, on every
+    listener, until the process stops.
     """
 
     app: Sanic[Any, Any]
