@@ -7,6 +7,9 @@ decided here and each adapter only writes it out:
 - no, several, non-Bearer or malformed ``Authorization`` -> ``InvalidToken`` (401);
 - a token the verifier refuses -> ``InvalidToken`` / ``TokenExpired`` (401);
 - keys that cannot be fetched -> ``KeySourceUnavailable`` (503, a warning);
+- no revocation list to check the token against (never read, or older than
+  the verifier allows) -> ``RevocationsUnavailable`` (503, a warning): the
+  token may be good, so not a 401, and never let through;
 - anything unexpected -> ``InternalError`` (500; logged with the traceback,
   the client learns nothing about keys or URLs).
 """
@@ -19,7 +22,13 @@ from collections.abc import Sequence
 from typing import Final
 
 from . import metrics
-from .errors import InternalError, InvalidToken, KeySourceUnavailable, ProblemError
+from .errors import (
+    InternalError,
+    InvalidToken,
+    KeySourceUnavailable,
+    ProblemError,
+    RevocationsUnavailable,
+)
 from .tokens import AccessClaims, TokenVerifier
 
 __all__ = ["admit", "admit_sync", "bearer_token"]
@@ -57,8 +66,8 @@ def _refusal(err: Exception) -> ProblemError:
 def _classify(err: Exception) -> ProblemError:
     if isinstance(err, InvalidToken):
         return err
-    if isinstance(err, KeySourceUnavailable):
-        # Per request; the key source itself logs each failed fetch (at a bounded rate).
+    if isinstance(err, KeySourceUnavailable | RevocationsUnavailable):
+        # Per request; the source itself logs each failed fetch (at a bounded rate).
         log.warning("cannot verify access tokens: %s", err.detail)
         return err
     # A broken verifier or key source is the seller's problem: log it, tell the client nothing.

@@ -261,16 +261,19 @@ def _revocation_list(app: Sanic[Any, Any], config: Config, built: Built, clock: 
     """The revoked grants, for verifiers that cannot read the store (``RevocationList``).
 
     Served from a copy of the store's list at most a second old, so polling
-    verifiers, however many, cost the store one read a second per worker.
+    verifiers, however many, cost the store one read a second per worker. A
+    worker that has not read the store yet answers 503 ``STORE_UNAVAILABLE``
+    (``StoreRevocations.current``), never an empty list: verifiers would take
+    that as "nothing is revoked" (docs/console.md, "Revoking a grant").
     """
     refresh = config.revocation.refresh_seconds
     source = StoreRevocations(built.store, refresh_seconds=min(1.0, refresh), clock=clock)
 
     @app.get(LIST_PATH, name="revocations")
     async def revocation_list(request: Request) -> HTTPResponse:
-        revoked = await source.revoked()
+        held = await source.current()
         return HTTPResponse(
-            _json(published(revoked, refresh, clock())), content_type=_JSON, headers=_NO_STORE
+            _json(published(held, refresh, clock())), content_type=_JSON, headers=_NO_STORE
         )
 
 

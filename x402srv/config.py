@@ -330,19 +330,65 @@ class ReconcilerConfig(_Model):
     batch_size: int = Field(default=200, ge=1, le=10_000)
 
 
+#: An HTTP field name (RFC 9110 ``token``).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
 class RateLimitConfig(_Model):
     """``[rate_limit]``: unpaid requests (discovery, challenges, A2A) per client and window.
 
-    Requests that carry a payment are never limited. ``client_ip_header`` names
-    a header whose first hop is the client's address (``X-Forwarded-For``,
-    ``X-Real-IP``); set it only behind a proxy that writes that header itself,
-    since a client can send any value it likes.
+    A payment that verifies is never limited; one that fails counts as unpaid.
+    The client is the peer address, or behind proxies the ``trusted_hops``-th
+    address from the right of ``client_ip_header`` (``x402srv.ratelimit``): the
+    two come together, since the first entries of such a header are whatever
+    the client sent, and only the number of proxies says which entry one of
+    them wrote.
     """
 
     enabled: bool = True
     unpaid_requests: int = Field(default=600, ge=1, le=100_000_000)
     window_seconds: float = Field(default=60.0, ge=1, le=86_400)
     client_ip_header: str | None = Field(default=None, min_length=1, max_length=64)
+    trusted_hops: int | None = Field(default=None, ge=1, le=16, strict=True, validate_default=True)
+
+    @field_validator("client_ip_header")
+    @classmethod
+    def _header(cls, value: str | None) -> str | None:
+        if value is not None and not _HEADER_NAME.fullmatch(value):
+            raise ValueError('must be an HTTP header name, like "X-Forwarded-For"')
+        return value
+
+    @field_validator("trusted_hops")
+    @classmethod
+    def _hops(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if "client_ip_header" not in info.data:
+            return value  # client_ip_header itself was refused: that error says why
+        header = info.data["client_ip_header"]
+        if value is None and header is not None:
+            raise ValueError(
+                f"required with client_ip_header: how many proxies in front of x402srv "
+                f"write {header} (1 behind one nginx or load balancer); the client is the "
+                "address that many entries from the right, never the first one, which the "
+                "client can write itself"
+            )
+        if value is not None and header is None:
+            raise ValueError(
+                "only with client_ip_header (the header the proxies write); without it "
+                "the peer address counts"
+            )
+        return value
+
+    def client_rule(self) -> str:
+        """Who counts as one client, in words (``x402srv check`` shows it)."""
+        if self.client_ip_header is None or self.trusted_hops is None:
+            return "the peer address (IPv6: its /64)"
+        nth = {1: "right-most", 2: "2nd from the right", 3: "3rd from the right"}.get(
+            self.trusted_hops, f"{self.trusted_hops}th from the right"
+        )
+        return (
+            f"the {nth} address of {self.client_ip_header} (IPv6: its /64); "
+            "the peer address when it has fewer entries"
+        )
 
 
 class MetricsConfig(_Model):
@@ -592,6 +638,7 @@ class Config(_Model):
             "networks": [_describe_network(network) for network in self._networks],
             "access_url": self.access_url,
             "plans": {p.plan_id: _describe_plan(p) for p in self._plans.values()},
+            "rate_limit_client": self.rate_limit.client_rule(),
         }
         return data
 

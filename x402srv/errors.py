@@ -36,7 +36,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── StoreUnavailable         503 STORE_UNAVAILABLE (+ Retry-After)
         ├── NotReady                 503 NOT_READY, /readyz: a dependency is down
         ├── KeySourceUnavailable     503 KEY_SOURCE_UNAVAILABLE, token keys (JWKS) unreachable
-        ├── RevocationsUnavailable   503 REVOCATIONS_UNAVAILABLE, revocation list too old
+        ├── RevocationsUnavailable   503 REVOCATIONS_UNAVAILABLE, no list read yet (+ Retry-After)
         └── UpstreamTimeout          504 UPSTREAM_TIMEOUT, gateway upstream too slow
 
 Plugins convert their library's exceptions (web3, redis, jwt, httpx) into
@@ -313,7 +313,7 @@ class GrantRevoked(ProblemError):
 
 
 class RateLimited(ProblemError):
-    """One client sent more unpaid requests than the limit allows (paid ones never are)."""
+    """Too many unpaid requests from one client (a failed payment is one; paid ones never are)."""
 
     status = 429
     code = "RATE_LIMITED"
@@ -369,11 +369,13 @@ class KeySourceUnavailable(ProblemError):
 
 
 class RevocationsUnavailable(ProblemError):
-    """A revocation list could not be fetched for longer than its verifier allows.
+    """A token cannot be checked: no revocation list was read yet, or it is too old.
 
-    Only with ``RevocationList(max_stale_seconds=...)``: by default the last
-    list fetched keeps being used (and a warning logged) while the seller's
-    list endpoint is down.
+    A verifier that honours revocations refuses every token until it has read
+    the list once (the store down when x402srv started, the seller's list
+    endpoint unreachable): a 401 would tell a buyer whose token is good to buy
+    again. Afterwards the last list read stays in use while reads fail, unless
+    ``RevocationList(max_stale_seconds=...)`` limits its age.
     """
 
     status = 503

@@ -9,7 +9,8 @@ reaches the store's write path or the chain.
  2. Resolve the plan: ``body.planId``, else ``accepted.extra.planId``. None and
     no payment: *discovery*, every plan. Unknown -> 400 TIER_NOT_FOUND. No
     payment: a *challenge*, created (or found by requestId) PENDING. Unpaid
-    requests count against the client's limit.       -> 429 RATE_LIMITED
+    requests count against the client's limit, and so does a payment that
+    fails (step 5 or 8: its 402 becomes the 429 past it). -> 429 RATE_LIMITED
     A *top-up* (``body.topUp``, or the gateway's token) first finds the grant it
     names (``top_ups.find_grant``: delivered, sells calls, not expired) and
     binds it into the challenge it creates; a request whose challenge is bound
@@ -225,7 +226,21 @@ class AccessPipeline:
 
         ``top_up_of`` (the gateway, for a token it verified) names the grant a
         payment tops up by its challengeId; a body names it by requestId (``topUp``).
+        A payment that fails counts against ``client``'s unpaid-request limit.
         """
+        try:
+            return await self._access(body, payment, client, top_up_of)
+        except PaymentFailed:
+            await self.limit_failed(client)
+            raise
+
+    async def _access(
+        self,
+        body: AccessBody,
+        payment: PaymentPayload | None,
+        client: str | None,
+        top_up_of: str | None,
+    ) -> AccessResult:
         plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
         if body.top_up is not None or top_up_of is not None:
             return await self._top_up(body, payment, plan_id, top_up_of, client)
@@ -249,6 +264,21 @@ class AccessPipeline:
         A2A calls without a payment), so this is where the analytics count them.
         """
         self.tally.add("unpaid")
+        if self.limiter is not None and client is not None:
+            try:
+                await self.limiter.check(client)
+            except RateLimited:
+                self.tally.add("limited")
+                raise
+
+    async def limit_failed(self, client: str | None) -> None:
+        """A payment that failed counts as an unpaid request; 429 past the limit.
+
+        A made-up signature costs an ecrecover and a store read (a signed one
+        from an empty wallet, a settler's call), and signing is free: without
+        this, junk payments would be the one unlimited request. A payment that
+        verifies never comes here.
+        """
         if self.limiter is not None and client is not None:
             try:
                 await self.limiter.check(client)

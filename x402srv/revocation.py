@@ -32,6 +32,19 @@ listed. Verifiers read it two ways:
   fetch fails the last list stays in use (a warning is logged) unless
   ``max_stale_seconds`` says how old a list may get before tokens are
   answered 503 ``REVOCATIONS_UNAVAILABLE``.
+
+Neither fails open (docs/console.md, "Revoking a grant"):
+
+- a verifier that has never read a list cannot tell a revoked token from a
+  good one, so it answers every token 503 ``REVOCATIONS_UNAVAILABLE`` (the
+  token may well be fine: a 401 would send the buyer to pay again) until one
+  read succeeds;
+- the published list answers 503 ``STORE_UNAVAILABLE`` until its worker has
+  read the store once, and says when that read was (``readAt``), so a list
+  served from an old copy during an outage is not taken for a fresh one;
+- a verifier never forgets an entry it has read before the entry's time is
+  over: a later list without it (an x402srv of an older version, a store
+  restored from an old backup) adds, it does not replace.
 """
 
 from __future__ import annotations
@@ -43,7 +56,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 import httpx
@@ -68,6 +81,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DOCUMENT_ID",
     "LIST_PATH",
+    "Freshness",
+    "ListCopy",
     "RevocationBook",
     "RevocationList",
     "StoreRevocations",
@@ -192,15 +207,47 @@ def _revoking(record: ChallengeRecord, at: float, reason: str) -> TransitionRequ
     )
 
 
+@dataclass(frozen=True)
+class Freshness:
+    """How current a verifier's copy of the revocation list is (for health checks, metrics).
+
+    A verifier answers every token 503 while ``read`` is false; ``age_seconds``
+    grows while reads fail (the list held stays in use, see the module docstring).
+    """
+
+    #: Whether a list was ever read. Until then every token is refused.
+    read: bool
+    #: Seconds since the store read behind the list held (None: never read).
+    age_seconds: float | None
+    #: When that store read was, Unix seconds (the published list's ``readAt``).
+    read_at: float | None
+    #: Why the last attempt to read failed; None when it succeeded.
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class ListCopy:
+    """The live entries of the list, and when they were read from the store (Unix seconds)."""
+
+    revoked: dict[str, float]
+    read_at: float
+
+
 class _Refresh:
-    """When to read a list again: ``refresh_seconds`` after the last read (or failure)."""
+    """One verifier's copy of the list, and when to read it again.
+
+    ``refresh_seconds`` after the last attempt (successful or not). Times
+    named ``*_at`` without "wall" are on the ``monotonic`` clock.
+    """
 
     def __init__(self, refresh_seconds: float, clock: Callable[[], float]) -> None:
         self.refresh_seconds = refresh_seconds
         self.clock = clock
         self.revoked: dict[str, float] = {}
-        self.fetched_at: float | None = None  # the last successful read
+        self.fetched_at: float | None = None  # the store read behind the list held
+        self.read_at_wall: float | None = None  # the same read, Unix seconds
         self.tried_at: float | None = None  # the last read, successful or not
+        self.last_error: str | None = None
 
     def due(self) -> bool:
         return self.tried_at is None or self.clock() - self.tried_at >= self.refresh_seconds
@@ -208,6 +255,44 @@ class _Refresh:
     def hit(self, challenge_id: str, now: float) -> bool:
         until = self.revoked.get(challenge_id)
         return until is not None and until > now
+
+    def take(
+        self, revoked: Mapping[str, float], fetched_at: float, read_at: float, now: float
+    ) -> None:
+        """A list read: its entries join the live ones held (never shortened, never dropped)."""
+        kept = {k: v for k, v in self.revoked.items() if v > now}
+        for challenge_id, until in revoked.items():
+            kept[challenge_id] = max(until, kept.get(challenge_id, until))
+        self.revoked = kept
+        if self.fetched_at is None or fetched_at >= self.fetched_at:
+            self.fetched_at, self.read_at_wall = fetched_at, read_at
+        self.last_error = None
+
+    def require_read(self, what: str) -> None:
+        """``RevocationsUnavailable`` while no list was ever read: refusing is all that is safe."""
+        if self.fetched_at is None:
+            raise RevocationsUnavailable(
+                f"{what} has not been read yet, so no token can be checked; retry later",
+                retry_after=self.retry_after(),
+            )
+
+    def meanwhile(self) -> str:
+        """What the verifier does while its reads fail (for the warning it logs)."""
+        if self.fetched_at is None:
+            return "refusing every token until a list is read"
+        return "using the last list read"
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self.refresh_seconds))
+
+    def freshness(self) -> Freshness:
+        fetched_at = self.fetched_at
+        return Freshness(
+            read=fetched_at is not None,
+            age_seconds=None if fetched_at is None else max(0.0, self.clock() - fetched_at),
+            read_at=self.read_at_wall,
+            last_error=self.last_error,
+        )
 
 
 class StoreRevocations:
@@ -231,16 +316,33 @@ class StoreRevocations:
         return f"StoreRevocations(refresh_seconds={self._state.refresh_seconds})"
 
     async def is_revoked(self, challenge_id: str) -> bool:
+        """Whether it is listed; ``RevocationsUnavailable`` while the store was never read."""
         if self._state.due():
             await self.refresh()
+        self._state.require_read("the revocation list (the store is unavailable)")
         return self._state.hit(challenge_id, self.clock())
 
-    async def revoked(self) -> dict[str, float]:
-        """The list as this process holds it now (read again first when due)."""
-        if self._state.due():
+    async def current(self) -> ListCopy:
+        """The list as this process holds it now (read again first when due).
+
+        ``StoreUnavailable`` while no read of the store has succeeded: an empty
+        list would tell every verifier that polls it to forget what it knew.
+        """
+        state = self._state
+        if state.due():
             await self.refresh()
+        if state.read_at_wall is None:
+            raise StoreUnavailable(
+                "the revocation list has not been read from the store yet; retry",
+                retry_after=state.retry_after(),
+            )
         now = self.clock()
-        return {k: v for k, v in self._state.revoked.items() if v > now}
+        revoked = {k: v for k, v in state.revoked.items() if v > now}
+        return ListCopy(revoked, state.read_at_wall)
+
+    def freshness(self) -> Freshness:
+        """How old the list this process holds is (its reads fail while the store is down)."""
+        return self._state.freshness()
 
     async def refresh(self) -> None:
         """Read the list now; concurrent callers share one read."""
@@ -251,14 +353,16 @@ class StoreRevocations:
     async def _read(self) -> None:
         state = self._state
         state.tried_at = state.clock()
+        read_at = self.clock()  # entries revoked after this may be missing from the read
         try:
-            state.revoked = await self.book.active(self.clock())
+            revoked = await self.book.active(read_at)
         except StoreUnavailable:
+            state.last_error = "the store is unavailable"
             if state.tried_at - self._warned_at >= 60:
                 self._warned_at = state.tried_at
-                log.warning("revocations: the store is unavailable; using the last list read")
+                log.warning("revocations: the store is unavailable; %s", state.meanwhile())
             return
-        state.fetched_at = state.tried_at
+        state.take(revoked, state.tried_at, read_at, self.clock())
 
 
 class RevocationList:
@@ -270,6 +374,14 @@ class RevocationList:
     read again at most ``refresh_seconds`` after the last read; a revoked
     grant is refused within ``refresh_seconds`` plus about a second (x402srv
     serves the list from a copy at most a second old).
+
+    Until a list was read, every token is answered 503
+    ``REVOCATIONS_UNAVAILABLE``; afterwards a failed read (the publisher
+    unreachable, or answering 503 because it cannot read its store) keeps the
+    list held, and ``freshness()`` says how old it is. Its age counts from the
+    publisher's store read (``readAt``), not from the fetch, so a list an
+    x402srv keeps serving from an old copy during an outage ages too, and
+    ``max_stale_seconds`` applies to it.
     """
 
     def __init__(
@@ -306,6 +418,7 @@ class RevocationList:
         return cls(f"{config.seller.agent_url}{LIST_PATH}", **kwargs)
 
     async def is_revoked(self, challenge_id: str) -> bool:
+        """Whether it is listed; ``RevocationsUnavailable`` while no list was read (or too old)."""
         if self._state.due():
             if self._reading is None or self._reading.done():
                 self._reading = asyncio.ensure_future(self._fetch())
@@ -313,20 +426,25 @@ class RevocationList:
         return self._answer(challenge_id)
 
     def is_revoked_sync(self, challenge_id: str) -> bool:
+        """As ``is_revoked``, blocking."""
         with self._lock:
             if self._state.due():
                 self._take(self._fetch_sync)
         return self._answer(challenge_id)
 
+    def freshness(self) -> Freshness:
+        """How old the list held is, and whether the last fetch failed (it is still used)."""
+        return self._state.freshness()
+
     def _answer(self, challenge_id: str) -> bool:
         state = self._state
+        state.require_read("the seller's revocation list")
         limit = self.max_stale_seconds
-        if limit is not None and (
-            state.fetched_at is None or state.clock() - state.fetched_at > limit
-        ):
+        fetched_at = state.fetched_at
+        if limit is not None and fetched_at is not None and state.clock() - fetched_at > limit:
             raise RevocationsUnavailable(
                 "the seller's revocation list could not be fetched; retry later",
-                retry_after=max(1, math.ceil(state.refresh_seconds)),
+                retry_after=state.retry_after(),
             )
         return state.hit(challenge_id, self.clock())
 
@@ -361,22 +479,51 @@ class RevocationList:
         self._use(response)
 
     def _use(self, response: httpx.Response) -> None:
-        if response.status_code != 200:
+        if response.status_code != 200:  # a 503: the publisher has not read its store yet
             self._failed(f"HTTP {response.status_code}")
             return
         try:
-            revoked = _parse_list(response.json())
+            document = response.json()
+            revoked = _parse_list(document)
         except ValueError:
             self._failed("not a revocation list")
             return
-        self._state.revoked = revoked
-        self._state.fetched_at = self._state.tried_at
+        state = self._state
+        assert state.tried_at is not None  # (set before every fetch)
+        age = _age_at_publisher(document)
+        read_at = _number(document.get("readAt"))
+        if read_at is None:  # an x402srv from before readAt was published
+            read_at = self.clock() - age
+        state.take(revoked, state.tried_at - age, read_at, self.clock())
 
     def _failed(self, why: str) -> None:
-        now = self._state.clock()
+        state = self._state
+        state.last_error = why
+        now = state.clock()
         if now - self._warned_at >= 60:
             self._warned_at = now
-            log.warning("revocations: fetching %s failed (%s); using the last list", self.url, why)
+            log.warning(
+                "revocations: fetching %s failed (%s); %s", self.url, why, state.meanwhile()
+            )
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number (not a boolean, not infinite) as a float; None for anything else."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _age_at_publisher(document: dict[str, Any]) -> float:
+    """How old the list was when served: ``generatedAt - readAt``, both the publisher's clock.
+
+    A difference of two readings of one clock, so the verifier's clock may
+    disagree with the publisher's by any amount; 0 when either is missing.
+    """
+    generated_at, read_at = _number(document.get("generatedAt")), _number(document.get("readAt"))
+    if generated_at is None or read_at is None:
+        return 0.0
+    return max(0.0, generated_at - read_at)
 
 
 def _parse_list(document: Any) -> dict[str, float]:
@@ -397,10 +544,15 @@ def _parse_list(document: Any) -> dict[str, float]:
     return revoked
 
 
-def published(revoked: Mapping[str, float], refresh_seconds: float, now: float) -> dict[str, Any]:
-    """The body of ``LIST_PATH``: every live revocation, and how often to read it again."""
+def published(copy: ListCopy, refresh_seconds: float, now: float) -> dict[str, Any]:
+    """The body of ``LIST_PATH``: every live revocation, and how often to read it again.
+
+    ``generatedAt`` is when this answer was made, ``readAt`` when its list was
+    read from the store: during a store outage the second stops moving.
+    """
     return {
-        "revoked": [{"jti": jti, "until": until} for jti, until in sorted(revoked.items())],
+        "revoked": [{"jti": jti, "until": until} for jti, until in sorted(copy.revoked.items())],
         "refreshSeconds": refresh_seconds,
         "generatedAt": now,
+        "readAt": copy.read_at,
     }

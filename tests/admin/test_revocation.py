@@ -17,7 +17,13 @@ from eth_account.signers.local import LocalAccount
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import OnChain, ScriptedSettler
 from tests.support.seller import JWT_SECRET
-from x402srv.errors import NotFound, StateConflict, StoreUnavailable, TokenRevoked
+from x402srv.errors import (
+    NotFound,
+    RevocationsUnavailable,
+    StateConflict,
+    StoreUnavailable,
+    TokenRevoked,
+)
 from x402srv.records import State
 from x402srv.revocation import (
     DOCUMENT_ID,
@@ -168,6 +174,51 @@ async def test_a_store_outage_keeps_the_last_list(make_rig: MakeRig, buyer: Loca
     ticks.now = 10
     with pytest.raises(TokenRevoked):
         await verifier.verify(grant["accessToken"])
+
+
+async def test_a_verifier_that_never_read_the_list_refuses_every_token(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The store down before the first read: 503 for any token, never "nothing is revoked"."""
+    rig, grant = await delivered(make_rig, buyer, store="sqlite")
+    ticks = Ticks()
+    revocations = StoreRevocations(rig.store, refresh_seconds=2, clock=rig.clock, monotonic=ticks)
+    verifier = verifier_of(rig, revocations)
+    await rig.store.inner.close()  # every read is StoreUnavailable from here on
+    for _ in range(2):  # the failed read, then the wait for the next one: both refuse
+        with pytest.raises(RevocationsUnavailable) as refused:
+            await verifier.verify(grant["accessToken"])
+        assert refused.value.status == 503 and refused.value.retry_after == 2
+    with pytest.raises(StoreUnavailable):  # what the published list answers (503)
+        await revocations.current()
+    freshness = revocations.freshness()
+    assert not freshness.read and freshness.age_seconds is None and freshness.read_at is None
+    assert freshness.last_error == "the store is unavailable"
+
+
+async def test_a_later_list_without_an_entry_does_not_unrevoke_it(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A list that lost an entry (a store restored from an old backup) adds, never replaces."""
+    rig, grant = await delivered(make_rig, buyer)
+    await revoke_grant(rig.pipeline, grant["challengeId"])
+    ticks = Ticks()
+    revocations = StoreRevocations(
+        rig.store.inner, refresh_seconds=1, clock=rig.clock, monotonic=ticks
+    )
+    verifier = verifier_of(rig, revocations)
+    with pytest.raises(TokenRevoked):
+        await verifier.verify(grant["accessToken"])
+    _, version = await RevocationBook(rig.store.inner).read()
+    await rig.store.inner.save_task(
+        DOCUMENT_ID, {"revoked": {}}, expect_version=version, prune_after=None
+    )
+    ticks.now = 5
+    with pytest.raises(TokenRevoked):
+        await verifier.verify(grant["accessToken"])
+    assert revocations.freshness().age_seconds == 0
+    held = await revocations.current()
+    assert set(held.revoked) == {grant["challengeId"]} and held.read_at == rig.clock()
 
 
 async def test_entries_leave_the_list_when_their_tokens_are_over(make_rig: MakeRig) -> None:

@@ -137,19 +137,23 @@ async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
     )
 
 
-def test_limit_counts_discovery_and_challenges_never_payments_and_keys_by_first_hop(
+def test_limit_counts_discovery_and_challenges_never_payments_and_keys_by_the_proxys_hop(
     start_seller: Callable[..., Seller], buyer: LocalAccount
 ) -> None:
-    """Three unpaid requests per client; the fourth is 429, a payment still goes through."""
+    """Three unpaid requests per client; the fourth is 429, a payment still goes through.
+
+    This test plays the proxy that sets ``X-Real-IP`` (one trusted hop).
+    """
     seller = start_seller(
         "gas-wallet",
         rate_limit={
             "unpaid_requests": 3,
             "window_seconds": WINDOW,
             "client_ip_header": "X-Real-IP",
+            "trusted_hops": 1,
         },
     )
-    alice = {"X-Real-IP": "198.51.100.7, 10.0.0.1"}  # the first hop counts
+    alice = {"X-Real-IP": "10.0.0.1, 198.51.100.7"}  # the right-most hop counts
     assert httpx.post(seller.access_url, json={}, headers=alice).status_code == 402
     challenge = httpx.post(seller.access_url, json={"planId": "hourly"}, headers=alice)
     assert challenge.status_code == 402
@@ -158,7 +162,7 @@ def test_limit_counts_discovery_and_challenges_never_payments_and_keys_by_first_
     assert limited.status_code == 429, limited.text
     assert limited.json()["code"] == "RATE_LIMITED"
     assert int(limited.headers["retry-after"]) > 0
-    # another client (another first hop) is counted on its own
+    # another client (another hop) is counted on its own
     bob = {"X-Real-IP": "198.51.100.8"}
     assert httpx.post(seller.access_url, json={}, headers=bob).status_code == 402
 

@@ -171,7 +171,8 @@ def test_the_published_list_is_public_and_small(instances: tuple[Console, Server
     assert answer.status_code == 200
     assert answer.headers["cache-control"] == "no-store"
     body = answer.json()
-    assert set(body) == {"revoked", "refreshSeconds", "generatedAt"}
+    assert set(body) == {"revoked", "refreshSeconds", "generatedAt", "readAt"}
+    assert body["readAt"] <= body["generatedAt"]
     assert body["refreshSeconds"] == REFRESH
     assert all(set(entry) == {"jti", "until"} for entry in body["revoked"])
     assert ADMIN_TOKEN not in answer.text

@@ -11,7 +11,7 @@ import pytest
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.default_plugins.sqlite_store import SqliteStore
 from x402srv.errors import RateLimited, StoreUnavailable
-from x402srv.ratelimit import LimitOptions, UnpaidLimiter, client_key
+from x402srv.ratelimit import LimitOptions, UnpaidLimiter, client_key, forwarded_hop
 
 WINDOW = 60.0
 START = 1_700_000_040.0  # the start of a window
@@ -121,19 +121,41 @@ async def test_an_unreachable_store_leaves_the_limit_to_each_process() -> None:
 
 
 @pytest.mark.parametrize(
-    ("peer", "header", "key"),
+    ("address", "key"),
     [
-        ("203.0.113.7", None, "203.0.113.7"),
-        ("10.0.0.2", "198.51.100.7, 10.0.0.1", "198.51.100.7"),  # the first hop
-        ("10.0.0.2", " 198.51.100.7 ", "198.51.100.7"),
-        ("10.0.0.2", "", "10.0.0.2"),  # an empty header falls back to the peer
-        ("2001:db8:1:2:3:4:5:6", None, "2001:db8:1:2::/64"),  # IPv6 per /64
-        ("2001:db8:1:2:ffff::1", None, "2001:db8:1:2::/64"),
-        ("::ffff:203.0.113.7", None, "203.0.113.7"),
-        ("10.0.0.2", "[2001:db8::1]", "2001:db8::/64"),
-        ("10.0.0.2", "not-an-address", "not-an-address"),
-        (None, None, None),
+        ("203.0.113.7", "203.0.113.7"),
+        (" 198.51.100.7 ", "198.51.100.7"),
+        ("198.51.100.7:5555", "198.51.100.7"),  # a port a proxy wrote is dropped
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),  # IPv6 per /64
+        ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"),
+        ("[2001:db8::1]", "2001:db8::/64"),
+        ("[2001:db8::1]:443", "2001:db8::/64"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("not-an-address", "not-an-address"),
+        ("x" * 100, "x" * 64),
+        ("", None),
+        (None, None),
     ],
 )
-def test_client_key(peer: str | None, header: str | None, key: str | None) -> None:
-    assert client_key(peer, header) == key
+def test_client_key(address: str | None, key: str | None) -> None:
+    assert client_key(address) == key
+
+
+@pytest.mark.parametrize(
+    ("lines", "hops", "hop"),
+    [
+        (["198.51.100.7"], 1, "198.51.100.7"),
+        (["10.9.9.9, 198.51.100.7"], 1, "198.51.100.7"),  # the client wrote 10.9.9.9
+        (["10.9.9.9, 198.51.100.7, 10.0.0.1"], 2, "198.51.100.7"),
+        (["10.9.9.9", "198.51.100.7"], 1, "198.51.100.7"),  # two lines are one list
+        (["10.9.9.9,, 198.51.100.7 ,"], 1, "198.51.100.7"),  # empty entries skipped
+        (["198.51.100.7"], 2, None),  # fewer entries than proxies: the peer counts
+        ([], 1, None),
+        ([""], 1, None),
+        (["for=10.9.9.9, for=198.51.100.7;proto=https"], 1, "198.51.100.7"),  # RFC 7239
+        (['for="[2001:db8::1]:4711";proto=http'], 1, "[2001:db8::1]:4711"),
+        (["by=10.0.0.1"], 1, "by=10.0.0.1"),  # no for=: as written, by the proxy
+    ],
+)
+def test_forwarded_hop_counts_from_the_right(lines: list[str], hops: int, hop: str | None) -> None:
+    assert forwarded_hop(lines, hops) == hop

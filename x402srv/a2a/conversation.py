@@ -18,7 +18,9 @@ Every pipeline call sends the task's own purchase (planId, requestId,
 resourceId) as the body, so a task is linked to its challenge by requestId and
 the SPEC 4.2 rules for replays, duplicates and idempotency hold exactly as over
 HTTP. A payment is settled in a task of its own, which a client that hangs up
-cannot cancel: what it pays for always ends on the task.
+cannot cancel: what it pays for always ends on the task. A payment that fails
+counts against the client's unpaid-request limit, as over HTTP; past it the
+call is answered 429 and the task is left as it was.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import PaymentFailed, ProblemError, TierNotFound, TxAlreadyRedeemed
+from ..errors import PaymentFailed, ProblemError, RateLimited, TierNotFound, TxAlreadyRedeemed
 from ..ids import uuid4_str
 from ..interfaces import Clock
 from ..pipeline import AccessPipeline, payment_key
@@ -129,8 +131,8 @@ class Conversation:
         log.debug("a2a: task %s opened, %s", record.task_id, record.state)
         return Reply(record)
 
-    async def follow_up(self, message: Message) -> Reply:
-        """A message on an existing task."""
+    async def follow_up(self, message: Message, client: str | None = None) -> Reply:
+        """A message on an existing task; a payment that fails counts against ``client``."""
         assert message.taskId is not None
         record, version = await self._tasks.load(message.taskId)
         if message.contextId is not None and message.contextId != record.context_id:
@@ -149,7 +151,7 @@ class Conversation:
                 {"detail": f"the task is {record.state.value}; start a new one"},
             )
         if isinstance(intent, PaymentSubmitted):
-            return await self._pay(record, version, intent, user)
+            return await self._pay(record, version, intent, user, client)
         if isinstance(intent, PlanChosen) and record.purchase is None:
             return Reply(await self._choose(record, version, intent.body, user))
         # Conversation the task has no use for: taken, and the task answers as it is.
@@ -169,10 +171,17 @@ class Conversation:
         return record
 
     async def _pay(
-        self, record: TaskRecord, version: int, intent: PaymentSubmitted, user: dict[str, Any]
+        self,
+        record: TaskRecord,
+        version: int,
+        intent: PaymentSubmitted,
+        user: dict[str, Any],
+        client: str | None,
     ) -> Reply:
         request_id = record.purchase.request_id if record.purchase else None
         if intent.made_for_another(record.challenge_id, request_id):
+            # A failed payment, counted before anything is written (429 past the limit).
+            await self._pipeline.limit_failed(client)
             refused = await self._refuse_foreign(intent.payment)
             record, _ = await self._tasks.update(record, version, refused, user)
             return Reply(record)
@@ -193,7 +202,9 @@ class Conversation:
                 logged = None
         started = asyncio.Event()
         payment = intent.payment
-        settling = asyncio.ensure_future(self._settle(record, version, payment, logged, started))
+        settling = asyncio.ensure_future(
+            self._settle(record, version, payment, logged, started, client)
+        )
         self._settling.add(settling)
         settling.add_done_callback(self._settled)
         view = apply(record, submitted(), self._clock()) or record
@@ -225,8 +236,11 @@ class Conversation:
 
     def _settled(self, settling: asyncio.Task[TaskRecord]) -> None:
         self._settling.discard(settling)
-        if not settling.cancelled() and settling.exception() is not None:
-            log.info("a2a: a payment ended without a task update: %s", settling.exception())
+        if settling.cancelled() or settling.exception() is None:
+            return
+        if isinstance(settling.exception(), RateLimited):
+            return  # a failed payment past the limit: answered 429, nothing to log per request
+        log.info("a2a: a payment ended without a task update: %s", settling.exception())
 
     async def _settle(
         self,
@@ -235,12 +249,17 @@ class Conversation:
         payment: PaymentPayload,
         user: dict[str, Any] | None,
         started: asyncio.Event,
+        client: str | None,
     ) -> TaskRecord:
-        """One pipeline call for the payment; each step it reports is written on the task."""
+        """One pipeline call for the payment; each step it reports is written on the task.
+
+        A payment that fails past the client's unpaid-request limit ends in
+        ``RateLimited`` (the call's 429) and leaves the task as it was.
+        """
         purchase = record.purchase
         assert purchase is not None
         with self._watch.watch(purchase.request_id) as steps:
-            call = asyncio.ensure_future(self._ask(purchase, payment))
+            call = asyncio.ensure_future(self._ask(purchase, payment, client))
             # If writing a step fails, the pipeline call still ends on its own (and its
             # answer shows on the next tasks/get): its outcome is read, never left dangling.
             call.add_done_callback(lambda done: done.cancelled() or done.exception())
@@ -272,11 +291,15 @@ class Conversation:
             raise RpcError(INVALID_PARAMS, update.note.problem)
         return update
 
-    async def _ask(self, purchase: Purchase, payment: PaymentPayload | None) -> Update:
-        """One pipeline call for the task's purchase, as a task update."""
+    async def _ask(
+        self, purchase: Purchase, payment: PaymentPayload | None, client: str | None = None
+    ) -> Update:
+        """One pipeline call for the task's purchase, as a task update (but the 429)."""
         body = AccessBody(purchase.plan_id, purchase.request_id, purchase.resource_id)
         try:
-            result = await self._pipeline.access(body, payment)
+            result = await self._pipeline.access(body, payment, client=client)
+        except RateLimited:
+            raise  # a failed payment past the limit: the call's answer, not the task's
         except ProblemError as error:
             return from_problem(error, self._receipt_network(payment))
         return from_result(result)

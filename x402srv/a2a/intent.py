@@ -14,6 +14,8 @@ A message on a task may carry the x402 extension's ``x402.payment.status``:
 by ``protocol.parse_payment_payload`` like the ``PAYMENT-SIGNATURE`` header) or
 ``payment-rejected``. Anything malformed is -32602 and changes nothing.
 
+Only such a submission, well formed and on a task, is a payment: every other
+call counts against the client's unpaid-request limit (``is_payment_submission``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "PaymentRejected",
     "PaymentSubmitted",
     "PlanChosen",
+    "is_payment_submission",
     "read_followup",
     "read_request",
 ]
@@ -174,3 +177,27 @@ def read_followup(
     except InvalidRequest as exc:
         raise rpc_error(exc) from None
     return PaymentSubmitted(payment)
+
+
+def is_payment_submission(message: Any) -> bool:
+    """Whether a raw message (0.3 or 1.0) submits a payment that can be tried.
+
+    A ``taskId``, ``x402.payment.status`` 'payment-submitted' and a payload that
+    parses as a PaymentPayload: the message ``read_followup`` reads as
+    ``PaymentSubmitted``. Only such a message goes uncounted by the unpaid-request
+    limit (and counts once it fails); a bare ``x402.payment.payload`` key, any
+    other status or a payload that does not parse is an unpaid call like any
+    other, however it is answered.
+    """
+    if not isinstance(message, dict) or not message.get("taskId"):
+        return False
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get(STATUS_KEY) != PaymentStatus.SUBMITTED:
+        return False
+    if PAYLOAD_KEY not in metadata:
+        return False
+    try:
+        parse_payment_payload(_whole_numbers(metadata[PAYLOAD_KEY]), where=PAYLOAD_KEY)
+    except InvalidRequest:
+        return False
+    return True

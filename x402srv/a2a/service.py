@@ -38,7 +38,7 @@ from ..pipeline import AccessPipeline
 from . import v1
 from .conversation import Conversation, Reply
 from .documents import TERMINAL_STATES
-from .extension import PAYLOAD_KEY
+from .intent import is_payment_submission
 from .jsonrpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     EXTENDED_CARD_NOT_CONFIGURED,
@@ -121,11 +121,12 @@ class A2AService:
     ) -> Answer:
         """The answer to an already-parsed body; raises nothing but ``RateLimited``.
 
-        A call that carries no payment counts against ``client``'s unpaid-request
-        limit; past it, ``RateLimited`` leaves here for the HTTP layer to answer
-        429 with Retry-After (a refusal of the transport, which every HTTP client
-        understands, not a fault of the call). A call that carries a payment is
-        never counted.
+        A call that is not a payment submission (``is_payment_submission``)
+        counts against ``client``'s unpaid-request limit; past it, ``RateLimited``
+        leaves here for the HTTP layer to answer 429 with Retry-After (a refusal
+        of the transport, which every HTTP client understands, not a fault of the
+        call). A payment submission counts only if it fails: refused here, or
+        refused by the pipeline (``Conversation``), past the limit with the 429.
         """
         request_id: RequestId = None
         streaming = False
@@ -137,12 +138,18 @@ class A2AService:
             if op is None:
                 raise RpcError(METHOD_NOT_FOUND, {"detail": f"no method {call.method[:100]!r}"})
             streaming = op in (Op.STREAM, Op.SUBSCRIBE)
-            run = self._bind(op, version, call.params)
+            run = self._bind(op, version, call.params, client)
             if not call.has_id:
                 raise missing_id()
-            if not _carries_payment(call.params):
+            pays = is_payment_submission(call.params.get("message"))
+            if not pays:
                 await self._pipeline.limit_unpaid(client)
-            result = await run()
+            try:
+                result = await run()
+            except (RpcError, ProblemError) as refused:
+                if pays and _refusal(refused):
+                    await self._pipeline.limit_failed(client)  # 429 past the limit
+                raise
         except RateLimited:
             raise
         except Exception as error:  # every other failure is answered in JSON-RPC
@@ -164,7 +171,7 @@ class A2AService:
             await events.aclose()
 
     def _bind(
-        self, op: Op, version: Version, params: dict[str, Any]
+        self, op: Op, version: Version, params: dict[str, Any], client: str | None
     ) -> Callable[[], Awaitable[Result | Events]]:
         """Check the params of ``op`` (-32602 ...) and return the call that runs it."""
         v10 = version is Version.V10
@@ -172,8 +179,8 @@ class A2AService:
             send = parse_params(MessageSendParams, v1.send_params(params) if v10 else params)
             _check_send(send)
             if op is Op.SEND:
-                return lambda: self._send(send, v10)
-            return lambda: self._stream(send, v10)
+                return lambda: self._send(send, v10, client)
+            return lambda: self._stream(send, v10, client)
         if op is Op.GET:
             query = parse_params(TaskQueryParams, params)
             return lambda: self._get(query, v10)
@@ -199,13 +206,13 @@ class A2AService:
 
     # ------------------------------------------------------------ methods
 
-    async def _reply(self, send: MessageSendParams) -> Reply:
+    async def _reply(self, send: MessageSendParams, client: str | None) -> Reply:
         if send.message.taskId is None:
             return await self._conversation.start(send.message)
-        return await self._conversation.follow_up(send.message)
+        return await self._conversation.follow_up(send.message, client)
 
-    async def _send(self, send: MessageSendParams, v10: bool) -> Result:
-        reply = await self._reply(send)
+    async def _send(self, send: MessageSendParams, v10: bool, client: str | None) -> Result:
+        reply = await self._reply(send, client)
         if send.configuration is not None and send.configuration.immediately:
             record = await reply.under_way(self._tasks)
         else:
@@ -213,8 +220,8 @@ class A2AService:
         task = render_task(record, _history_length(send))
         return v1.send_result(task) if v10 else task
 
-    async def _stream(self, send: MessageSendParams, v10: bool) -> Events:
-        reply = await self._reply(send)
+    async def _stream(self, send: MessageSendParams, v10: bool, client: str | None) -> Events:
+        reply = await self._reply(send, client)
         events = self._streams.events(reply.record, reply.settling, _history_length(send))
         return _translated(events) if v10 else events
 
@@ -256,11 +263,11 @@ class A2AService:
         return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
 
 
-def _carries_payment(params: dict[str, Any]) -> bool:
-    """A message with ``x402.payment.payload`` in its metadata (0.3 and 1.0 alike)."""
-    message = params.get("message")
-    metadata = message.get("metadata") if isinstance(message, dict) else None
-    return isinstance(metadata, dict) and PAYLOAD_KEY in metadata
+def _refusal(error: RpcError | ProblemError) -> bool:
+    """The caller's fault (bad params, no such task, a final task), not ours or the store's."""
+    if isinstance(error, RpcError):
+        return error.code != INTERNAL_ERROR
+    return 400 <= error.status < 500 and not isinstance(error, RateLimited)
 
 
 async def _one(document: dict[str, Any]) -> Events:

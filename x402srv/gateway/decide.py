@@ -30,7 +30,8 @@ In this order, the first that applies decides:
 3. Neither: the route's 402 offer, built from the pipeline's discovery offer
    (each option of each plan the route accepts, in the route's order), so a
    standard x402 client pays and retries with no custom code. It counts
-   against the client's unpaid-request limit (429 RATE_LIMITED).
+   against the client's unpaid-request limit (429 RATE_LIMITED), as does a
+   payment under 1 or 2 that fails.
 """
 
 from __future__ import annotations
@@ -42,7 +43,13 @@ from typing import Any
 
 from .. import admission
 from ..config import Config
-from ..errors import CreditsExhausted, InternalError, InvalidToken, TokenExpired
+from ..errors import (
+    CreditsExhausted,
+    InternalError,
+    InvalidToken,
+    RevocationsUnavailable,
+    TokenExpired,
+)
 from ..metering import Meter, Usage
 from ..offers import AccessGranted, PaymentOffer
 from ..pipeline import AccessPipeline
@@ -158,9 +165,11 @@ class Gateway:
     ) -> Forward | PaymentOffer | OutOfCredits:
         """See the module docstring; refusals are raised as ``ProblemError``."""
         if authorization:
-            return await self._with_token(route, authorization, resource_url, payment_signature)
+            return await self._with_token(
+                route, authorization, resource_url, payment_signature, client
+            )
         if payment_signature is not None:
-            return await self._paid(route, payment_signature, resource_url)
+            return await self._paid(route, payment_signature, resource_url, client)
         await self.pipeline.limit_unpaid(client)
         return self.offer(route, resource_url)
 
@@ -170,6 +179,7 @@ class Gateway:
         authorization: Sequence[str],
         resource_url: str,
         payment_signature: str | None = None,
+        client: str | None = None,
     ) -> Forward | PaymentOffer | OutOfCredits:
         result = await admission.admit(self.verifier, authorization)
         if not isinstance(result, AccessClaims):
@@ -181,11 +191,16 @@ class Gateway:
             )
         plan = self.config.plan_map.get(result.plan_id)
         if payment_signature is not None and plan is not None and plan.calls is not None:
-            return await self._top_up(route, result, payment_signature, resource_url)
+            return await self._top_up(route, result, payment_signature, resource_url, client)
         return await self._metered(route, resource_url, result)
 
     async def _top_up(
-        self, route: RouteConfig, claims: AccessClaims, payment_signature: str, resource_url: str
+        self,
+        route: RouteConfig,
+        claims: AccessClaims,
+        payment_signature: str,
+        resource_url: str,
+        client: str | None,
     ) -> Forward | PaymentOffer | OutOfCredits:
         """The token's grant topped up with this payment, then the call metered as usual."""
         payment = decode_payment_header(payment_signature)
@@ -197,7 +212,10 @@ class Gateway:
                 plans=(claims.plan_id,),
             )
         result = await self.pipeline.access(
-            AccessBody(None, None, _RESOURCE_ID), payment, top_up_of=claims.challenge_id
+            AccessBody(None, None, _RESOURCE_ID),
+            payment,
+            client=client,
+            top_up_of=claims.challenge_id,
         )
         if isinstance(result, PaymentOffer):  # (only without a payment; kept total)
             return result
@@ -218,18 +236,22 @@ class Gateway:
         return OutOfCredits(offer, spent.headers())
 
     async def _paid(
-        self, route: RouteConfig, payment_signature: str, resource_url: str
+        self, route: RouteConfig, payment_signature: str, resource_url: str, client: str | None
     ) -> Forward | PaymentOffer | OutOfCredits:
         payment = decode_payment_header(payment_signature)
         plan_id = payment.extra_str("planId")
         if plan_id not in self.plans(route):
+            # Nothing is tried: the route's 402 again, counted as any unpaid 402 is.
+            await self.pipeline.limit_unpaid(client)
             return self.offer(
                 route,
                 resource_url,
                 error=f"plan {plan_id!r} does not open this route; pay one of the accepted "
                 "requirements",
             )
-        result = await self.pipeline.access(AccessBody(None, None, _RESOURCE_ID), payment)
+        result = await self.pipeline.access(
+            AccessBody(None, None, _RESOURCE_ID), payment, client=client
+        )
         if isinstance(result, PaymentOffer):  # (only without a payment; kept total)
             return result
         try:
@@ -247,6 +269,8 @@ class Gateway:
                 "The access token bought with this payment is no longer accepted by this "
                 "server (its signing key was retired)."
             ) from None
+        except RevocationsUnavailable:
+            raise  # no revocation list read yet: 503, never forwarded; a retry gets the same grant
         except Exception:
             # Our own issuer's token failing any other way is a bug, not the buyer's fault.
             log.exception("the token of %s does not verify", result.grant["challengeId"])

@@ -17,7 +17,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from x402srv.admission import bearer_token
-from x402srv.errors import InvalidToken, KeySourceUnavailable
+from x402srv.errors import InvalidToken, KeySourceUnavailable, RevocationsUnavailable
 from x402srv.jwks import JWKSKeySource
 from x402srv.revocation import RevocationList
 from x402srv.tokens import verify_access_token_sync
@@ -47,7 +47,7 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[byte
             audience=AUDIENCE,
             revocations=REVOKED,
         )
-    except (InvalidToken, KeySourceUnavailable) as err:
+    except (InvalidToken, KeySourceUnavailable, RevocationsUnavailable) as err:
         headers = [("Content-Type", "application/problem+json"), *err.headers().items()]
         start_response(f"{err.status} {err.title}", headers)
         return [json.dumps(err.to_problem()).encode()]
