@@ -1,7 +1,8 @@
-"""The ``x402srv`` command (SPEC 3).
+"""The ``x402srv`` command (``docs/cli.md``).
 
     x402srv --config FILE [--host H] [--port P] [--workers N]   serve (the main job)
-    x402srv check --config FILE                                  validate, print resolved config
+    x402srv check --config FILE [--strict]                       validate, print resolved config,
+                                                                 probe the settlers and RPCs
     x402srv plugins                                              list plugins and what they register
     x402srv migrate --config FILE                                bring the store's schema up to date
     x402srv export --config FILE [--output F]                    the store as JSON lines
@@ -21,29 +22,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
 
 from . import operations
 from .audit import AuditReport, audit_networks
-from .config import Config, ServerConfig, load_config
-from .domains import check_domains
+from .config import Config, load_config
 from .errors import ConfigError, ProblemError, StoreUnavailable
 from .logs import configure_logging
-from .metrics import MULTIPROCESS_ENV
 from .offers import rfc3339
 from .records import State
-from .registry import Built, Registry
+from .registry import Registry
 from .store_dump import write_atomically
-from .validation_errors import problems
 
 __all__ = ["main"]
 
@@ -78,8 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="override [server] host")
     serve.add_argument("--port", type=int, help="override [server] port")
     serve.add_argument("--workers", type=int, help="override [server] workers")
-    check = commands.add_parser("check", help="validate a config and print it without secrets")
+    check = commands.add_parser(
+        "check", help="validate a config, print it without secrets, probe its settlers and RPCs"
+    )
     check.add_argument("--config", required=True, help="seller TOML file")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="an unreachable or mismatched settler or RPC is an error (exit 2 when the config "
+        "names the wrong one, 1 when it does not answer), not a warning",
+    )
     commands.add_parser("plugins", help="list installed plugins")
     migrate = commands.add_parser(
         "migrate",
@@ -156,110 +155,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _with_overrides(config: Config, overrides: dict[str, Any]) -> Config:
-    """``--host/--port/--workers`` replace [server] keys, with the same validation."""
-    updates = {key: value for key, value in overrides.items() if value is not None}
-    if not updates:
-        return config
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
-    except ValidationError as exc:
-        path, message = problems(exc)[0]
-        raise ConfigError(f"--{path}: {message}") from None
-    return config.model_copy(update={"server": server})
-
-
-def build_app(config_path: str, overrides: dict[str, Any]) -> Any:
-    """App factory for Sanic's worker processes (each worker builds its own app)."""
-    from .app import create_app
-
-    configure_logging()  # a spawned worker does not inherit the parent's handlers
-    # The sqlite store's thread hands results back to the event loop; with the
-    # default 5 ms switch interval it could wait that long for the GIL while the
-    # loop runs other requests (1 ms: +8% unpaid requests/s, lower p99).
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-
-    return create_app(_with_overrides(load_config(config_path), overrides))
-
-
 def _serve(args: argparse.Namespace) -> int:
-    from sanic import Sanic
-    from sanic.worker.loader import AppLoader
+    from .server import serve
 
-    overrides = {"host": args.host, "port": args.port, "workers": args.workers}
-    config = _with_overrides(load_config(args.config), overrides)
-    # Fail here, with exit code 2 and one clear message, not inside a worker.
-    asyncio.run(_preflight(config, Registry().build(config)))
-    if config.metrics.enabled:
-        # Set before any worker imports prometheus_client: each writes its samples there.
-        os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
-    server = config.server
-    loader = AppLoader(factory=partial(build_app, args.config, overrides))
-    app = loader.load()
-    single = server.workers == 1
-    app.prepare(
-        host=server.host,
-        port=server.port,
-        workers=server.workers,
-        single_process=single,
-        access_log=False,
-        motd=False,
-    )
-    log = logging.getLogger("x402srv")
-    log.info(
-        "serving %s on http://%s:%d with %d worker(s)",
-        config.access_url,
-        server.host,
-        server.port,
-        server.workers,
-    )
-    admin = config.admin
-    if admin is not None and admin.enabled and admin.own_listener:
-        assert admin.port is not None
-        # The same app on a second socket; the admin routes answer only there (admin.gate).
-        app.prepare(
-            host=admin.listen_host,
-            port=admin.port,
-            workers=server.workers,
-            single_process=single,
-            access_log=False,
-            motd=False,
-        )
-        log.info(
-            "console and admin API on http://%s:%d%s", admin.listen_host, admin.port, admin.prefix
-        )
-    if single:
-        Sanic.serve_single(primary=app)
-    else:
-        Sanic.serve(primary=app, app_loader=loader)
-    return 0
-
-
-async def _preflight(config: Config, built: Built) -> None:
-    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains.
-
-    Then each token's EIP-712 domain is compared with the chain's (``domains``):
-    a mismatch is logged as an error, the server still starts.
-    """
-    await built.store.start()
-    try:
-        await built.store.ping()
-        await built.settler.start()
-        await built.settler.close()
-        await built.issuer.start()
-        await built.issuer.close()
-        await check_domains(config, built.chains)
-    finally:
-        await built.close_chains()
-        await built.store.close()
+    return serve(args.config, {"host": args.host, "port": args.port, "workers": args.workers})
 
 
 def _check(args: argparse.Namespace) -> int:
+    """Validate offline, print, then probe the settlers and RPCs (``x402srv.probes``).
+
+    Without ``--strict`` a probe's finding is a warning: the config is valid, and
+    what did not answer may answer by the time the server starts. With it, exit 2
+    when a finding is the config naming the wrong thing (as serving would), else 1.
+    """
+    from .probes import probe
 
     config = load_config(args.config)
-    Registry().build(config)
+    built = Registry().build(config)
     print(json.dumps(config.describe(), indent=2))
-    print("config OK", file=sys.stderr)
+    findings = asyncio.run(probe(config, built))
+    for finding in findings:
+        print(f"{'error' if args.strict else 'warning'}: {finding.text}", file=sys.stderr)
+    if args.strict and findings:
+        print(f"x402srv: {len(findings)} probe(s) failed", file=sys.stderr)
+        return 2 if any(finding.config for finding in findings) else 1
+    warned = f" ({len(findings)} warning(s): see above)" if findings else ""
+    print(f"config OK{warned}", file=sys.stderr)
     return 0
 
 

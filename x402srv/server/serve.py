@@ -1,0 +1,96 @@
+"""``x402srv --config FILE``: bind, check the plugins once, serve, stop.
+
+1. load the config, with ``--host/--port/--workers`` laid over ``[server]``;
+2. bind every listener (``sockets``): a port in use is a one-line error naming
+   its key, exit 2, before anything else starts;
+3. open and close every plugin once (``preflight``): an unreachable store, an
+   unsupported network, a wrong chain fail here, exit 2, not inside a worker;
+4. serve: one worker in this process, or ``Supervisor`` over N spawned ones;
+5. on SIGTERM or SIGINT, stop gracefully (``worker``), exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import Config, load_config
+from ..domains import check_domains
+from ..metrics import MULTIPROCESS_ENV
+from ..registry import Built, Registry
+from .options import with_overrides
+from .sockets import bind_listeners, shown_address
+from .supervisor import Supervisor
+from .worker import GRACEFUL_SECONDS, WorkerSpec, run_worker
+
+__all__ = ["STOP_SECONDS", "preflight", "serve"]
+
+log = logging.getLogger("x402srv")
+
+#: How long the supervisor lets its workers stop before it kills them.
+STOP_SECONDS = GRACEFUL_SECONDS + 5.0
+
+
+def serve(config_path: str, overrides: Mapping[str, Any]) -> int:
+    """Serve ``config_path`` until a stop signal; the exit code."""
+    config = with_overrides(load_config(config_path), overrides)
+    listeners = bind_listeners(config)
+    try:
+        asyncio.run(preflight(config, Registry().build(config)))
+        if config.metrics.enabled:
+            # Set before any worker imports prometheus_client: each writes its samples there.
+            os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
+        _announce(config)
+        spec = WorkerSpec(config_path, dict(overrides), listeners)
+        if config.server.workers == 1:
+            run_worker(spec)
+            code = 0
+        else:
+            if config.admin is not None and config.admin.enabled:
+                from .. import admin  # noqa: F401  (imported once, before the workers fork)
+            code = Supervisor(spec, config.server.workers, stop_seconds=STOP_SECONDS).run()
+    finally:
+        listeners.close()
+    gc.freeze()  # see worker.run_worker: an exit without the full collection
+    return code
+
+
+async def preflight(config: Config, built: Built) -> None:
+    """Open and close every plugin once: unreachable stores, unsupported networks, wrong chains.
+
+    Then each token's EIP-712 domain is compared with the chain's (``domains``):
+    a mismatch is logged as an error, the server still starts.
+    """
+    await built.store.start()
+    try:
+        await built.store.ping()
+        await built.settler.start()
+        await built.settler.close()
+        await built.issuer.start()
+        await built.issuer.close()
+        await check_domains(config, built.chains)
+    finally:
+        await built.close_chains()
+        await built.store.close()
+
+
+def _announce(config: Config) -> None:
+    server = config.server
+    log.info(
+        "serving %s on http://%s with %d worker(s)",
+        config.access_url,
+        shown_address(server.host, server.port),
+        server.workers,
+    )
+    admin = config.admin
+    if admin is not None and admin.enabled and admin.port is not None:
+        log.info(
+            "console and admin API on http://%s%s",
+            shown_address(admin.listen_host, admin.port),
+            admin.prefix,
+        )
