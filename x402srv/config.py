@@ -38,6 +38,7 @@ from .config_fields import StrictModel, checksum_address, http_url
 from .console_config import AdminConfig, AnalyticsConfig, RevocationConfig
 from .errors import ConfigError
 from .gateway.route_config import RouteConfig, check_routes
+from .ignored_keys import check_ignored_keys
 from .interfaces import RateWindow
 from .network_config import (
     Network,
@@ -104,7 +105,7 @@ _Model = StrictModel
 class _PluginTables(_Model):
     """A section whose extra keys are option tables of plugins (``[store.redis]``)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     @model_validator(mode="after")
     def _extra_keys_are_tables(self) -> _PluginTables:
@@ -286,7 +287,8 @@ class SettlementConfig(_PluginTables):
             strategy=strategy,
             facilitator_url=self.facilitator_url if facilitator else None,
             facilitator_auth=self.facilitator_auth if facilitator else None,
-            gas_wallet_private_key=self.gas_wallet_private_key,
+            # A facilitator never reads the key (a [[networks.settlers]] gas wallet may).
+            gas_wallet_private_key=None if facilitator else self.gas_wallet_private_key,
         )
 
 
@@ -469,6 +471,7 @@ class Config(_Model):
         }
         self._plans = self._resolve_plans()
         check_routes(self)
+        check_ignored_keys(self)
         self._check_admin()
         longest = max(p.token_ttl_seconds for p in self._plans.values())
         keep = self.reconciler.retention_days * 86_400
@@ -740,7 +743,9 @@ def parse_config(
     try:
         return Config.model_validate(data, context=context)
     except ValidationError as exc:
-        lines = [_line(path, message) for path, message in problems(exc)]
+        lines = [_line(path, message) for path, message in problems(exc, config=True)]
+        if len(lines) == 1:  # one line on the terminal: `x402srv check` prints it as is
+            raise ConfigError(f"invalid configuration: {lines[0]}") from None
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
 
 

@@ -13,15 +13,30 @@ from urllib.parse import urlsplit
 from eth_utils.address import is_checksum_address, to_checksum_address
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["StrictModel", "checksum_address", "http_url"]
+__all__ = ["PluginOptions", "StrictModel", "checksum_address", "http_url"]
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors; a validated config never changes."""
+    """Unknown keys are errors, no value is converted to another type, and it never changes.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    ``strict``: ``calls = "50"`` or ``refund_on_5xx = "no"`` is refused, not read
+    as 50 and false; an integer key takes no float or boolean (docs/configuration.md).
+    A float key takes an integer (``cooldown_seconds = 30``): TOML has no other way
+    to write a whole number of seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class PluginOptions(StrictModel):
+    """The base of a plugin's option table (``ctx.parse_options(MyOptions)``).
+
+    Strict like the core's tables: a typo or a value of the wrong type stops the
+    server with its key path instead of being ignored or converted. A ``Path``
+    field needs ``Field(strict=False)`` (TOML gives a string).
+    """
 
 
 def checksum_address(value: str) -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from .config_fields import StrictModel
 from .secret_values import SecretValue
 
 __all__ = [
@@ -29,8 +30,7 @@ _PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 MIN_ADMIN_TOKEN_BYTES = 24
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = StrictModel
 
 
 class AdminConfig(_Model):

@@ -115,6 +115,11 @@ class SettlerConfig(StrictModel):
             for key in ("facilitator_url", "facilitator_auth"):
                 if getattr(self, key) is not None:
                     raise ValueError(f".{key}: only for the facilitator strategy (not {strategy})")
+        elif self.gas_wallet_private_key is not None:
+            raise ValueError(
+                ".gas_wallet_private_key: ignored, because a facilitator never reads it "
+                '(strategy = "gas-wallet" uses it)'
+            )
         return self
 
 

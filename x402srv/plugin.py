@@ -52,6 +52,7 @@ from typing import Any, cast
 from .chain import ChainReader, ChainUnavailable, Receipt
 from .coalescing import Coalescer
 from .config import Config
+from .config_fields import PluginOptions
 from .default_plugins.credit_rules import (
     USAGE_BUCKET_SECONDS,
     USAGE_BUCKETS,
@@ -174,6 +175,7 @@ __all__ = [
     "PaymentDetails",
     "PaymentKey",
     "PluginContext",
+    "PluginOptions",
     "PortableStore",
     "RateWindow",
     "Reason",

@@ -90,6 +90,12 @@ class PluginContext:
             raise ConfigError(f"store {name!r} cannot wrap itself", path=self.key_path)
         return self.store_builder(name, key_path or f"{self.key_path}.{name}", options or {})
 
+    def _line(self, path: str, message: str) -> str:
+        if path:
+            return f"{self.key_path}.{path}: {message}"
+        # A model validator names its key with a leading "." (or speaks of the table).
+        return self.key_path + message if message.startswith(".") else f"{self.key_path}: {message}"
+
     def parse_options(self, model: type[M]) -> M:
         """Validate the plugin's option table; errors name ``<key_path>.<key>``.
 
@@ -102,5 +108,7 @@ class PluginContext:
                 context={"base_dir": self.config.base_dir, "env": self.config.env},
             )
         except ValidationError as exc:
-            lines = [f"{self.key_path}.{path}: {message}" for path, message in problems(exc)]
+            lines = [self._line(path, message) for path, message in problems(exc, config=True)]
+            if len(lines) == 1:  # one line on the terminal, as for the core's tables
+                raise ConfigError(f"invalid plugin options: {lines[0]}") from None
             raise ConfigError("invalid plugin options:\n  " + "\n  ".join(lines)) from None

@@ -43,7 +43,10 @@ WEEK = 604_800
 
 
 def _config(tmp_path: Path, backend: str = "sqlite") -> Config:
-    document = config_dict(store={"backend": backend, "path": str(tmp_path / "x402srv.db")})
+    store = {"backend": backend}
+    if backend == "sqlite":
+        store["path"] = str(tmp_path / "x402srv.db")
+    document = config_dict(store=store)
     document["seller"]["agent_url"] = AGENT_URL
     document["credentials"] = {"secret": JWT_SECRET}
     document["plans"] += [LLM, RATED]

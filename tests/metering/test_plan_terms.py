@@ -89,7 +89,7 @@ def test_rate_limits_read_as_calls_per_window(text: str, window: RateWindow) -> 
     ("plan", "expected"),
     [
         ({**LLM, "calls": 0}, r"plans[2].calls: Input should be greater than 0"),
-        ({**LLM, "calls": "many"}, r"plans[2].calls: Input should be a valid integer"),
+        ({**LLM, "calls": "many"}, r'plans[2].calls: expected an integer, got a string "many"'),
         (
             {**LLM, "rate_limit": "10/fortnight"},
             r"plans[2].rate_limit: '10/fortnight' is not a rate",
@@ -110,7 +110,7 @@ def _route(**route: Any) -> list[dict[str, Any]]:
 
 def test_a_route_cost_needs_a_plan_that_sells_calls() -> None:
     message = _error(routes=_route(cost=3, plans=["hourly"]))
-    assert "routes[0].cost: none of the route's plans sells calls" in message
+    assert "routes[0].cost: ignored, because none of the route's plans sells calls" in message
     message = _error(LLM, routes=_route(cost=1001, plans=["llm-1k"]))
     assert "routes[0].cost: a call costs 1001 credits but plan 'llm-1k' sells only 1000" in message
     assert "routes[0].cost: Input should be greater than or equal to 1" in _error(

@@ -120,11 +120,19 @@ def test_network_rpc_and_explorer_are_allowed_for_named_networks() -> None:
 
 
 def test_settlement_rpc_url_overrides_the_named_networks_rpc() -> None:
-    config = make_config(
-        settlement={"rpc_url": "https://override.example.com"},
-        network={"rpc_url": "https://my-rpc.example.com"},
-    )
+    config = make_config(settlement={"rpc_url": "https://override.example.com"})
     assert config.network_info.rpc_url == "https://override.example.com"
+
+
+def test_network_rpc_url_under_settlement_rpc_url_is_refused() -> None:
+    """Only one of the two is read: the other would be a URL the seller thinks is used."""
+    message = config_error(
+        config_dict(
+            settlement={"rpc_url": "https://override.example.com"},
+            network={"rpc_url": "https://my-rpc.example.com"},
+        )
+    )
+    assert "network.rpc_url: ignored, because settlement.rpc_url replaces it" in message
 
 
 # --------------------------------------------------------------- custom networks
@@ -161,6 +169,7 @@ def test_custom_network_without_rpc_has_none() -> None:
 
 def test_settlement_rpc_url_overrides_the_custom_networks_rpc() -> None:
     document = custom_network_dict()
+    del document["network"]["rpc_url"]
     document["settlement"] = {"rpc_url": "http://127.0.0.1:9999"}
     assert make_config(document).network_info.rpc_url == "http://127.0.0.1:9999"
 

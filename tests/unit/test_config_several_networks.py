@@ -205,7 +205,8 @@ def test_plugin_options_resolve_secret_references_in_the_configs_environment() -
         token: SecretValue
 
     document = two_chains()
-    document["settlement"]["relayer"] = {"token": {"env": "RELAYER_TOKEN"}}
+    document["networks"][1]["settlers"] = [{"strategy": "relayer"}]
+    document["settlement"] = {"relayer": {"token": {"env": "RELAYER_TOKEN"}}}
     config = parse_config(document, env={"RELAYER_TOKEN": "from-the-config-env"})
     ctx = PluginContext(
         config=config,

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from ..config_fields import PluginOptions
 from ..errors import ConfigError, X402SrvError
 from ..hookspecs import Register, hookimpl
 from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
@@ -193,8 +194,13 @@ class CallbackIssuer:
             raise CallbackIssuerError(f"callback {self._spec} {exc}") from None
 
 
+class _NoOptions(PluginOptions):
+    """``[credentials.callback]`` takes no keys: ``callback`` lives in ``[credentials]``."""
+
+
 def build_callback_issuer(ctx: PluginContext) -> CallbackIssuer:
     """The factory the registry calls when ``[credentials] issuer = "callback"``."""
+    ctx.parse_options(_NoOptions)
     credentials = ctx.config.credentials
     spec = credentials.callback
     callback = load_callback(spec)

@@ -55,10 +55,11 @@ import logging
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..chain import ChainReader, ChainUnavailable
 from ..config import Config, SettlerConfig
+from ..config_fields import PluginOptions
 from ..errors import ConfigError
 from ..hookspecs import Register, hookimpl
 from ..interfaces import (
@@ -89,10 +90,8 @@ SENDERS_REFRESH_SECONDS = 60.0
 _FACILITATOR_FAULT = frozenset({401, 403, 404, 405, 408, 409, 429})
 
 
-class FacilitatorOptions(BaseModel):
+class FacilitatorOptions(PluginOptions):
     """``[settlement.facilitator]``"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     connect_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)

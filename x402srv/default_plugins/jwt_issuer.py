@@ -17,8 +17,8 @@ from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel, ConfigDict
 
+from ..config_fields import PluginOptions
 from ..hookspecs import Register, hookimpl
 from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
 from ..plugin_context import PluginContext
@@ -36,10 +36,8 @@ __all__ = ["JwtIssuer", "build_jwt_issuer", "register_credential_issuers"]
 _BEARER_SCHEME = "Bearer"
 
 
-class _NoOptions(BaseModel):
+class _NoOptions(PluginOptions):
     """``[credentials.jwt]`` takes no keys: everything lives in ``[credentials]``."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class JwtIssuer:

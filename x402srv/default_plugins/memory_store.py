@@ -18,8 +18,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from ..config_fields import PluginOptions
 from ..errors import ConfigError
 from ..hookspecs import Register, hookimpl
 from ..interfaces import (
@@ -504,10 +503,8 @@ class MemoryStore:
         self._by_request[record.request_id] = record.challenge_id
 
 
-class MemoryOptions(BaseModel):
+class MemoryOptions(PluginOptions):
     """``[store.memory]`` takes no options; the table exists only to reject typos."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def build_memory_store(ctx: PluginContext) -> MemoryStore:

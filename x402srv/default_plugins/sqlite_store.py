@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from ..config_fields import PluginOptions
 from ..errors import ConfigError, StoreUnavailable
 from ..hookspecs import Register, hookimpl
 from ..interfaces import (
@@ -69,7 +70,7 @@ T = TypeVar("T")
 _UNAVAILABLE = "The store could not be reached; retry later."
 
 
-class SqliteOptions(BaseModel):
+class SqliteOptions(PluginOptions):
     """``[store.sqlite]``.
 
     ``synchronous = "NORMAL"`` (default) keeps every committed transaction
@@ -79,8 +80,6 @@ class SqliteOptions(BaseModel):
     write. ``busy_timeout_ms`` is how long a write waits for another
     process's write before the request fails with 503.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     synchronous: Synchronous = "NORMAL"
     busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000)

@@ -25,13 +25,9 @@ import re
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-)
+from pydantic import Field, field_validator
 
+from ..config_fields import StrictModel
 from ..secret_values import SecretValue
 
 if TYPE_CHECKING:
@@ -44,10 +40,8 @@ _PREFIX: Final = re.compile(r"/|(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
-class RouteConfig(BaseModel):
+class RouteConfig(StrictModel):
     """One ``[[routes]]`` table: a path prefix x402srv forwards to the seller's API."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     prefix: str
     upstream: str
@@ -119,12 +113,24 @@ def check_routes(config: Config) -> None:
 
 
 def _check_cost(config: Config, route: RouteConfig, path: str) -> None:
-    """A cost needs a plan that sells calls, and no plan may sell fewer calls than one costs."""
+    """A cost needs a plan that sells calls, and no plan may sell fewer calls than one costs.
+
+    ``cost`` and ``refund_on_5xx`` are about credits: on a route whose plans sell
+    none, either key would be ignored, so it is an error even at its default value
+    (docs/configuration.md: every key takes effect).
+    """
     plans = [config.plan_map[plan_id] for plan_id in route.plans or config.plan_map]
     selling = [plan for plan in plans if plan.calls is not None]
-    if route.cost != 1 and not selling:
+    if not selling:
+        for key in ("cost", "refund_on_5xx"):
+            if key in route.model_fields_set:
+                raise ValueError(
+                    f"{path}.{key}: ignored, because none of the route's plans sells calls "
+                    "(set calls = N on one, or remove the key)"
+                )
+    if "secret_header" in route.model_fields_set and route.secret is None:
         raise ValueError(
-            f"{path}.cost: none of the route's plans sells calls (set calls = N on one)"
+            f"{path}.secret_header: ignored without secret (the header carries the secret)"
         )
     for plan in selling:
         assert plan.calls is not None
