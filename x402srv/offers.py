@@ -1,7 +1,7 @@
 """The documents x402srv answers with: 402 offers, AccessGrants, PAYMENT-RESPONSE.
 
 Pure functions of the config and a record. Every 402 puts a ``requestId`` in
-each requirement's ``extra`` (docs/protocol.md, "The requestId"): a challenge's
+each requirement's ``extra`` (docs/how-it-works.md): a challenge's
 own, and for discovery a fresh random one per response, stored nowhere (a
 discovery-first purchase takes it as its requestId when it is paid). The
 discovery offer is otherwise fixed while a server runs (``catalog``), and a

@@ -145,7 +145,7 @@ def test_discovery_is_built_once(config: Config, monkeypatch: pytest.MonkeyPatch
 def test_each_discovery_402_has_a_fresh_request_id_in_every_requirement(
     builder: OfferBuilder,
 ) -> None:
-    """docs/protocol.md: the buyer's secret, one per response, the same in each requirement."""
+    """docs/how-it-works.md: the buyer's secret, one per response, the same in each requirement."""
     seen = set()
     for _ in range(3):
         offer = builder.discovery()
