@@ -82,7 +82,8 @@ def rebuilt(chain: Devchain, tx_hash: str, accepted: dict[str, Any] | None) -> d
 def public_accepted(offer: dict[str, Any], plan_id: str, request_id: Any) -> dict[str, Any]:
     """A requirement of a 402 the attacker asked for itself, with ``request_id`` in extra
     (``...`` for no extra at all, None for an extra without a requestId)."""
-    accepted = copy.deepcopy(next(a for a in offer["accepts"] if a["extra"]["planId"] == plan_id))
+    accepts: list[dict[str, Any]] = offer["accepts"]
+    accepted = copy.deepcopy(next(a for a in accepts if a["extra"]["planId"] == plan_id))
     if request_id is ...:
         del accepted["extra"]
     elif request_id is None:
