@@ -121,8 +121,10 @@ def create_app(
         built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    sources = [revocations]
     if config.revocation.publish:
-        _revocation_list(app, config, built, clock)
+        sources.append(_revocation_list(app, config, built, clock))
+    _read_revocations_first(app, sources)
     if config.admin is not None and config.admin.enabled:
         from .admin import install_admin  # the console's templates load only when it is on
 
@@ -257,7 +259,23 @@ def _routes(
     return ready
 
 
-def _revocation_list(app: Sanic[Any, Any], config: Config, built: Built, clock: Clock) -> None:
+def _read_revocations_first(app: Sanic[Any, Any], sources: list[StoreRevocations]) -> None:
+    """Each worker reads the revocation list once before it accepts a connection.
+
+    Otherwise its first burst of requests would all hang on that one read, and
+    if it failed under load they would be refused for ``refresh_seconds``
+    (x402srv/revocation.py). Registered after ``open_plugins``: the store is open.
+    """
+
+    @app.before_server_start
+    async def read_revocations(app: Sanic[Any, Any]) -> None:
+        for source in sources:
+            await source.prime()
+
+
+def _revocation_list(
+    app: Sanic[Any, Any], config: Config, built: Built, clock: Clock
+) -> StoreRevocations:
     """The revoked grants, for verifiers that cannot read the store (``RevocationList``).
 
     Served from a copy of the store's list at most a second old, so polling
@@ -275,6 +293,8 @@ def _revocation_list(app: Sanic[Any, Any], config: Config, built: Built, clock: 
         return HTTPResponse(
             _json(published(held, refresh, clock())), content_type=_JSON, headers=_NO_STORE
         )
+
+    return source
 
 
 def _errors(app: Sanic[Any, Any]) -> None:

@@ -47,6 +47,7 @@ from .interfaces import (
     IssuedCredential,
     TransitionApplied,
 )
+from .logs import fingerprint
 from .metrics import Metrics
 from .offers import OfferBuilder
 from .plan_terms import CREDITS_OUTLIVE_TOKEN_SECONDS
@@ -189,7 +190,10 @@ class Delivery:
             grant_id,
             credited.balance,
             "" if credited.applied else ", already before",
-            extra={"challenge_id": record.challenge_id, "request_id": record.request_id},
+            extra={
+                "challenge_id": record.challenge_id,
+                "request_fp": fingerprint(record.request_id),
+            },
         )
         failpoint("after-credit")
         return calls

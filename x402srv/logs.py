@@ -3,18 +3,22 @@
 Every HTTP request gets an id (the client's ``X-Request-Id`` when it is a sane
 token, else a fresh one); it is echoed in the response's ``X-Request-Id`` and
 put on every log line written while handling the request, so one purchase can
-be followed across lines (and, with challengeId/requestId, across retries).
+be followed across lines (and, with its challengeId, across retries).
 The id of a Sanic request is made on first use (``http_request_id``) and found
 through Sanic's current-request context; other code can set ``request_id_var``.
 
-What never goes into a log line: signatures, tokens, keys, payloads, and
-credentialed URLs. HTTP and RPC client libraries log request URLs (httpx at
-INFO, web3 at DEBUG), so those loggers are held at WARNING.
+What never goes into a log line: signatures, tokens, keys, payloads,
+credentialed URLs, and a purchase's ``requestId`` or ``resourceId`` (the
+``requestId`` fetches its grant, docs/design.md "Who gets a grant"): a line
+names a purchase by its challengeId and ``fingerprint(requestId)``. HTTP and
+RPC client libraries log request URLs (httpx at INFO, web3 at DEBUG), so those
+loggers are held at WARNING.
 """
 
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import logging
 import re
@@ -31,6 +35,7 @@ __all__ = [
     "REQUEST_ID_HEADER",
     "configure_logging",
     "current_request_id",
+    "fingerprint",
     "http_request_id",
     "new_request_id",
     "request_id_var",
@@ -44,6 +49,23 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "x402srv_request_id", default=None
 )
+
+
+#: Hex digits of a fingerprint: enough to tell a seller's purchases apart in logs.
+FINGERPRINT_CHARS = 8
+
+
+def fingerprint(secret: str) -> str:
+    """The first 8 hex digits of SHA-256: how a log line names a ``requestId``.
+
+    Unkeyed on purpose: an operator who has the id (the console, ``challenges
+    show``) finds its lines with ``printf %s ID | sha256sum | cut -c1-8``, in
+    every worker's log and across restarts. It gives nothing back: a
+    requestId this server makes is a random UUID (122 bits), so 32 bits of its
+    hash neither reveal it nor narrow a search for it; one a client chose
+    (a body's ``requestId``) is as secret as the client made it anyway.
+    """
+    return hashlib.sha256(secret.encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 
 def current_request_id() -> str | None:

@@ -32,6 +32,7 @@ from .interfaces import (
     TransitionRequest,
     TransitionResult,
 )
+from .logs import fingerprint
 from .records import ChallengeRecord, Offer, PaymentDetails, PaymentKey, RecordChanges, State
 
 __all__ = [
@@ -68,13 +69,13 @@ class Mover:
             log.info(
                 "challenge %s request %s: %s -> %s (%s)",
                 record.challenge_id,
-                record.request_id,
+                fingerprint(record.request_id),
                 request.expect.value,
                 request.to.value,
                 request.reason,
                 extra={
                     "challenge_id": record.challenge_id,
-                    "request_id": record.request_id,
+                    "request_fp": fingerprint(record.request_id),
                     "from_state": request.expect.value,
                     "to_state": request.to.value,
                 },

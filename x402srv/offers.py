@@ -1,11 +1,14 @@
 """The documents x402srv answers with: 402 offers, AccessGrants, PAYMENT-RESPONSE.
 
-Pure functions of the config and a record. The discovery offer never changes
-while a server runs, so it is built (and base64-encoded) once. A challenge's
-402 is answered for every unpaid request, so its JSON is assembled from a
-per-plan template (the compact JSON of everything but the two ids, made once by
-``json.dumps``) instead of building and encoding the documents each time; it is
-byte for byte what ``json.dumps(..., separators=(",", ":"))`` makes of them.
+Pure functions of the config and a record. Every 402 puts a ``requestId`` in
+each requirement's ``extra`` (docs/how-it-works.md): a challenge's
+own, and for discovery a fresh random one per response, stored nowhere (a
+discovery-first purchase takes it as its requestId when it is paid). The
+discovery offer is otherwise fixed while a server runs (``catalog``), and a
+challenge's 402 is answered for every unpaid request, so both are assembled
+from templates (the compact JSON of everything but the ids, made once by
+``json.dumps``) instead of building and encoding the documents each time; they
+are byte for byte what ``json.dumps(..., separators=(",", ":"))`` makes of them.
 
 Every requirement's ``extra`` and every ``plans[]`` entry carry what the plan
 includes (``plan_terms.wire_terms``: period, calls, rate limit).
@@ -18,11 +21,13 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .config import Config, Plan
 from .errors import ChallengeExpired
+from .ids import uuid4_str
 from .interfaces import IssuedCredential
 from .networks import NetworkInfo
 from .plan_terms import wire_terms
@@ -36,6 +41,7 @@ __all__ = [
     "PaymentOffer",
     "plan_offers",
     "rfc3339",
+    "with_request_id",
 ]
 
 log = logging.getLogger("x402srv.offers")
@@ -114,13 +120,25 @@ class _ChallengeTemplate:
     """The compact JSON of a challenge's PaymentRequired, cut where the ids go.
 
     ``parts`` are the document cut at the end of each requirement's ``extra``
-    (after ``planId``): joined by the ids (or by nothing, for an implicit
-    record) they are the document. ``members`` (``,"planId":...,"resourceId":``)
-    is completed per record.
+    (after ``planId``): joined by the ids they are the document. ``members``
+    (``,"planId":...,"resourceId":``) is completed per record.
     """
 
     parts: tuple[str, ...]
     members: str
+
+
+@dataclass(frozen=True, slots=True)
+class _DiscoveryTemplate:
+    """The discovery 402's body and ``PAYMENT-REQUIRED`` JSON, cut where the requestId goes."""
+
+    body: tuple[str, ...]
+    header: tuple[str, ...]
+
+
+def with_request_id(accepts: Iterable[dict[str, Any]], request_id: str) -> list[dict[str, Any]]:
+    """Copies of requirements with ``request_id`` last in each ``extra`` (a gateway's 402)."""
+    return [{**accept, "extra": {**accept["extra"], "requestId": request_id}} for accept in accepts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +157,9 @@ class AccessGranted:
 class OfferBuilder:
     def __init__(self, config: Config) -> None:
         self._config = config
-        self.discovery = self._build_discovery()
+        #: The discovery 402 without a requestId: what every plan costs (the gateway's
+        #: routes narrow it). Never sent as it is: ``discovery()`` adds the requestId.
+        self.catalog, self._discovery = self._build_discovery()
         self._templates: dict[tuple[Any, ...], _ChallengeTemplate] = {}
         _warn_if_oversized(self)
 
@@ -150,7 +170,18 @@ class OfferBuilder:
             "mimeType": "application/json",
         }
 
-    def _build_discovery(self) -> PaymentOffer:
+    def discovery(self, request_id: str | None = None) -> PaymentOffer:
+        """The discovery 402 with a fresh random requestId (the same in every requirement).
+
+        It is stored nowhere: an unpaid request costs no write. A client that
+        pays one of these requirements echoes it in ``accepted.extra``, and the
+        purchase takes it as its requestId, which then proves it (``proof``).
+        """
+        ids = ',"requestId":' + _json_string(request_id or uuid4_str())
+        header = base64.b64encode(ids.join(self._discovery.header).encode()).decode("ascii")
+        return PaymentOffer(header=header, content=ids.join(self._discovery.body).encode())
+
+    def _build_discovery(self) -> tuple[PaymentOffer, _DiscoveryTemplate]:
         """Every plan's every option, plan by plan (a client pays the first it can)."""
         config = self._config
         accepts = [
@@ -182,7 +213,14 @@ class OfferBuilder:
         networks = config.resolved_networks
         if len(networks) > 1:
             body["networks"] = [network.caip2 for network in networks]
-        return PaymentOffer(body=body, header=encode_header(required))
+        catalog = PaymentOffer(body=body, header=encode_header(required))
+        marked = [{**accept, "extra": {**accept["extra"], _IDS: True}} for accept in accepts]
+        template = _DiscoveryTemplate(
+            body=tuple(_compact({**body, "accepts": marked}).split(_IDS_JSON)),
+            header=tuple(_compact({**required, "accepts": marked}).split(_IDS_JSON)),
+        )
+        assert len(template.body) == len(template.header) == len(accepts) + 1
+        return catalog, template
 
     def _option(self, offer: Offer) -> NetworkInfo:
         option = self._config.option(offer.network, offer.asset)
@@ -225,8 +263,9 @@ class OfferBuilder:
         template = self._template(record, description)
         ids = ',"challengeId":' + _json_string(record.challenge_id)
         ids += ',"requestId":' + _json_string(record.request_id)
-        # An implicit (discovery-first) record was offered without ids in extra.
-        required = ("" if record.implicit else ids).join(template.parts)
+        # A discovery-first record (PENDING again after a refused settlement) says its
+        # ids too: every 402 carries the requestId that proves its purchase.
+        required = ids.join(template.parts)
         body = (
             required[:-1]
             + ids
@@ -352,14 +391,14 @@ def _warn_if_oversized(offers: OfferBuilder) -> None:
     """
     config = offers._config
     limit = MAX_PAYMENT_REQUIRED_BYTES
-    size = len(offers.discovery.header)
+    size = len(offers.discovery().header)
     if size > limit:
         log.warning(
             "the discovery 402 (POST {} to %s) has %d requirements: its PAYMENT-REQUIRED "
             "header is %d bytes, over the %d that common clients read; restrict plans to "
             "fewer networks (plans.networks) or split the plans by route ([[routes]] plans)",
             config.access_url,
-            len(offers.discovery.body["accepts"]),
+            len(offers.catalog.body["accepts"]),
             size,
             limit,
         )

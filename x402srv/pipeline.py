@@ -98,10 +98,11 @@ from .interfaces import (
     Unknown,
     system_clock,
 )
+from .logs import fingerprint
 from .metrics import Metrics
 from .metrics import current as current_metrics
 from .offers import AccessGranted, OfferBuilder, PaymentOffer, plan_offers
-from .proof import Caller, Verifier
+from .proof import Caller, Verifier, replays
 from .protocol import AccessBody, PaymentPayload, decode_payment_header, for_third_parties
 from .protocol import parse_access_body as parse_body
 from .ratelimit import UnpaidLimiter
@@ -257,7 +258,7 @@ class AccessPipeline:
             if payment is not None:
                 raise TierNotFound("no planId in the body or in accepted.extra.planId")
             await self.limit_unpaid(client)
-            return self.offers.discovery
+            return self.offers.discovery()
         plan = self.plans.get(plan_id)
         if plan is None:
             raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
@@ -373,10 +374,13 @@ class AccessPipeline:
                 level,
                 "challenge %s request %s: created as %s for plan %s",
                 record.challenge_id,
-                record.request_id,
+                fingerprint(record.request_id),
                 record.state.value,
                 record.plan_id,
-                extra={"challenge_id": record.challenge_id, "request_id": record.request_id},
+                extra={
+                    "challenge_id": record.challenge_id,
+                    "request_fp": fingerprint(record.request_id),
+                },
             )
 
     @staticmethod
@@ -387,9 +391,11 @@ class AccessPipeline:
         grant: ChallengeRecord | None = None,
     ) -> None:
         if record.plan_id != plan.plan_id or record.resource_id != body.resource_id:
+            # Nothing stored is named (docs/design.md, "Who gets a grant"): this
+            # answer may reach a caller that has proven nothing yet.
             raise RequestIdConflict(
-                f"requestId {record.request_id} belongs to plan {record.plan_id!r} and "
-                f"resource {record.resource_id!r}; use a new requestId for another purchase"
+                "this request belongs to a purchase of another plan or resource; "
+                "use a new requestId for another purchase"
             )
         if record.top_up_of != (grant.challenge_id if grant is not None else None):
             if record.top_up_of is None:
@@ -414,6 +420,11 @@ class AccessPipeline:
         record = await self._find_challenge(body, payment, key)
         if record is None:
             return await self._implicit_purchase(caller, plan, grant)
+        if replays(record, key):
+            # Found by this very payment (step 3's third way) or named by a caller
+            # that replays it: the payment must prove the purchase before anything
+            # about it is answered (402 or 409 otherwise, as for a fresh payment).
+            self.verifier.prove(record, caller)
         self._same_request(record, body, plan, grant)
         return await self._answer(record, caller)
 
@@ -435,10 +446,9 @@ class AccessPipeline:
         record = await self.store.get_by_payment(key)
         if record is None:
             return None
-        # The whole authorization is public on-chain once settled: a payment alone
-        # finds only a discovery-first purchase, and only while it is still valid.
-        replay_window = record.payment.valid_before if record.payment else 0
-        if not record.implicit or self.clock() > replay_window:
+        # A payment alone finds only a discovery-first purchase (a challenge-first
+        # buyer names its challenge), and then it must still prove it (_settlement).
+        if not record.implicit:
             raise TxAlreadyRedeemed(
                 "this payment was already redeemed; fetch its grant with its requestId"
             )
@@ -450,14 +460,19 @@ class AccessPipeline:
         """A discovery-first purchase: check, then create the challenge already SETTLING.
 
         Nothing is stored before the payment passes step 5, and concurrent replays
-        of one payment converge on a single challenge through the claim.
+        of one payment converge on a single challenge through the claim. Its
+        requestId is the body's, else the one the 402 offered (echoed in
+        ``accepted.extra.requestId``), so the buyer's own header proves it on a
+        retry. A payment without one (no standard client sends that) still buys,
+        under a requestId made here: the grant says it, and only it fetches the
+        grant again, since such a header is exactly what anyone can rebuild from
+        the chain.
         """
         assert caller.payment is not None
         assert caller.key is not None
         body = caller.body
-        pending = self._new_record(
-            plan, body.request_id or uuid4_str(), body.resource_id, implicit=True, grant=grant
-        )
+        request_id = body.request_id or caller.payment.request_id or uuid4_str()
+        pending = self._new_record(plan, request_id, body.resource_id, implicit=True, grant=grant)
         claim = self._claim(pending, caller, pending.created_at)
         settling = pending.apply(claim.changes, State.SETTLING, claim.at, claim.reason)
         created = await self.store.create_challenge(settling, claim_payment=caller.key)
@@ -466,6 +481,7 @@ class AccessPipeline:
             if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
                 self.tally.failed("already_redeemed")
                 raise TxAlreadyRedeemed("this payment is already used for another challenge")
+            self.verifier.prove(owner, caller)  # a concurrent replay: its buyer's, or nobody's
             self._same_request(owner, body, plan, grant)
             return await self._answer(owner, caller)
         record, was_created = created

@@ -1,14 +1,20 @@
 """Who is asking, and whether they bought the challenge they ask about (SPEC 4.2).
 
 A grant is a bearer credential, so it goes only to a caller with proof of the
-purchase: the ``requestId`` in the body (the buyer's idempotency secret), or a
-payment whose signature verifies and whose authorization is byte for byte the
-one stored on the challenge. Not a ``challengeId``, not ``(from, nonce)``, not
-any other signature: those are public (the whole authorization is in the
-settlement's calldata) or shared with third parties.
+purchase (docs/design.md, "Who gets a grant"): the ``requestId`` in the body
+(the buyer's idempotency secret), or a payment that carries that same
+``requestId`` in ``accepted.extra`` (where every 402 offered it), whose
+signature verifies and whose authorization is byte for byte the one stored on
+the challenge. Not a ``challengeId``, not ``(from, nonce)``, not the buyer's
+own header rebuilt from the settlement's calldata: the whole authorization and
+its signature are public once mined, and the challengeId reaches whoever a
+challenge's 402 reaches. The requestId is never on-chain and never sent to a
+facilitator (``protocol.for_third_parties``).
 
-Proving needs no chain call, and a payment that does not verify fails with the
-402 a fresh, invalid payment gets. A challenge may offer several networks and
+Proving needs no chain call. A payment that does not verify fails with the 402
+a fresh, invalid payment gets; one that verifies but does not prove gets 409
+TX_ALREADY_REDEEMED, as any payment that is already claimed: the answer never
+depends on how close a guess came. A challenge may offer several networks and
 tokens: a payment is checked against the offer it claims (``accepted.network``
 and ``accepted.asset``), with that token's amount and EIP-712 domain; once a
 payment is claimed, only the offer it chose. The window of validity is no part of the
@@ -18,6 +24,7 @@ payment is about to be settled (``Verifier.checked``).
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +38,7 @@ from .protocol import AccessBody, PaymentPayload, check_payment
 from .reasons import Reason
 from .records import ChallengeRecord, Offer, PaymentDetails, PaymentKey, State
 
-__all__ = ["Caller", "Verifier"]
+__all__ = ["Caller", "Verifier", "replays"]
 
 
 @dataclass(slots=True)
@@ -49,6 +56,21 @@ class Caller:
     offer: Offer | None = None
     #: That offer's network and token.
     option: NetworkInfo | None = None
+
+
+def replays(record: ChallengeRecord, key: PaymentKey) -> bool:
+    """Whether ``key`` is the authorization stored on the record (a replay, or a copy of it)."""
+    stored = record.payment
+    return (
+        stored is not None
+        and stored.payer.lower() == key.payer.lower()
+        and stored.nonce.lower() == key.nonce.lower()
+    )
+
+
+def same_secret(offered: str | None, stored: str) -> bool:
+    """``offered == stored`` in a time that does not tell how much of it matched."""
+    return offered is not None and hmac.compare_digest(offered.encode(), stored.encode())
 
 
 def same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
@@ -135,8 +157,13 @@ class Verifier:
         return caller.checked[1]
 
     def proves(self, record: ChallengeRecord, caller: Caller) -> bool:
-        """Whether the caller bought this challenge; raises 402 for a payment that fails."""
-        if caller.body.request_id is not None and caller.body.request_id == record.request_id:
+        """Whether the caller bought this challenge; raises 402 for a payment that fails.
+
+        The signature is checked first, whatever the requestId: a made-up one is
+        402 and a real one (the buyer's, copied from the chain) 409, with or
+        without a guess at the requestId.
+        """
+        if same_secret(caller.body.request_id, record.request_id):
             return True
         stored = record.payment
         if caller.payment is None or stored is None:
@@ -152,7 +179,9 @@ class Verifier:
                 window=False,
             )
             caller.verified = (record.challenge_id, auth)
-        return same_authorization(caller.verified[1], stored)
+        return same_secret(caller.payment.request_id, record.request_id) and same_authorization(
+            caller.verified[1], stored
+        )
 
     def prove(self, record: ChallengeRecord, caller: Caller) -> None:
         """Raise unless the caller bought this challenge: nobody gets someone else's grant."""

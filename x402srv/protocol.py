@@ -48,7 +48,6 @@ MAX_HEADER_CHARS = 8 * 1024
 
 
 _RESOURCE_ID = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
-_ANY = re.compile(r".*", re.DOTALL)
 _PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # what config allows a plan id to be
 #: Ids this server hands out are lowercase canonical UUIDs; anything else names nothing.
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -100,6 +99,11 @@ class PaymentPayload(_Wire):
     def extra_str(self, key: str) -> str | None:
         value = (self.accepted.extra or {}).get(key)
         return value if isinstance(value, str) else None
+
+    @property
+    def request_id(self) -> str | None:
+        """``accepted.extra.requestId``: the id the 402 offered, echoed (checked as a UUID)."""
+        return self.extra_str("requestId")
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +226,8 @@ def parse_payment_payload(data: object, *, where: str = "payment payload") -> Pa
     for key, pattern, what in (
         ("planId", _PLAN_ID, "a plan id ([A-Za-z0-9._-]{1,64})"),
         ("challengeId", _UUID, "a challenge id (a lowercase UUID)"),
-        ("requestId", _ANY, "a string"),  # never used: the body's requestId is the proof
+        # The requestId a 402 offered: the secret that proves a purchase (SPEC 4.2).
+        ("requestId", _UUID, "a request id (a lowercase UUID)"),
     ):
         raw_value = extra.get(key)
         if raw_value is None:

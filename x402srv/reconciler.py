@@ -40,6 +40,7 @@ from typing import Any
 from .config import ReconcilerConfig
 from .errors import CredentialPending, StoreUnavailable
 from .interfaces import Store
+from .logs import fingerprint
 from .pipeline import AccessPipeline
 from .records import ChallengeRecord, State
 
@@ -94,7 +95,7 @@ class Reconciler:
             log.info(
                 "reconciled challenge %s request %s: %s",
                 change.challenge_id,
-                change.request_id,
+                fingerprint(change.request_id),
                 change,
             )
 

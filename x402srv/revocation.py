@@ -45,6 +45,12 @@ Neither fails open (docs/console.md, "Revoking a grant"):
 - a verifier never forgets an entry it has read before the entry's time is
   over: a later list without it (an x402srv of an older version, a store
   restored from an old backup) adds, it does not replace.
+
+Each worker reads the list once before it accepts a connection
+(``StoreRevocations.prime``), so its first requests do not all wait on, or
+fail with, one read under load; while no read has succeeded yet (the store
+was down at start-up) the next read is tried within ``NEVER_READ_RETRY_SECONDS``
+instead of ``refresh_seconds``, so a worker refuses tokens no longer than it must.
 """
 
 from __future__ import annotations
@@ -100,6 +106,8 @@ LIST_PATH: Final = "/.well-known/x402srv-revocations.json"
 LEEWAY_SECONDS: Final = 300
 #: Rounds of read-modify-write one change of the list may lose before giving up.
 MAX_ROUNDS: Final = 32
+#: While no list was ever read, how soon a failed read is tried again (every token waits on it).
+NEVER_READ_RETRY_SECONDS: Final = 0.5
 
 
 def token_lifetime_end(record: ChallengeRecord, now: float) -> float:
@@ -250,7 +258,12 @@ class _Refresh:
         self.last_error: str | None = None
 
     def due(self) -> bool:
-        return self.tried_at is None or self.clock() - self.tried_at >= self.refresh_seconds
+        if self.tried_at is None:
+            return True
+        wait = self.refresh_seconds
+        if self.fetched_at is None:  # never read: every token is refused until a read succeeds
+            wait = min(wait, NEVER_READ_RETRY_SECONDS)
+        return self.clock() - self.tried_at >= wait
 
     def hit(self, challenge_id: str, now: float) -> bool:
         until = self.revoked.get(challenge_id)
@@ -343,6 +356,15 @@ class StoreRevocations:
     def freshness(self) -> Freshness:
         """How old the list this process holds is (its reads fail while the store is down)."""
         return self._state.freshness()
+
+    async def prime(self) -> bool:
+        """Read the list before serving (a worker's start-up); whether the read succeeded.
+
+        A failure is logged and leaves the verifier refusing tokens, as before
+        any read: starting during a store outage must not fail open.
+        """
+        await self.refresh()
+        return self._state.fetched_at is not None
 
     async def refresh(self) -> None:
         """Read the list now; concurrent callers share one read."""

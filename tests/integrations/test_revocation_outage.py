@@ -6,10 +6,10 @@ the verifiers that poll it forgot the revocations they knew, and its own
 gateway forwarded revoked tokens. Each test here failed that way.
 
 ``x402srv serve`` checks its store before it starts workers (it exits 1 when
-the store is unreachable), and a worker reads the list at its first request
-that needs it. So each worker here starts with the store up, answers nothing
-that reads the list, and then loses its store: exactly the state of a worker
-that starts during an outage (one Sanic starts after that check, or restarts).
+the store is unreachable), and each worker reads the list before it accepts a
+connection. So each server here starts with the store up, then loses its
+store, and then its worker dies (``kill -9``): the worker the supervisor starts
+in its place is exactly a worker that starts during an outage.
 
 Everything is real: a ``redis-server`` of this module's own (stopped and
 started again by PID, its append-only file keeping the list across the
@@ -25,6 +25,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -119,14 +121,51 @@ async def scene(
 
 
 def _fresh_worker(scene: Scene, name: str, port: int | None = None) -> ServerProcess:
-    """An x402srv worker (one process, one worker) that has not read the list yet."""
+    """An x402srv with two supervised workers (one worker would serve in the main process)."""
     server = ServerProcess(
         scene.config,
         scene.directory / name,
+        workers=2,
         env=scene.seller.server.env,
         port=port or free_port(),
     )
     return server.start()
+
+
+def _worker_restarted(server: ServerProcess) -> None:
+    """Kill ``server``'s workers; those the supervisor starts instead read no list (outage).
+
+    Waits for them: the listening socket stays with the main process, so the
+    next connection queues until a new worker takes it.
+    """
+    assert server.process is not None
+    main = server.process.pid
+    deadline = time.monotonic() + DEADLINE
+    while "2 workers serving" not in server.logs():  # (one that never served stops them all)
+        assert time.monotonic() < deadline, "the workers never said they were serving"
+        time.sleep(0.05)
+    killed = _children(main)
+    assert len(killed) == 2, f"expected two workers, found {killed}"
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + DEADLINE
+    while len(_children(main) - killed) < 2:
+        assert time.monotonic() < deadline, "no workers were started in place of the killed ones"
+        time.sleep(0.05)
+    httpx.get(f"{server.url}/.well-known/agent.json", timeout=DEADLINE).raise_for_status()
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid`` (from /proc: Linux, as the supervisor)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
 
 
 @contextmanager
@@ -163,6 +202,7 @@ async def test_a_worker_that_never_read_the_list_publishes_503_not_an_empty_list
     url = f"{server.url}{LIST_PATH}"
     try:
         with _outage(scene):
+            _worker_restarted(server)
             for _ in range(3):  # every answer, however often asked, while no read succeeded
                 answer = httpx.get(url, timeout=10)
                 problem = assert_problem(answer, 503, "STORE_UNAVAILABLE")
@@ -199,6 +239,23 @@ async def test_a_poller_whose_publisher_was_never_reachable_refuses_every_token(
     await _assert_refuses_every_token(RevocationList(nobody, refresh_seconds=REFRESH), scene)
 
 
+def test_a_worker_reads_the_list_before_it_accepts_a_connection(scene: Scene) -> None:
+    """Not at its first request: a burst of them would all wait on, or fail with, that read.
+
+    (200 calls at once right after start-up used to get 503s under load:
+    tests/metering/test_concurrency.py.)
+    """
+    server = _fresh_worker(scene, "primed")
+    try:
+        asked_at = time.time()
+        answer = httpx.get(f"{server.url}{LIST_PATH}", timeout=10)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["readAt"] < asked_at  # read before this request came
+        assert [entry["jti"] for entry in answer.json()["revoked"]] == [scene.revoked_id]
+    finally:
+        server.stop()
+
+
 def test_a_list_served_from_an_old_copy_carries_the_time_it_was_read(scene: Scene) -> None:
     """A worker that did read the list keeps serving it in an outage, with the old ``readAt``."""
     url = f"{scene.seller.server.url}{LIST_PATH}"
@@ -223,6 +280,7 @@ def test_the_gateway_refuses_a_revoked_token_while_the_list_was_never_read(
     route = f"{server.url}/api/forecast"
     try:
         with _outage(scene):
+            _worker_restarted(server)
             for token in (scene.revoked, scene.good):  # it cannot tell one from the other yet
                 answer = httpx.get(route, headers=_bearer(token), timeout=10)
                 assert_problem(answer, 503, "REVOCATIONS_UNAVAILABLE")  # the gateway's: no echo
@@ -253,6 +311,7 @@ def test_a_poller_keeps_a_revocation_when_its_publisher_answers_503_or_is_gone(
         publisher = _fresh_worker(scene, "publisher-again", port=port)  # the new version
         outage_began = time.time()
         with _outage(scene):
+            _worker_restarted(publisher)
             ticks.now += REFRESH
             assert poller.is_revoked_sync(scene.revoked_id)  # kept: the publisher said 503
             assert httpx.get(poller.url, timeout=10).status_code == 503
@@ -315,6 +374,7 @@ def test_every_guard_refuses_tokens_until_it_has_read_the_list(
     publisher = _fresh_worker(scene, "guards-publisher", port=guards.list_port)
     try:
         with _outage(scene):
+            _worker_restarted(publisher)
             for name, url in guards.urls.items():
                 for token in (scene.revoked, scene.good):
                     answer = httpx.get(url, headers=_bearer(token), timeout=10)

@@ -148,7 +148,7 @@ def test_a_store_without_credits_cannot_serve_plans_that_sell_calls(tmp_path: Pa
 
 def test_discovery_and_every_requirement_say_what_a_plan_includes() -> None:
     config = _config(LLM, BURST)
-    body = OfferBuilder(config).discovery.body
+    body = OfferBuilder(config).catalog.body
     plans = {plan["planId"]: plan for plan in body["plans"]}
     assert plans["hourly"]["periodSeconds"] == 3600
     assert "calls" not in plans["hourly"]
@@ -167,7 +167,7 @@ def test_discovery_and_every_requirement_say_what_a_plan_includes() -> None:
         "calls": 1000,
         "rateLimit": {"limit": 10, "windowSeconds": 1},
     }
-    header = json.loads(base64.b64decode(OfferBuilder(config).discovery.header))
+    header = json.loads(base64.b64decode(OfferBuilder(config).catalog.header))
     assert header["accepts"] == body["accepts"]
 
 

@@ -222,7 +222,7 @@ def test_plugin_options_resolve_secret_references_in_the_configs_environment() -
 
 def test_discovery_lists_every_option_of_every_plan_plan_by_plan() -> None:
     config = make(two_chains())
-    body = OfferBuilder(config).discovery.body
+    body = OfferBuilder(config).discovery().body
     assert [
         (a["extra"]["planId"], a["network"], a["asset"], a["amount"]) for a in body["accepts"]
     ] == [
@@ -260,7 +260,7 @@ def test_an_oversized_payment_required_header_is_reported_per_plan(
     config = make(document)
     with caplog.at_level(logging.WARNING, logger="x402srv.offers"):
         builder = OfferBuilder(config)
-    assert len(builder.discovery.header) > MAX_PAYMENT_REQUIRED_BYTES
+    assert len(builder.discovery().header) > MAX_PAYMENT_REQUIRED_BYTES
     warned = [r.getMessage() for r in caplog.records]
     assert any("the discovery 402" in m and "split the plans by route" in m for m in warned)
     assert any(m.startswith("plan hourly: its 402 offers 17 networks and tokens") for m in warned)

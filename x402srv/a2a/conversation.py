@@ -98,6 +98,13 @@ class Reply:
         return record
 
 
+def _offered(record: TaskRecord) -> str | None:
+    """The requestId the task's catalog offered (in every requirement's ``extra``)."""
+    accepts = (record.required or {}).get("accepts") or [{}]
+    request_id = accepts[0].get("extra", {}).get("requestId")
+    return request_id if isinstance(request_id, str) else None
+
+
 def _unchanged(record: TaskRecord) -> Update:
     return Update(state=record.state, note=record.note)
 
@@ -121,7 +128,7 @@ class Conversation:
         context_id = message.contextId or new_id()
         user = loggable(message.model_dump(mode="json", exclude_none=True))
         if isinstance(intent, NoPlan):
-            update, purchase = catalog(self._pipeline.offers.discovery.body), None
+            update, purchase = catalog(self._pipeline.offers.discovery().body), None
         else:
             purchase = self._purchase(intent.body)
             update = await self._plan_update(purchase)
@@ -178,7 +185,7 @@ class Conversation:
         user: dict[str, Any],
         client: str | None,
     ) -> Reply:
-        request_id = record.purchase.request_id if record.purchase else None
+        request_id = record.purchase.request_id if record.purchase else _offered(record)
         if intent.made_for_another(record.challenge_id, request_id):
             # A failed payment, counted before anything is written (429 past the limit).
             await self._pipeline.limit_failed(client)
@@ -194,7 +201,8 @@ class Conversation:
             plan_id = intent.plan_id
             if plan_id is None or plan_id not in self._plans:
                 raise rpc_error(TierNotFound("the payment's accepted.extra.planId names no plan"))
-            purchase = Purchase(uuid4_str(), plan_id, "default")
+            # Its requestId is the one the catalog offered (the buyer's echo), as over HTTP.
+            purchase = Purchase(request_id or uuid4_str(), plan_id, "default")
             update = await self._plan_update(purchase)
             record, version = await self._tasks.bind(record, version, purchase)
             if record.purchase == purchase:

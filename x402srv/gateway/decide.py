@@ -29,7 +29,11 @@ In this order, the first that applies decides:
    the seller has retired -> 401.
 3. Neither: the route's 402 offer, built from the pipeline's discovery offer
    (each option of each plan the route accepts, in the route's order), so a
-   standard x402 client pays and retries with no custom code. It counts
+   standard x402 client pays and retries with no custom code. Like every 402
+   it carries a fresh random ``requestId`` in each requirement's ``extra``
+   (stored nowhere): the purchase takes it, and only a retry that echoes it
+   gets the grant again (docs/design.md, "Who gets a grant"); a payment copied
+   from the chain is never forwarded upstream. It counts
    against the client's unpaid-request limit (429 RATE_LIMITED), as does a
    payment under 1 or 2 that fails.
 """
@@ -50,8 +54,9 @@ from ..errors import (
     RevocationsUnavailable,
     TokenExpired,
 )
+from ..ids import uuid4_str
 from ..metering import Meter, Usage
-from ..offers import AccessGranted, PaymentOffer
+from ..offers import AccessGranted, PaymentOffer, with_request_id
 from ..pipeline import AccessPipeline
 from ..protocol import AccessBody, decode_payment_header, encode_header
 from ..tokens import AccessClaims, TokenVerifier
@@ -126,8 +131,9 @@ class Gateway:
         """The route's 402: the discovery offer narrowed to the route's plans (or ``plans``).
 
         ``members`` are added to the JSON body (not to ``PAYMENT-REQUIRED``).
+        Each answer has a requestId of its own, as the discovery 402 has.
         """
-        discovery = self.pipeline.offers.discovery.body
+        discovery = self.pipeline.offers.catalog.body
         allowed = plans or self.plans(route)
         by_plan: dict[str, list[dict[str, Any]]] = {}
         for accept in discovery["accepts"]:  # a plan paid on several networks: each option
@@ -141,7 +147,9 @@ class Gateway:
                 "url": resource_url,
                 "description": route.description or self.config.seller.agent_description,
             },
-            "accepts": [accept for plan_id in allowed for accept in by_plan[plan_id]],
+            "accepts": with_request_id(
+                (accept for plan_id in allowed for accept in by_plan[plan_id]), uuid4_str()
+            ),
         }
         body = {
             **required,
