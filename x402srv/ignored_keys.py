@@ -50,7 +50,8 @@ def check_ignored_keys(config: Config) -> None:
             "network.rpc_url: ignored, because settlement.rpc_url replaces it (keep one)"
         )
     admin = config.admin
-    if admin and admin.enabled and not admin.jwt_secret and "jwt_audience" in admin.model_fields_set:
+    audience_given = admin is not None and "jwt_audience" in admin.model_fields_set
+    if admin and audience_given and admin.enabled and admin.jwt_secret is None:
         raise ValueError(
             "admin.jwt_audience: ignored without jwt_secret (the audience of admin JWTs)"
         )
