@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Iterator
 
 from x402srv import errors, interfaces
-from x402srv.cli import _parser
+from x402srv.cli.main import _parser
 
 __all__ = [
     "cli_commands",
@@ -137,7 +137,7 @@ def protocol_source(name: str) -> str:
 
 def plugins_listing() -> str:
     """What ``x402srv plugins`` prints with this repository's packages installed."""
-    from x402srv.cli import main
+    from x402srv.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -146,7 +146,7 @@ def plugins_listing() -> str:
 
 
 def reasons() -> str:
-    """The x402 reason strings a ``402 PAYMENT_FAILED`` carries, in ``x402srv.reasons`` order."""
+    """The x402 reason strings a ``402 PAYMENT_FAILED`` carries, in their module's order."""
     from x402srv.plugin import Reason
 
     return ", ".join(f"`{reason.value}`" for reason in Reason) + "\n"
