@@ -6,6 +6,7 @@ settlement still happens for real on anvil through the facilitator process.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,10 @@ from sanic import Sanic
 from tests.support.clock import MovableClock
 from tests.support.problems import assert_problem
 from tests.support.seller import JWT_SECRET
-from x402srv.app import create_app
-from x402srv.config import parse_config
+from x402srv.access.records import State
+from x402srv.config.models import parse_config
 from x402srv.devchain import Devchain
-from x402srv.records import State
+from x402srv.server.app import create_app
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import seller_config
 
@@ -106,23 +107,33 @@ async def test_expired_challenge_is_410(
     assert clocked_seller.chain.balance_of(clocked_seller.wallet) == 0
 
 
-async def test_discovery_payment_replay_window_closes(
+async def test_discovery_payment_proves_its_purchase_after_valid_before_and_a_copy_never(
     clocked_seller: InProcessSeller, buyer: LocalAccount
 ) -> None:
-    """A discovery-first retry gets its grant only while its authorization is still valid."""
+    """The buyer's own header (it echoes the 402's requestId) gets its grant before and
+    after validBefore; the same header without the requestId, as anyone can rebuild it
+    from the chain, gets 409 at both times (docs/design.md, "Who gets a grant")."""
     discovery = (await clocked_seller.post({})).json()
     payment = signed_payment(buyer, clocked_seller.chain.token, discovery["accepts"][0])
     header = encode_payment(payment)
+    copied = copy.deepcopy(payment)
+    del copied["accepted"]["extra"]["requestId"]
     first = await clocked_seller.post({}, header)
     assert first.status_code == 200, first.text
+    assert first.json()["requestId"] == payment["accepted"]["extra"]["requestId"]
     again = await clocked_seller.post({}, header)
     assert again.json() == first.json()
+    assert_problem(
+        await clocked_seller.post({}, encode_payment(copied)), 409, "TX_ALREADY_REDEEMED"
+    )
 
     valid_before = int(payment["payload"]["authorization"]["validBefore"])
     clocked_seller.clock.advance(valid_before - clocked_seller.clock() + 1)
     late = await clocked_seller.post({}, header)
-    assert_problem(late, 409, "TX_ALREADY_REDEEMED")
-    assert "accessToken" not in late.text
+    assert late.json() == first.json()
+    stolen = await clocked_seller.post({}, encode_payment(copied))
+    assert_problem(stolen, 409, "TX_ALREADY_REDEEMED")
+    assert "accessToken" not in stolen.text
     by_request_id = await clocked_seller.post(
         {"planId": "hourly", "requestId": first.json()["requestId"]}
     )

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from tests.support.configs import config_dict, make_config
-from x402srv.card import agent_card
-from x402srv.config import Config
+from x402srv.config.models import Config
+from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.errors import ConfigError
 from x402srv.interfaces import RateWindow
-from x402srv.offers import OfferBuilder
-from x402srv.plan_terms import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.plugin import DelegatingStore
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 from x402srv.testing.builders import make_record
+from x402srv.wire.card import agent_card
+from x402srv.wire.offers import OfferBuilder
 
 LLM = {
     "plan_id": "llm-1k",
@@ -89,7 +89,7 @@ def test_rate_limits_read_as_calls_per_window(text: str, window: RateWindow) -> 
     ("plan", "expected"),
     [
         ({**LLM, "calls": 0}, r"plans[2].calls: Input should be greater than 0"),
-        ({**LLM, "calls": "many"}, r"plans[2].calls: Input should be a valid integer"),
+        ({**LLM, "calls": "many"}, r'plans[2].calls: expected an integer, got a string "many"'),
         (
             {**LLM, "rate_limit": "10/fortnight"},
             r"plans[2].rate_limit: '10/fortnight' is not a rate",
@@ -110,7 +110,7 @@ def _route(**route: Any) -> list[dict[str, Any]]:
 
 def test_a_route_cost_needs_a_plan_that_sells_calls() -> None:
     message = _error(routes=_route(cost=3, plans=["hourly"]))
-    assert "routes[0].cost: none of the route's plans sells calls" in message
+    assert "routes[0].cost: ignored, because none of the route's plans sells calls" in message
     message = _error(LLM, routes=_route(cost=1001, plans=["llm-1k"]))
     assert "routes[0].cost: a call costs 1001 credits but plan 'llm-1k' sells only 1000" in message
     assert "routes[0].cost: Input should be greater than or equal to 1" in _error(
@@ -148,7 +148,7 @@ def test_a_store_without_credits_cannot_serve_plans_that_sell_calls(tmp_path: Pa
 
 def test_discovery_and_every_requirement_say_what_a_plan_includes() -> None:
     config = _config(LLM, BURST)
-    body = OfferBuilder(config).discovery.body
+    body = OfferBuilder(config).catalog.body
     plans = {plan["planId"]: plan for plan in body["plans"]}
     assert plans["hourly"]["periodSeconds"] == 3600
     assert "calls" not in plans["hourly"]
@@ -167,7 +167,7 @@ def test_discovery_and_every_requirement_say_what_a_plan_includes() -> None:
         "calls": 1000,
         "rateLimit": {"limit": 10, "windowSeconds": 1},
     }
-    header = json.loads(base64.b64decode(OfferBuilder(config).discovery.header))
+    header = json.loads(base64.b64decode(OfferBuilder(config).catalog.header))
     assert header["accepts"] == body["accepts"]
 
 

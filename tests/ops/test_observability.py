@@ -15,6 +15,7 @@ from tests.support.faults import lockable_store, locked
 from tests.support.problems import assert_problem
 from tests.support.seller import GAS_KEY_ENV, JWT_SECRET, Seller
 from x402srv.devchain import Devchain
+from x402srv.server.logs import fingerprint
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port
@@ -106,7 +107,9 @@ async def test_request_ids_and_transition_lines(seller: Seller, buyer: LocalAcco
     assert moves[0] == ("PENDING", "SETTLING")
     assert ("SETTLING", "PAID") in moves
     assert moves[-1] == ("PAID", "DELIVERED")
-    assert all(line["request_id"] == grant["requestId"] for line in lines)
+    # The requestId fetches the grant: lines show its fingerprint, never the id.
+    assert all(line["request_fp"] == fingerprint(grant["requestId"]) for line in lines)
+    assert all(grant["requestId"] not in json.dumps(line) for line in lines)
     assert {line["http_request_id"] for line in lines} == {"purchase-77"}
     for line in lines:
         assert {"time", "level", "logger", "message"} <= set(line)
@@ -143,6 +146,7 @@ def test_a_full_run_logs_no_secrets(
         "token signature": token.rsplit(".", 1)[1],
         "payment signature": payment["payload"]["signature"][2:],
         "payment header": header[:60],
+        "requestId": challenge["requestId"],
     }
     for name, secret in secrets.items():
         assert secret not in logs, f"{name} found in the server log"

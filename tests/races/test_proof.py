@@ -1,7 +1,8 @@
 """A grant is a bearer credential: only proof fetches it (SPEC 4.2), in every state.
 
-Proof is the requestId, or a payment whose signature verifies and whose
-authorization is byte for byte the one stored on the challenge. Each check
+Proof is the requestId, or a payment that echoes it in ``accepted.extra``,
+whose signature verifies and whose authorization is byte for byte the one
+stored on the challenge. Each check
 runs against a purchase left DELIVERED, PAID (the issuer failed once) or
 SETTLING (the facilitator timed out, then its transfer landed on anvil). An
 unproven caller gets what a fresh payment like its own would get, never the
@@ -13,6 +14,7 @@ valid payment of its own may have the chain decide a SETTLING record.
 from __future__ import annotations
 
 import copy
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +23,10 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.rig import MakeRig, Payment, Rig, granted, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.access.records import State
 from x402srv.devchain import Devchain
 from x402srv.errors import ProblemError
 from x402srv.interfaces import Unknown
-from x402srv.records import State
 
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
@@ -100,6 +102,21 @@ def challenge_id_alone(purchase: Purchase, devchain: Devchain) -> Payment:
     return purchase.rig.sign(devchain.new_account(), accepted)
 
 
+def rebuilt(purchase: Purchase, devchain: Devchain) -> Payment:
+    """The buyer's exact header rebuilt from the mined calldata, challengeId included (it
+    reaches whoever saw the 402): everything but the requestId, which is never on-chain."""
+    wire = copy.deepcopy(purchase.payment.wire)
+    wire["accepted"]["extra"].pop("requestId")
+    return Payment.of(wire)
+
+
+def rebuilt_with_a_guess(purchase: Purchase, devchain: Devchain) -> Payment:
+    """The same, with a made-up requestId in its place."""
+    wire = copy.deepcopy(purchase.payment.wire)
+    wire["accepted"]["extra"]["requestId"] = str(uuid.uuid4())
+    return Payment.of(wire)
+
+
 #: Each attack, and what a fresh payment like it gets: (status, code) for a record that is
 #: SETTLING, and for one that is paid (PAID, DELIVERED).
 ATTACKS = {
@@ -113,6 +130,16 @@ ATTACKS = {
     "challengeId alone": (
         challenge_id_alone,
         (409, "SETTLEMENT_IN_PROGRESS"),
+        (409, "TX_ALREADY_REDEEMED"),
+    ),
+    "rebuilt from the calldata": (
+        rebuilt,
+        (409, "TX_ALREADY_REDEEMED"),
+        (409, "TX_ALREADY_REDEEMED"),
+    ),
+    "rebuilt with a guessed requestId": (
+        rebuilt_with_a_guess,
+        (409, "TX_ALREADY_REDEEMED"),
         (409, "TX_ALREADY_REDEEMED"),
     ),
 }

@@ -72,6 +72,21 @@ def nothing_listening() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
+def _settlement(
+    networks: list[tuple[Devchain, list[TokenInfo], list[dict[str, Any]]]],
+    breaker: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Only the tables some settler reads: any other key is a config error (strict config)."""
+    settlers = [settler for _, _, listed in networks for settler in listed]
+    table: dict[str, Any] = {}
+    facilitators = [s for s in settlers if s.get("strategy", "facilitator") == "facilitator"]
+    if any("gas_wallet_private_key" not in s for s in facilitators) or not settlers:
+        table["facilitator"] = {"read_timeout_seconds": READ_TIMEOUT_SECONDS}
+    if breaker is not None or any(len(listed) > 1 for _, _, listed in networks):
+        table["circuit_breaker"] = breaker or {"failures": 1000, "cooldown_seconds": 3600}
+    return table
+
+
 def seller_document(
     wallet: str,
     networks: list[tuple[Devchain, list[TokenInfo], list[dict[str, Any]]]],
@@ -104,10 +119,7 @@ def seller_document(
             }
             for chain, tokens, settlers in networks
         ],
-        "settlement": {
-            "facilitator": {"read_timeout_seconds": READ_TIMEOUT_SECONDS},
-            "circuit_breaker": breaker or {"failures": 1000, "cooldown_seconds": 3600},
-        },
+        "settlement": _settlement(networks, breaker),
         "store": {"backend": "sqlite", "path": "x402srv.db"},
         "credentials": {"secret": JWT_SECRET},
         "reconciler": {"enabled": False},

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import AGENT_URL, WALLET, config_dict, custom_network_dict, make_config
-from x402srv.config import load_config, parse_config
+from x402srv.config.models import load_config, parse_config
 from x402srv.errors import ConfigError
 
 Edit = Callable[[dict[str, Any]], None]
@@ -77,21 +77,19 @@ def test_every_spec_key_is_accepted_with_its_value() -> None:
             "challenge_ttl_seconds": 60,
             "max_timeout_seconds": 120,
         },
-        store={"backend": "memory", "path": "other.db", "url": "redis://127.0.0.1:6379/0"},
+        store={"backend": "redis", "url": "redis://127.0.0.1:6379/0"},
         settlement={
             "strategy": "facilitator",
             "facilitator_url": "https://x402.org/facilitator",
             "facilitator_auth": "fac-token",
-            "gas_wallet_private_key": "0x" + "ab" * 32,
             "rpc_url": "https://sepolia.base.org",
         },
         credentials={
-            "issuer": "callback",
-            "secret": "s" * 32,
+            "issuer": "jwt",
             "algorithm": "EdDSA",
             "private_key": "pem",
             "audience": "https://aud.example.com",
-            "callback": "mypkg.creds:fetch_resource_credentials",
+            "kid": "k1",
         },
     )
     document["seller"]["agent_version"] = "2.1.0"
@@ -103,18 +101,31 @@ def test_every_spec_key_is_accepted_with_its_value() -> None:
         config.server.model_dump(exclude={"cors_origins", "readiness_cache_seconds"})
         == document["server"]
     )
-    assert config.store.backend == "memory"
-    assert config.store.path == "other.db"
+    assert config.store.backend == "redis"
     assert config.store.url is not None
     assert config.store.url.reveal() == "redis://127.0.0.1:6379/0"
     settlement = config.settlement
     assert settlement.selected_strategy == "facilitator"
-    for key in ("facilitator_url", "facilitator_auth", "gas_wallet_private_key", "rpc_url"):
+    for key in ("facilitator_url", "facilitator_auth", "rpc_url"):
         assert getattr(settlement, key).reveal() == document["settlement"][key]
     credentials = config.credentials
-    assert (credentials.issuer, credentials.algorithm) == ("callback", "EdDSA")
+    assert (credentials.issuer, credentials.algorithm) == ("jwt", "EdDSA")
     assert credentials.audience == "https://aud.example.com"
-    assert credentials.callback == "mypkg.creds:fetch_resource_credentials"
+    assert credentials.kid == "k1"
+    # The keys of the other choices, each in the context that reads it.
+    other = make_config(
+        config_dict(
+            store={"backend": "sqlite", "path": "other.db"},
+            settlement={"strategy": "gas-wallet", "gas_wallet_private_key": "0x" + "ab" * 32},
+            credentials={
+                "issuer": "callback",
+                "callback": "mypkg.creds:fetch_resource_credentials",
+            },
+        )
+    )
+    assert other.store.path == "other.db"
+    assert other.settlement.selected_strategy == "gas-wallet"
+    assert other.credentials.callback == "mypkg.creds:fetch_resource_credentials"
     assert config.access_url == f"{AGENT_URL}/pay/x402/access"
 
 
@@ -341,7 +352,6 @@ def test_invalid_a2a_paths_are_refused(path: str) -> None:
     [
         ({}, "facilitator"),
         ({"gas_wallet_private_key": "0x" + "11" * 32}, "gas-wallet"),
-        ({"gas_wallet_private_key": "0x" + "11" * 32, "strategy": "facilitator"}, "facilitator"),
         ({"strategy": "gas-wallet"}, "gas-wallet"),
         ({"strategy": "my-plugin"}, "my-plugin"),
     ],

@@ -17,9 +17,9 @@ from tests.support.configs import (
     custom_network_dict,
     make_config,
 )
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.errors import ConfigError
-from x402srv.networks import KNOWN_NETWORKS, canonical_network_name
+from x402srv.wire.networks import KNOWN_NETWORKS, canonical_network_name
 
 BASE_USDC = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
 SEPOLIA_USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
@@ -120,11 +120,19 @@ def test_network_rpc_and_explorer_are_allowed_for_named_networks() -> None:
 
 
 def test_settlement_rpc_url_overrides_the_named_networks_rpc() -> None:
-    config = make_config(
-        settlement={"rpc_url": "https://override.example.com"},
-        network={"rpc_url": "https://my-rpc.example.com"},
-    )
+    config = make_config(settlement={"rpc_url": "https://override.example.com"})
     assert config.network_info.rpc_url == "https://override.example.com"
+
+
+def test_network_rpc_url_under_settlement_rpc_url_is_refused() -> None:
+    """Only one of the two is read: the other would be a URL the seller thinks is used."""
+    message = config_error(
+        config_dict(
+            settlement={"rpc_url": "https://override.example.com"},
+            network={"rpc_url": "https://my-rpc.example.com"},
+        )
+    )
+    assert "network.rpc_url: ignored, because settlement.rpc_url replaces it" in message
 
 
 # --------------------------------------------------------------- custom networks
@@ -161,6 +169,7 @@ def test_custom_network_without_rpc_has_none() -> None:
 
 def test_settlement_rpc_url_overrides_the_custom_networks_rpc() -> None:
     document = custom_network_dict()
+    del document["network"]["rpc_url"]
     document["settlement"] = {"rpc_url": "http://127.0.0.1:9999"}
     assert make_config(document).network_info.rpc_url == "http://127.0.0.1:9999"
 

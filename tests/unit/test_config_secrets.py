@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import CUSTOM_ASSET, config_dict, custom_network_dict, make_config
-from x402srv.config import Config, Secret, load_config, parse_config, redact_url
+from x402srv.config.models import Config, Secret, load_config, parse_config, redact_url
 from x402srv.errors import ConfigError
 
 # Distinctive values: a leak of any of them anywhere is caught by a substring search.
@@ -198,25 +198,31 @@ def test_malformed_secret_reference_is_refused(value: Any) -> None:
 
 @pytest.fixture
 def loaded(tmp_path: Path) -> Config:
-    """Secrets in every slot and from every source."""
+    """Secrets in every slot the facilitator and HS256 read, and from every source."""
     (tmp_path / "jwt.secret").write_text(FILE_SECRET)
-    (tmp_path / "ed25519.pem").write_text(FILE_SECRET + "-pem")
-    document = custom_network_dict(rpc_url=f"https://rpc.example.com/v2/{URL_KEY}")
+    document = custom_network_dict()
+    del document["network"]["rpc_url"]  # settlement.rpc_url is the one read (and shown)
     document["store"] = {
-        "backend": "sqlite",
+        "backend": "redis",
         "url": f"redis://:{URL_PASSWORD}@cache:6379/0",
     }
     document["settlement"] = {
         "facilitator_url": f"https://user:{URL_PASSWORD}@fac.example.com/x?key={URL_KEY}",
         "facilitator_auth": {"env": "FAC_TOKEN"},
-        "gas_wallet_private_key": GAS_KEY,
         "rpc_url": f"https://rpc.example.com/v2/{URL_KEY}?x=1",
     }
-    document["credentials"] = {
-        "secret": {"file": "jwt.secret"},
-        "private_key": {"file": "ed25519.pem"},
-    }
+    document["credentials"] = {"secret": {"file": "jwt.secret"}}
     return parse_config(document, base_dir=tmp_path, env={"FAC_TOKEN": ENV_SECRET})
+
+
+@pytest.fixture
+def loaded_gas(tmp_path: Path) -> Config:
+    """The slots of the other choices: the gas wallet's key and an EdDSA key file."""
+    (tmp_path / "ed25519.pem").write_text(FILE_SECRET + "-pem")
+    document = custom_network_dict(rpc_url=f"https://rpc.example.com/v2/{URL_KEY}")
+    document["settlement"] = {"gas_wallet_private_key": GAS_KEY}
+    document["credentials"] = {"algorithm": "EdDSA", "private_key": {"file": "ed25519.pem"}}
+    return parse_config(document, base_dir=tmp_path, env={})
 
 
 SECRET_VALUES = [ENV_SECRET, FILE_SECRET, URL_PASSWORD, URL_KEY, GAS_KEY[2:]]
@@ -227,36 +233,51 @@ def assert_no_secret(text: str) -> None:
         assert value not in text
 
 
-def test_the_fixture_really_holds_the_secrets(loaded: Config) -> None:
+def test_the_fixture_really_holds_the_secrets(loaded: Config, loaded_gas: Config) -> None:
     """The control: the secrets below are really loaded, so their absence means something."""
     assert loaded.settlement.facilitator_auth is not None
     assert loaded.settlement.facilitator_auth.reveal() == ENV_SECRET
     assert loaded.credentials.secret is not None
     assert loaded.credentials.secret.reveal() == FILE_SECRET
-    assert loaded.network_info.rpc_url is not None
-    assert URL_KEY in loaded.network_info.rpc_url
+    assert loaded.store.url is not None
+    assert URL_PASSWORD in loaded.store.url.reveal()
+    for config in (loaded, loaded_gas):
+        assert config.network_info.rpc_url is not None
+        assert URL_KEY in config.network_info.rpc_url
+    assert loaded_gas.settlement.gas_wallet_private_key is not None
+    assert loaded_gas.settlement.gas_wallet_private_key.reveal() == GAS_KEY
+    assert loaded_gas.credentials.private_key is not None
+    assert FILE_SECRET in loaded_gas.credentials.private_key.reveal()
 
 
-def test_repr_and_str_of_config_show_no_secret(loaded: Config) -> None:
-    assert_no_secret(repr(loaded))
-    assert_no_secret(str(loaded))
-    assert_no_secret(repr(loaded.settlement))
-    assert_no_secret(repr(loaded.credentials))
+def test_repr_and_str_of_config_show_no_secret(loaded: Config, loaded_gas: Config) -> None:
+    for config in (loaded, loaded_gas):
+        assert_no_secret(repr(config))
+        assert_no_secret(str(config))
+        assert_no_secret(repr(config.settlement))
+        assert_no_secret(repr(config.credentials))
+        assert_no_secret(repr(config.store))
 
 
-def test_model_dump_json_shows_no_secret(loaded: Config) -> None:
+def test_model_dump_json_shows_no_secret(loaded: Config, loaded_gas: Config) -> None:
     dumped = loaded.model_dump(mode="json")
-    assert_no_secret(json.dumps(dumped))
     assert dumped["credentials"]["secret"] == "<secret: file jwt.secret>"
     assert dumped["settlement"]["facilitator_auth"] == "<secret: env FAC_TOKEN>"
-    assert dumped["settlement"]["gas_wallet_private_key"] == "<secret: inline>"
-    assert_no_secret(loaded.model_dump_json())
+    other = loaded_gas.model_dump(mode="json")
+    assert other["settlement"]["gas_wallet_private_key"] == "<secret: inline>"
+    assert other["credentials"]["private_key"] == "<secret: file ed25519.pem>"
+    for config in (loaded, loaded_gas):
+        assert_no_secret(json.dumps(config.model_dump(mode="json")))
+        assert_no_secret(config.model_dump_json())
 
 
-def test_describe_shows_no_secret_and_redacts_the_rpc_url(loaded: Config) -> None:
-    described = loaded.describe()
-    assert_no_secret(json.dumps(described))
-    assert described["resolved"]["network"]["rpc_url"] == "https://rpc.example.com/<redacted>"
+def test_describe_shows_no_secret_and_redacts_the_rpc_url(
+    loaded: Config, loaded_gas: Config
+) -> None:
+    for config in (loaded, loaded_gas):
+        described = config.describe()
+        assert_no_secret(json.dumps(described))
+        assert described["resolved"]["network"]["rpc_url"] == "https://rpc.example.com/<redacted>"
 
 
 def test_config_error_does_not_echo_secret_values() -> None:
@@ -354,7 +375,7 @@ def test_redact_url_keeps_ipv6_brackets() -> None:
 @pytest.mark.parametrize("key", ["facilitator_url", "rpc_url"])
 @pytest.mark.parametrize("url", [f"https://h.example.com:{URL_KEY}/v1", "not a url"])
 def test_malformed_url_secret_is_a_config_error_naming_the_key(key: str, url: str) -> None:
-    from x402srv.registry import Registry
+    from x402srv.server.registry import Registry
 
     with pytest.raises(ConfigError) as caught:
         Registry(entry_points=False).build(make_config(settlement={key: url}))

@@ -5,16 +5,19 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import uuid
 from typing import Any
 
 import pytest
 
 from tests.support.configs import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
-from x402srv import offers as offers_module
-from x402srv.config import Config
-from x402srv.offers import OfferBuilder, rfc3339
-from x402srv.records import ChallengeRecord
+from x402srv.access.records import ChallengeRecord
+from x402srv.config.models import Config
 from x402srv.testing.builders import BASE_TIME, make_record
+from x402srv.wire import offers as offers_module
+from x402srv.wire.offers import OfferBuilder, rfc3339, with_request_id
+
+REQUEST_ID = "5b0f3c1e-8a2d-4c6b-9e7f-1a2b3c4d5e6f"
 
 REQUIREMENT_KEYS = {"scheme", "network", "amount", "asset", "payTo", "maxTimeoutSeconds", "extra"}
 PAYMENT_REQUIRED_KEYS = {"x402Version", "error", "resource", "accepts"}
@@ -52,7 +55,7 @@ def record_for(config: Config, **overrides: Any) -> ChallengeRecord:
 
 
 def test_discovery_offers_one_requirement_per_plan(builder: OfferBuilder) -> None:
-    body = builder.discovery.body
+    body = builder.discovery(REQUEST_ID).body
     assert body["x402Version"] == 2
     assert isinstance(body["error"], str)
     assert body["error"]
@@ -76,17 +79,19 @@ def test_discovery_offers_one_requirement_per_plan(builder: OfferBuilder) -> Non
         "version": "2",
         "planId": "hourly",
         "periodSeconds": 3600,
+        "requestId": REQUEST_ID,
     }
     assert daily["extra"] == {
         "name": "USDC",
         "version": "2",
         "planId": "daily",
         "periodSeconds": 86400,
+        "requestId": REQUEST_ID,
     }
 
 
 def test_discovery_adds_plans_wallet_and_chain(builder: OfferBuilder) -> None:
-    body = builder.discovery.body
+    body = builder.discovery().body
     assert set(body) == PAYMENT_REQUIRED_KEYS | {"plans", "walletAddress", "chainId", "network"}
     assert body["plans"] == [
         {
@@ -114,7 +119,7 @@ def test_discovery_adds_plans_wallet_and_chain(builder: OfferBuilder) -> None:
 
 
 def test_discovery_header_is_the_payment_required_part_only(builder: OfferBuilder) -> None:
-    offer = builder.discovery
+    offer = builder.discovery()
     header = decode(offer.header)
     assert set(header) == PAYMENT_REQUIRED_KEYS
     assert header == {key: offer.body[key] for key in PAYMENT_REQUIRED_KEYS}
@@ -122,15 +127,37 @@ def test_discovery_header_is_the_payment_required_part_only(builder: OfferBuilde
 
 def test_discovery_is_built_once(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     builder = OfferBuilder(config)
-    first = builder.discovery
+    first = builder.discovery()
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("discovery rebuilt after construction")
 
     monkeypatch.setattr(offers_module, "requirement", fail)
     monkeypatch.setattr(offers_module, "encode_header", fail)
-    assert builder.discovery is first
-    assert builder.discovery.header == first.header
+    again = builder.discovery()
+    assert json.loads(again.content) == again.body
+    assert decode(again.header)["accepts"] == again.body["accepts"]
+    assert {k: v for k, v in again.body.items() if k != "accepts"} == {
+        k: v for k, v in first.body.items() if k != "accepts"
+    }
+
+
+def test_each_discovery_402_has_a_fresh_request_id_in_every_requirement(
+    builder: OfferBuilder,
+) -> None:
+    """docs/how-it-works.md: the buyer's secret, one per response, the same in each requirement."""
+    seen = set()
+    for _ in range(3):
+        offer = builder.discovery()
+        ids = {a["extra"]["requestId"] for a in offer.body["accepts"]}
+        assert ids == {a["extra"]["requestId"] for a in decode(offer.header)["accepts"]}
+        (request_id,) = ids
+        assert str(uuid.UUID(request_id)) == request_id
+        seen.add(request_id)
+        # The rest is the catalog, which names no requestId.
+        assert offer.body["accepts"] == with_request_id(builder.catalog.body["accepts"], request_id)
+    assert len(seen) == 3
+    assert all("requestId" not in a["extra"] for a in builder.catalog.body["accepts"])
 
 
 # ------------------------------------------------------------------ challenge
@@ -191,7 +218,8 @@ def test_challenge_offer_is_exactly_the_compact_json_of_its_documents(
             "description": description,
             "mimeType": "application/json",
         },
-        "accepts": [builder.offered_requirement(record)],
+        # A discovery-first record's 402 (PENDING again) names its ids too.
+        "accepts": [builder.offered_requirement(dataclasses.replace(record, implicit=False))],
     }
     body = {
         **required,
@@ -233,7 +261,7 @@ def test_offered_requirement_of_an_implicit_record_has_no_ids(
         "periodSeconds": 86400,
     }
     # the same requirement discovery offered, so the buyer's ``accepted`` matches it
-    assert offered == builder.discovery.body["accepts"][1]
+    assert offered == builder.catalog.body["accepts"][1]
 
 
 def test_offered_requirement_of_an_explicit_record_has_its_ids(

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.configs import WALLET, custom_config
 from x402srv.errors import InvalidRequest
-from x402srv.protocol import (
+from x402srv.wire.protocol import (
     MAX_HEADER_CHARS,
     PaymentPayload,
     decode_payment_header,
@@ -245,6 +245,17 @@ def test_challenge_id_that_no_store_could_hold_is_400(value: str) -> None:
     """A challengeId is one of our UUIDs; anything else is refused before any store lookup."""
     detail = refused(b64(document(accepted__extra__challengeId=value)))
     assert "accepted.extra.challengeId must be a challenge id" in detail
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\ud800", "a\x00b", "r" * 300, REQUEST_ID.upper(), "r-1", ""],
+    ids=["lone-surrogate", "nul", "300-chars", "uppercase", "not-a-uuid", "empty"],
+)
+def test_request_id_in_extra_that_we_never_offered_is_400(value: str) -> None:
+    """accepted.extra.requestId echoes the UUID a 402 offered; anything else is refused."""
+    detail = refused(b64(document(accepted__extra__requestId=value)))
+    assert "accepted.extra.requestId must be a request id" in detail
 
 
 def test_extra_may_be_absent_and_unknown_extra_keys_are_kept() -> None:

@@ -6,6 +6,7 @@ built here without a chain, a facilitator or a database.
 
 from __future__ import annotations
 
+import re
 import types
 from typing import Any
 
@@ -14,14 +15,14 @@ from pydantic import BaseModel
 
 from tests.support.configs import config_dict, make_config
 from x402srv import hookimpl
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorSettler
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.errors import ConfigError, PluginNotFound
 from x402srv.plugin import DelegatingStore, PluginContext, SecretValue
-from x402srv.registry import LOAD_PLUGINS_ENV, Registry
+from x402srv.server.registry import LOAD_PLUGINS_ENV, Registry
 
 
 @pytest.fixture(scope="module")
@@ -132,24 +133,25 @@ def test_gas_wallet_key_alone_selects_the_gas_wallet_plugin(registry: Registry) 
     ("sections", "path"),
     [
         ({"store": {"backend": "sqlite", "redis": {"url": "redis://h"}}}, "store.redis"),
+        ({"store": {"backend": "sqlite", "memory": {}}}, "store.memory"),
         ({"settlement": {"nosuch": {"x": 1}}}, "settlement.nosuch"),
         ({"credentials": {"secret": "s" * 32, "vault": {"mount": "kv"}}}, "credentials.vault"),
     ],
 )
-def test_option_table_of_an_uninstalled_plugin_is_refused(
-    registry: Registry, sections: dict[str, Any], path: str
+def test_option_table_of_an_unselected_plugin_is_refused(
+    sections: dict[str, Any], path: str
 ) -> None:
+    """Installed or not, a table for a plugin the config does not choose would be ignored."""
+    with pytest.raises(ConfigError, match=rf"{re.escape(path)}: ignored, because"):
+        make_config(**sections)
+
+
+def test_option_table_of_an_uninstalled_but_selected_plugin_is_refused(registry: Registry) -> None:
+    config = make_config(store={"backend": "redis", "url": "redis://h", "redis": {"db": 1}})
     with pytest.raises(PluginNotFound) as caught:
-        registry.build(make_config(**sections))
-    assert caught.value.path == path
+        registry.build(config)
+    assert caught.value.path == "store.backend"
     assert "installed: " in str(caught.value)
-
-
-def test_option_table_of_an_installed_but_unselected_plugin_is_accepted(
-    registry: Registry,
-) -> None:
-    built = registry.build(make_config(store={"backend": "sqlite", "memory": {}}))
-    assert isinstance(built.store, SqliteStore)
 
 
 def test_builtin_plugin_options_are_validated_with_their_path(registry: Registry) -> None:
@@ -199,7 +201,7 @@ def test_a_plugin_cannot_take_over_a_builtin_name() -> None:
         Registry(entry_points=False, extra_plugins=[store_plugin("evil", "sqlite", [])])
     message = str(caught.value)
     assert "'sqlite' is registered by both" in message
-    assert "x402srv.default_plugins.sqlite_store" in message
+    assert "x402srv.default_plugins.sqlite.store" in message
     assert "evil" in message
 
 

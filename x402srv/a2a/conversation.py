@@ -30,14 +30,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import PaymentFailed, ProblemError, RateLimited, TierNotFound, TxAlreadyRedeemed
-from ..ids import uuid4_str
-from ..interfaces import Clock
-from ..pipeline import AccessPipeline, payment_key
-from ..protocol import AccessBody, PaymentPayload
-from ..reasons import Reason
-from .documents import TERMINAL_STATES, Purchase, TaskRecord, TaskState, loggable, new_id
-from .intent import (
+from x402srv.a2a.documents import TERMINAL_STATES, Purchase, TaskRecord, TaskState, loggable, new_id
+from x402srv.a2a.intent import (
     NoPlan,
     PaymentRejected,
     PaymentSubmitted,
@@ -45,8 +39,8 @@ from .intent import (
     read_followup,
     read_request,
 )
-from .jsonrpc import INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION, RpcError
-from .outcomes import (
+from x402srv.a2a.jsonrpc import INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION, RpcError
+from x402srv.a2a.outcomes import (
     Update,
     apply,
     canceled,
@@ -58,9 +52,15 @@ from .outcomes import (
     settlement_failed_after_all,
     submitted,
 )
-from .progress import SettlementWatch
-from .repository import TaskRepository
-from .wire import Message
+from x402srv.a2a.progress import SettlementWatch
+from x402srv.a2a.repository import TaskRepository
+from x402srv.a2a.wire import Message
+from x402srv.access.ids import uuid4_str
+from x402srv.access.pipeline import AccessPipeline, payment_key
+from x402srv.errors import PaymentFailed, ProblemError, RateLimited, TierNotFound, TxAlreadyRedeemed
+from x402srv.interfaces import Clock
+from x402srv.wire.protocol import AccessBody, PaymentPayload
+from x402srv.wire.reasons import Reason
 
 __all__ = ["Conversation", "Reply"]
 
@@ -98,6 +98,13 @@ class Reply:
         return record
 
 
+def _offered(record: TaskRecord) -> str | None:
+    """The requestId the task's catalog offered (in every requirement's ``extra``)."""
+    accepts = (record.required or {}).get("accepts") or [{}]
+    request_id = accepts[0].get("extra", {}).get("requestId")
+    return request_id if isinstance(request_id, str) else None
+
+
 def _unchanged(record: TaskRecord) -> Update:
     return Update(state=record.state, note=record.note)
 
@@ -121,7 +128,7 @@ class Conversation:
         context_id = message.contextId or new_id()
         user = loggable(message.model_dump(mode="json", exclude_none=True))
         if isinstance(intent, NoPlan):
-            update, purchase = catalog(self._pipeline.offers.discovery.body), None
+            update, purchase = catalog(self._pipeline.offers.discovery().body), None
         else:
             purchase = self._purchase(intent.body)
             update = await self._plan_update(purchase)
@@ -178,7 +185,7 @@ class Conversation:
         user: dict[str, Any],
         client: str | None,
     ) -> Reply:
-        request_id = record.purchase.request_id if record.purchase else None
+        request_id = record.purchase.request_id if record.purchase else _offered(record)
         if intent.made_for_another(record.challenge_id, request_id):
             # A failed payment, counted before anything is written (429 past the limit).
             await self._pipeline.limit_failed(client)
@@ -194,7 +201,8 @@ class Conversation:
             plan_id = intent.plan_id
             if plan_id is None or plan_id not in self._plans:
                 raise rpc_error(TierNotFound("the payment's accepted.extra.planId names no plan"))
-            purchase = Purchase(uuid4_str(), plan_id, "default")
+            # Its requestId is the one the catalog offered (the buyer's echo), as over HTTP.
+            purchase = Purchase(request_id or uuid4_str(), plan_id, "default")
             update = await self._plan_update(purchase)
             record, version = await self._tasks.bind(record, version, purchase)
             if record.purchase == purchase:

@@ -29,10 +29,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from ..errors import ConfigError, X402SrvError
-from ..hookspecs import Register, hookimpl
-from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
-from ..plugin_context import PluginContext
+from x402srv.config.fields import PluginOptions
+from x402srv.errors import ConfigError, X402SrvError
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
+from x402srv.server.plugin_context import PluginContext
 
 __all__ = [
     "CallbackIssuer",
@@ -193,8 +194,13 @@ class CallbackIssuer:
             raise CallbackIssuerError(f"callback {self._spec} {exc}") from None
 
 
+class _NoOptions(PluginOptions):
+    """``[credentials.callback]`` takes no keys: ``callback`` lives in ``[credentials]``."""
+
+
 def build_callback_issuer(ctx: PluginContext) -> CallbackIssuer:
     """The factory the registry calls when ``[credentials] issuer = "callback"``."""
+    ctx.parse_options(_NoOptions)
     credentials = ctx.config.credentials
     spec = credentials.callback
     callback = load_callback(spec)

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config import Config, ServerConfig
-from ..errors import ConfigError
-from ..validation_errors import problems
+from x402srv.config.models import Config, ServerConfig
+from x402srv.config.problems import problems
+from x402srv.errors import ConfigError
 
 __all__ = ["with_overrides"]
 
@@ -22,6 +22,6 @@ def with_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
     try:
         server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
     except ValidationError as exc:
-        path, message = problems(exc)[0]
+        path, message = problems(exc, config=True)[0]
         raise ConfigError(f"--{path}: {message}") from None
     return config.model_copy(update={"server": server})

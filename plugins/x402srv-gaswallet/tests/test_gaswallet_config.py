@@ -8,10 +8,10 @@ import pytest
 from x402srv_gaswallet import GasWalletSettler
 from x402srv_gaswallet.testing import Configure, StartSettler
 
-from x402srv.config import Config
+from x402srv.config.models import Config
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Settler
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 
 
 def test_the_installed_entry_point_registers_gas_wallet(config: Config) -> None:
@@ -127,3 +127,42 @@ async def test_start_refuses_a_node_it_cannot_reach(
     assert caught.value.path == "settlement.rpc_url"
     assert "cannot be reached" in str(caught.value)
     assert "SECRET-API-KEY" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            {"nonce_retries": "3"},
+            'settlement.gas-wallet.nonce_retries: expected an integer, got a string "3"',
+        ),
+        ({"nonce_retries": True}, "settlement.gas-wallet.nonce_retries: expected an integer"),
+        (
+            {"gas_limit": 50_000.0},
+            "settlement.gas-wallet.gas_limit: expected an integer, got a float",
+        ),
+        (
+            {"receipt_timeout_seconds": "30"},
+            "settlement.gas-wallet.receipt_timeout_seconds: expected a number",
+        ),
+        (
+            {"max_fee_per_gas_gwei": "1.5"},
+            "settlement.gas-wallet.max_fee_per_gas_gwei: expected a number",
+        ),
+        (
+            {"max_fee_per_gas_gwei": True},
+            "settlement.gas-wallet.max_fee_per_gas_gwei: expected a number",
+        ),
+    ],
+)
+def test_options_are_strict(configure: Configure, options: dict[str, Any], expected: str) -> None:
+    """Docs/configuration.md: a value of another type is refused, never converted."""
+    error = _build_error(configure(options=options))
+
+    assert expected in str(error)
+
+
+def test_a_fee_cap_is_a_toml_number(configure: Configure) -> None:
+    config = configure(options={"max_fee_per_gas_gwei": 1.5})
+    settler = Registry().build(config).settler
+    assert isinstance(settler, GasWalletSettler)

@@ -81,7 +81,7 @@ async def test_gas_above_the_configured_cap_is_refused_before_sending(rig: Settl
     block = rig.devchain.rpc.call("eth_getBlockByNumber", ["latest", False])
     cap_gwei = int(block["baseFeePerGas"], 16) / 2 / 10**9  # below the base fee: never mined
     settler = await rig.start(
-        options={"poll_interval_seconds": 0.05, "max_fee_per_gas_gwei": f"{cap_gwei:.9f}"}
+        options={"poll_interval_seconds": 0.05, "max_fee_per_gas_gwei": round(cap_gwei, 9)}
     )
     hooks = rig.hooks()
 

@@ -8,8 +8,11 @@ The key and the RPC URL are not here on purpose: they are the core's
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
+
+from x402srv.plugin import PluginOptions
 
 __all__ = ["LEASE_MARGIN_SECONDS", "GasWalletOptions"]
 
@@ -20,10 +23,16 @@ __all__ = ["LEASE_MARGIN_SECONDS", "GasWalletOptions"]
 LEASE_MARGIN_SECONDS = 10.0
 
 
-class GasWalletOptions(BaseModel):
-    """Validated options; every field is used by the settler."""
+def _a_number(value: Any) -> Any:
+    """A TOML number only: ``"50"`` or ``true`` is refused, not converted (strict config)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        given = {bool: "a boolean", str: "a string", list: "an array"}.get(type(value), "a table")
+        raise ValueError(f"expected a number, got {given}")
+    return value
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class GasWalletOptions(PluginOptions):
+    """Validated options; every field is used by the settler."""
 
     receipt_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     """How long to poll for the receipt before answering ``Unknown`` (the chain decides later)."""
@@ -43,7 +52,9 @@ class GasWalletOptions(BaseModel):
     gas_limit: int | None = Field(default=None, gt=21_000, le=10_000_000)
     """Fixed gas limit; unset means ``eth_estimateGas`` plus 25 %."""
 
-    max_fee_per_gas_gwei: Decimal | None = Field(default=None, gt=0)
+    max_fee_per_gas_gwei: Annotated[Decimal, BeforeValidator(_a_number)] | None = Field(
+        default=None, gt=0, strict=False
+    )
     """Cap on ``maxFeePerGas``; above it nothing is sent and the payment is refused."""
 
     min_balance_wei: int = Field(default=10**15, ge=0)
@@ -53,7 +64,7 @@ class GasWalletOptions(BaseModel):
     def _rpc_fits_in_nonce_lease(self) -> GasWalletOptions:
         if self.rpc_timeout_seconds >= self.nonce_lease_seconds:
             raise ValueError(
-                "nonce_lease_seconds must be longer than rpc_timeout_seconds: the lease "
+                ".nonce_lease_seconds: must be longer than rpc_timeout_seconds: the lease "
                 "covers reading the nonce and sending the transaction"
             )
         return self

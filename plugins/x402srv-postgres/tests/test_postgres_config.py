@@ -12,9 +12,9 @@ import pytest
 from x402srv_postgres import PostgresStore, build_postgres_store
 from x402srv_postgres.testing import make_tls_files
 
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.plugin import ConfigError, PluginContext
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 from x402srv.testing import toml
 
 PASSWORD = "s3cret-Postgres-pass"  # grepped for in every output
@@ -140,3 +140,28 @@ def test_x402srv_check_shows_no_secret(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stderr
     assert PASSWORD not in check.stdout + check.stderr
     assert "db.internal" not in check.stdout + check.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"pool_size": "10"}, 'store.postgres.pool_size: expected an integer, got a string "10"'),
+        ({"pool_size": True}, "store.postgres.pool_size: expected an integer, got a boolean"),
+        (
+            {"statement_timeout_ms": 5000.0},
+            "store.postgres.statement_timeout_ms: expected an integer",
+        ),
+        (
+            {"connect_timeout_seconds": "3"},
+            "store.postgres.connect_timeout_seconds: expected a number",
+        ),
+        ({"schema": 1}, "store.postgres.schema: expected a string, got an integer 1"),
+        ({"sslrootcert": 5, "sslmode": "verify-full"}, "store.postgres.sslrootcert"),
+    ],
+)
+def test_options_are_strict(tmp_path: Path, options: dict[str, Any], expected: str) -> None:
+    """Docs/configuration.md: a value of another type is refused, never converted."""
+    with pytest.raises(ConfigError) as caught:
+        _build(_config(tmp_path, _store(**options)))
+    assert expected in str(caught.value)
+    assert PASSWORD not in str(caught.value)

@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from x402srv.plugin import Secret, SecretValue
+from x402srv.plugin import PluginOptions, Secret, SecretValue
 
 __all__ = ["SCHEMES", "PostgresOptions", "SslMode", "SynchronousCommit"]
 
@@ -31,10 +31,10 @@ SCHEMES = ("postgresql", "postgres")
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-class PostgresOptions(BaseModel):
+class PostgresOptions(PluginOptions):
     """Validated options; the defaults suit a PostgreSQL on the same network as x402srv."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     dsn: SecretValue
     """``postgresql://user:password@host:5432/database?...``, one host or several."""
@@ -67,13 +67,13 @@ class PostgresOptions(BaseModel):
     sslmode: SslMode | None = None
     """TLS as libpq spells it; ``verify-full`` checks the certificate and the host name."""
 
-    sslrootcert: Path | None = None
+    sslrootcert: Path | None = Field(default=None, strict=False)  # TOML gives a string
     """The CA that signed the server's certificate; unset: the system's trust store."""
 
-    sslcert: Path | None = None
+    sslcert: Path | None = Field(default=None, strict=False)  # TOML gives a string
     """A client certificate, for servers that authenticate clients by certificate."""
 
-    sslkey: Path | None = None
+    sslkey: Path | None = Field(default=None, strict=False)  # TOML gives a string
     """The client certificate's private key (unencrypted, readable by x402srv only)."""
 
     @field_validator("dsn")

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from x402srv_redis import RedisOptions, RedisStore, build_redis_store
 
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.errors import ConfigError
-from x402srv.plugin_context import PluginContext
-from x402srv.registry import Registry
+from x402srv.server.plugin_context import PluginContext
+from x402srv.server.registry import Registry
 
 PASSWORD = "s3cret-Redis-pass"  # grepped for in every output
 
@@ -129,3 +129,46 @@ def test_tls_ca_file_is_relative_to_the_config_and_needs_rediss(tmp_path: Path) 
     assert store.options.tls_ca_file == tmp_path / "certs" / "ca.pem"
     with pytest.raises(ConfigError, match=r"store\.redis\.tls_ca_file"):
         _build(_config(tmp_path, {"backend": "redis", "url": "redis://h", "redis": tls}))
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            {"max_connections": "32"},
+            'store.redis.max_connections: expected an integer, got a string "32"',
+        ),
+        (
+            {"max_connections": True},
+            "store.redis.max_connections: expected an integer, got a boolean",
+        ),
+        (
+            {"record_ttl_seconds": 86400.0 * 40},
+            "store.redis.record_ttl_seconds: expected an integer",
+        ),
+        (
+            {"require_durable": "yes"},
+            'store.redis.require_durable: expected true or false, got a string "yes"',
+        ),
+        ({"socket_timeout_seconds": "2"}, "store.redis.socket_timeout_seconds: expected a number"),
+        ({"key_prefix": 7}, "store.redis.key_prefix: expected a string, got an integer 7"),
+        (
+            {"wait_timeout_seconds": 0.5},
+            "store.redis.wait_timeout_seconds: ignored, because wait_replicas is 0",
+        ),
+    ],
+)
+def test_options_are_strict_and_none_is_ignored(
+    tmp_path: Path, options: dict[str, Any], expected: str
+) -> None:
+    """Docs/configuration.md: no value is converted, and a key with no effect is an error."""
+    store = {"backend": "redis", "url": "redis://h", "redis": options}
+    with pytest.raises(ConfigError) as caught:
+        _build(_config(tmp_path, store))
+    assert expected in str(caught.value)
+
+
+def test_wait_timeout_is_accepted_with_replicas(tmp_path: Path) -> None:
+    options = {"wait_replicas": 1, "wait_timeout_seconds": 0.5}
+    store = _build(_config(tmp_path, {"backend": "redis", "url": "redis://h", "redis": options}))
+    assert store.options.wait_timeout_seconds == 0.5

@@ -10,23 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from x402srv.plugin import PluginOptions
+
 __all__ = ["DAY", "RedisOptions"]
 
 DAY = 86_400
 
 
-class RedisOptions(BaseModel):
+class RedisOptions(PluginOptions):
     """Validated options; the defaults suit a Redis on the same network as x402srv."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     key_prefix: str = Field(default="x402srv:", min_length=1, max_length=100)
     """Put in front of every key, so one Redis can serve several sellers (or tests)."""
@@ -64,15 +62,24 @@ class RedisOptions(BaseModel):
     (``appendonly yes`` with ``appendfsync always``), or when that cannot be checked;
     without it such a server only gets a warning at start-up (``durability``)."""
 
-    tls_ca_file: Path | None = None
+    tls_ca_file: Path | None = Field(default=None, strict=False)  # TOML gives a string
     """``rediss://`` only: the CA that signed the server's certificate (relative to the
     config file); unset means the system's trust store."""
+
+    @model_validator(mode="after")
+    def _wait_only_with_replicas(self) -> RedisOptions:
+        if "wait_timeout_seconds" in self.model_fields_set and not self.wait_replicas:
+            raise ValueError(
+                ".wait_timeout_seconds: ignored, because wait_replicas is 0 (no write waits "
+                "for replicas); set wait_replicas or remove it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _wait_inside_the_socket_timeout(self) -> RedisOptions:
         if self.wait_replicas and self.wait_timeout_seconds >= self.socket_timeout_seconds:
             raise ValueError(
-                "wait_timeout_seconds must be below socket_timeout_seconds: the reply to a "
+                ".wait_timeout_seconds: must be below socket_timeout_seconds: the reply to a "
                 "write that waits for replicas comes only after the wait"
             )
         return self

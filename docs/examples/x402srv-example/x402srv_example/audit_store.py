@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from x402srv.plugin import (
     ChallengeRecord,
@@ -31,6 +31,7 @@ from x402srv.plugin import (
     PaymentClaimed,
     PaymentKey,
     PluginContext,
+    PluginOptions,
     Register,
     State,
     Store,
@@ -45,10 +46,8 @@ __all__ = ["AuditOptions", "AuditStore", "build_audit_store", "register_stores"]
 log = logging.getLogger("x402srv_example.audit")
 
 
-class AuditOptions(BaseModel):
+class AuditOptions(PluginOptions):
     """``[store.audit]``"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: The audit file, relative to the config file.
     log: str = "audit.jsonl"

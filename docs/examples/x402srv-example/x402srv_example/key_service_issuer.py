@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from x402srv.plugin import (
     BaseIssuer,
@@ -26,6 +26,7 @@ from x402srv.plugin import (
     GrantRequest,
     IssuedCredential,
     PluginContext,
+    PluginOptions,
     Register,
     Secret,
     SecretValue,
@@ -43,10 +44,8 @@ __all__ = [
 BEARER = "Bearer"
 
 
-class KeyServiceOptions(BaseModel):
+class KeyServiceOptions(PluginOptions):
     """``[credentials.key-service]``"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(pattern=r"^https?://")
     #: The service's admin token: ``{ env = "NAME" }``, ``{ file = "path" }`` or inline,

@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from x402srv.plugin import (
     BaseSettler,
@@ -33,6 +33,7 @@ from x402srv.plugin import (
     ChainUnavailable,
     ConfigError,
     PluginContext,
+    PluginOptions,
     Reason,
     Register,
     Rejected,
@@ -50,10 +51,8 @@ from x402srv.plugin import (
 __all__ = ["RelayerOptions", "RelayerSettler", "build_relayer", "register_settlers"]
 
 
-class RelayerOptions(BaseModel):
+class RelayerOptions(PluginOptions):
     """``[settlement.relayer]``"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: The JSON-RPC endpoint that signs for ``account`` (not the chain's public RPC).
     signer_url: str = Field(pattern=r"^https?://")
