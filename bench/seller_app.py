@@ -16,9 +16,9 @@ from typing import Any
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
-from x402srv.config import load_config
+from x402srv.config.models import load_config
 from x402srv.guard import require_access
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.verify import TokenVerifier
 
 __all__ = ["build_app", "main"]
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from x402srv.cli.main import main
 
 sys.exit(main())

@@ -5,7 +5,7 @@ config = load_config("seller.toml")
 app = FastAPI()
 app.add_middleware(
     AccessMiddleware,
-    verifier=TokenVerifier.from_config(config),   # or a JWKSKeySource, see x402srv.jwks
+    verifier=TokenVerifier.from_config(config),   # or a JWKSKeySource, see x402srv.tokens.jwks
     paths=["/api"],
     agent_card=agent_card(config),                # optional: discovery without Sanic
 )
@@ -14,7 +14,7 @@ app.add_middleware(
 async def weather(claims: AccessClaims = Depends(access_claims)): ...
 ```
 
-Same decisions as the Sanic guard (``x402srv.admission``): the same 401
+Same decisions as the Sanic guard (``x402srv.tokens.admission``): the same 401
 problem bodies and ``WWW-Authenticate``, 503 when the keys cannot be fetched,
 a bare 500 for anything unexpected. The verified ``AccessClaims`` go to
 ``request.state.x402`` (``scope["state"]``, which Starlette's ``request.state``
@@ -23,12 +23,12 @@ it is accepted.
 
 Pure ASGI rather than ``BaseHTTPMiddleware``: nothing is buffered (streaming
 bodies and responses pass untouched) and the guarded app's context variables
-are its own. Paths are matched fail-closed (``x402srv.paths.is_guarded``) on
+are its own. Paths are matched fail-closed (``x402srv.server.paths.is_guarded``) on
 ``path``, ``raw_path`` and their decoded and normalised forms: uvicorn decodes
 ``%2F`` in ``path`` before Starlette routes on it, so a raw-only check could
 be walked around with ``/api%2Fdata``.
 
-With a ``meter`` (``x402srv.metering.Meter``) every guarded call of a plan
+With a ``meter`` (``x402srv.usage.credits.Meter``) every guarded call of a plan
 that sells calls or limits them is metered before the app sees it: ``cost``
 credits (a number, or a function of the scope), 402 ``CREDITS_EXHAUSTED`` or
 429 with ``Retry-After`` when refused, else the app's answer gains the
@@ -47,12 +47,12 @@ from typing import Any, Final
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import admission
-from .errors import ProblemError
-from .http_problem import PROBLEM_CONTENT_TYPE
-from .metering import Meter, Usage
-from .paths import guarded_prefixes, is_guarded
-from .tokens import AccessClaims, TokenVerifier
+from x402srv.errors import ProblemError
+from x402srv.server.paths import guarded_prefixes, is_guarded
+from x402srv.server.problems import PROBLEM_CONTENT_TYPE
+from x402srv.tokens import admission
+from x402srv.tokens.verify import AccessClaims, TokenVerifier
+from x402srv.usage.credits import Meter, Usage
 
 __all__ = [
     "CARD_PATHS",

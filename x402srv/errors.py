@@ -193,7 +193,7 @@ class TokenExpired(InvalidToken):
 
 
 class TokenRevoked(InvalidToken):
-    """The seller revoked the grant this token belongs to (``x402srv.revocation``)."""
+    """The seller revoked the grant this token belongs to (``x402srv.tokens.revocation``)."""
 
     code = "TOKEN_REVOKED"
     title = "Access token revoked"

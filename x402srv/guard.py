@@ -13,19 +13,19 @@ else gets 401 problem details (``INVALID_TOKEN`` or ``TOKEN_EXPIRED``) with
 ``WWW-Authenticate: Bearer error="invalid_token"``. Keys that cannot be fetched
 (a JWKS source whose endpoint is down) answer 503 ``KEY_SOURCE_UNAVAILABLE``; a
 verifier that breaks in an unexpected way answers 500 ``INTERNAL_ERROR`` without
-saying why (it is logged). That decision is ``x402srv.admission``'s, shared with
+saying why (it is logged). That decision is ``x402srv.tokens.admission``'s, shared with
 the ASGI middleware and the gateway, so every integration answers alike.
 
 A path prefix is compared with the raw path, its percent-decoded and its
 dot-segment-normalised forms and the matched route: if any of them is under a
-guarded prefix the request is guarded (``x402srv.paths``), so an encoded
+guarded prefix the request is guarded (``x402srv.server.paths``), so an encoded
 ``/api%2Fdata`` or ``/public/../api`` cannot slip past.
 
 The verifier is built before the guard (``TokenVerifier.from_config``), and a
 missing or unusable key raises ``ConfigError`` there: the app fails at start-up
 instead of refusing every request.
 
-Given a ``meter`` (``x402srv.metering.Meter``), both meter the calls of plans
+Given a ``meter`` (``x402srv.usage.credits.Meter``), both meter the calls of plans
 that sell calls or limit them, as the gateway does: ``cost`` credits (a number
 or a function of the request) before the handler runs, 402
 ``CREDITS_EXHAUSTED`` or 429 with ``Retry-After`` when refused, the
@@ -43,12 +43,12 @@ from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 from sanic import Request, Sanic
 from sanic.response import BaseHTTPResponse, HTTPResponse
 
-from . import admission
-from .errors import ProblemError
-from .http_problem import problem_response
-from .metering import Meter, Usage
-from .paths import guarded_prefixes, is_guarded
-from .tokens import AccessClaims, TokenVerifier
+from x402srv.errors import ProblemError
+from x402srv.server.paths import guarded_prefixes, is_guarded
+from x402srv.server.problems import problem_response
+from x402srv.tokens import admission
+from x402srv.tokens.verify import AccessClaims, TokenVerifier
+from x402srv.usage.credits import Meter, Usage
 
 __all__ = [
     "CLAIMS_ATTRIBUTE",

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pluggy
 
 if TYPE_CHECKING:
-    from .interfaces import CredentialIssuer, Settler, Store
-    from .plugin_context import PluginContext
+    from x402srv.interfaces import CredentialIssuer, Settler, Store
+    from x402srv.server.plugin_context import PluginContext
 
 __all__ = ["Factory", "Register", "hookimpl", "hookspec"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import Config, CredentialsConfig, SettlementConfig, StoreConfig
-    from .network_config import Network
+    from x402srv.config.models import Config, CredentialsConfig, SettlementConfig, StoreConfig
+    from x402srv.config.networks import Network
 
 __all__ = ["check_ignored_keys"]
 

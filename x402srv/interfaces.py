@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from .networks import NetworkInfo
-from .records import ChallengeRecord, PaymentKey, RecordChanges, State
+from x402srv.access.records import ChallengeRecord, PaymentKey, RecordChanges, State
+from x402srv.wire.networks import NetworkInfo
 
 __all__ = [
     "Authorization",

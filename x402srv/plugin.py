@@ -49,40 +49,22 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
-from .chain import ChainReader, ChainUnavailable, Receipt
-from .coalescing import Coalescer
-from .config import Config
-from .config_fields import PluginOptions
-from .default_plugins.credit_rules import (
-    USAGE_BUCKET_SECONDS,
-    USAGE_BUCKETS,
-    apply_credit,
-    apply_refund,
-    apply_spend,
-    bucket_start,
-    decode_account,
-    encode_account,
-    window_end,
+from x402srv.access.failpoints import failpoint
+from x402srv.access.records import (
+    ChallengeRecord,
+    PaymentDetails,
+    PaymentKey,
+    RecordChanges,
+    State,
+    Transition,
 )
-from .default_plugins.dump_rules import ImportBatch, sort_items
-from .default_plugins.store_rules import (
-    check_state,
-    claim_conflict,
-    claim_keys,
-    decode_record,
-    decode_task,
-    encode_record,
-    encode_task,
-    key_to_release,
-    nameable,
-    payer_of,
-    state_values,
-    tx_claim_key,
-)
-from .errors import ConfigError, StoreUnavailable, X402SrvError
-from .failpoints import failpoint
-from .hookspecs import Factory, Register, hookimpl
-from .interfaces import (
+from x402srv.config.fields import PluginOptions
+from x402srv.config.models import Config
+from x402srv.config.networks import SettlerConfig, SettlerSpec
+from x402srv.config.secrets import Secret, SecretValue, redact_url
+from x402srv.errors import ConfigError, StoreUnavailable, X402SrvError
+from x402srv.hookspecs import Factory, Register, hookimpl
+from x402srv.interfaces import (
     Authorization,
     Clock,
     CredentialIssuer,
@@ -119,14 +101,9 @@ from .interfaces import (
     UsageBucket,
     keeps_credits,
 )
-from .network_config import SettlerConfig, SettlerSpec
-from .networks import NetworkInfo, Token
-from .plugin_context import PluginContext
-from .reasons import Reason
-from .records import ChallengeRecord, PaymentDetails, PaymentKey, RecordChanges, State, Transition
-from .resolution import NotTransferred, Transferred, Undecided, Verdict, resolve_authorization
-from .secret_values import Secret, SecretValue, redact_url
-from .transfer_call import (
+from x402srv.server.plugin_context import PluginContext
+from x402srv.settlement.chain import ChainReader, ChainUnavailable, Receipt
+from x402srv.settlement.transfer_call import (
     DETAILS,
     MalformedSignature,
     Revert,
@@ -137,6 +114,42 @@ from .transfer_call import (
     preflight,
     transfer_calldata,
 )
+from x402srv.settlement.verdicts import (
+    NotTransferred,
+    Transferred,
+    Undecided,
+    Verdict,
+    resolve_authorization,
+)
+from x402srv.stores.coalescing import Coalescer
+from x402srv.stores.credit_rules import (
+    USAGE_BUCKET_SECONDS,
+    USAGE_BUCKETS,
+    apply_credit,
+    apply_refund,
+    apply_spend,
+    bucket_start,
+    decode_account,
+    encode_account,
+    window_end,
+)
+from x402srv.stores.dump_rules import ImportBatch, sort_items
+from x402srv.stores.rules import (
+    check_state,
+    claim_conflict,
+    claim_keys,
+    decode_record,
+    decode_task,
+    encode_record,
+    encode_task,
+    key_to_release,
+    nameable,
+    payer_of,
+    state_values,
+    tx_claim_key,
+)
+from x402srv.wire.networks import NetworkInfo, Token
+from x402srv.wire.reasons import Reason
 
 __all__ = [
     "DETAILS",

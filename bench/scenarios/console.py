@@ -24,12 +24,12 @@ from typing import Any
 import httpx
 from eth_account import Account
 
-from x402srv.config import parse_config
+from x402srv.access.records import ChallengeRecord, PaymentDetails, State, Transition
+from x402srv.cli.operations import opened
+from x402srv.config.models import parse_config
 from x402srv.interfaces import ExportedChallenge, PortableStore
-from x402srv.operations import opened
-from x402srv.records import ChallengeRecord, PaymentDetails, State, Transition
-from x402srv.tally import hour_of
 from x402srv.testing.servers import free_port
+from x402srv.usage.counters import hour_of
 
 from ..stack import GAS_KEY_ENV, HOURLY_AMOUNT, Stack, _key
 from ..table import Row, Verdict, verdict

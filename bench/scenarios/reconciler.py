@@ -18,11 +18,11 @@ from typing import Any
 
 from eth_account import Account
 
-from x402srv.config import parse_config
+from x402srv.access.reconciler import Reconciler
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.cli.operations import opened
+from x402srv.config.models import parse_config
 from x402srv.interfaces import ExportedChallenge, PortableStore
-from x402srv.operations import opened
-from x402srv.reconciler import Reconciler
-from x402srv.records import ChallengeRecord, State
 
 from ..stack import GAS_KEY_ENV, HOURLY_AMOUNT, Stack, _key
 from ..table import Row

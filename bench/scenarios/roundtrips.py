@@ -21,13 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 from x402srv import hookimpl
-from x402srv.config import load_config
-from x402srv.default_plugins.sqlite_store import build_sqlite_store
-from x402srv.offers import PaymentOffer
-from x402srv.pipeline import AccessPipeline, AccessRequest
-from x402srv.registry import Registry
+from x402srv.access.pipeline import AccessPipeline, AccessRequest
+from x402srv.config.models import load_config
+from x402srv.default_plugins.sqlite.store import build_sqlite_store
+from x402srv.server.registry import Registry
 from x402srv.testing import toml
 from x402srv.testing.buyers import encode_payment, signed_payment
+from x402srv.wire.offers import PaymentOffer
 
 from ..stack import GAS_KEY_ENV, Stack, _key
 from ..table import Row

@@ -5,9 +5,9 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI
 
 from x402srv.asgi import AccessMiddleware, access_claims
-from x402srv.card import agent_card
-from x402srv.config import load_config
-from x402srv.tokens import AccessClaims, TokenVerifier
+from x402srv.config.models import load_config
+from x402srv.tokens.verify import AccessClaims, TokenVerifier
+from x402srv.wire.card import agent_card
 
 config = load_config("seller.toml")  # the same file x402srv serves
 app = FastAPI()

@@ -14,9 +14,9 @@ from pydantic import BaseModel, Field
 from starlette.types import Scope
 
 from x402srv.asgi import AccessMiddleware
-from x402srv.config import load_config
-from x402srv.metering import Meter, Usage
-from x402srv.tokens import TokenVerifier
+from x402srv.config.models import load_config
+from x402srv.tokens.verify import TokenVerifier
+from x402srv.usage.credits import Meter, Usage
 
 config = load_config("seller.toml")  # the same file x402srv serves
 meter = Meter.from_config(config)  # the store x402srv credits: the sqlite file, or Redis

@@ -1,8 +1,8 @@
 """The seller's own API refuses revoked grants too: x402srv's published list, nothing secret."""
 
-from x402srv.jwks import JWKSKeySource
-from x402srv.revocation import RevocationList
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.jwks import JWKSKeySource
+from x402srv.tokens.revocation import RevocationList
+from x402srv.tokens.verify import TokenVerifier
 
 verifier = TokenVerifier(
     JWKSKeySource("https://pay.example.com/.well-known/jwks.json"),

@@ -3,9 +3,9 @@
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
-from x402srv.config import load_config
+from x402srv.config.models import load_config
 from x402srv.guard import access_claims, access_guard, require_access
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.verify import TokenVerifier
 
 app = Sanic("weather_api")
 verifier = TokenVerifier.from_config(load_config("seller.toml"))  # fails at start if no usable key

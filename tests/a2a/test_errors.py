@@ -337,7 +337,7 @@ def test_store_unavailable_is_internal_error_and_nothing_changes(lockable: Selle
 # ------------------------------------------------------------------ -32001 / -32002
 
 
-@pytest.mark.parametrize("task_id", [str(uuid.uuid4()), "nope", "x" * 500, ""])
+@pytest.mark.parametrize("task_id", ["6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", "nope", "x" * 500, ""])
 def test_unknown_tasks(lockable: Seller, task_id: str) -> None:
     url = a2a_url(lockable)
     rpc_error(call(url, "tasks/get", {"id": task_id}), -32001, "req-1")

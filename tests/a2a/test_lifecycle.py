@@ -53,9 +53,9 @@ from tests.support.clock import MovableClock
 from tests.support.faults import facilitator_seller, issuer_failing_once
 from tests.support.purchase import HOURLY
 from tests.support.seller import JWT_SECRET, Seller
-from x402srv.app import create_app
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.devchain import Devchain
+from x402srv.server.app import create_app
 from x402srv.testing.buyers import signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port, seller_config

@@ -25,7 +25,7 @@ from x402srv.a2a.jsonrpc import RpcError
 from x402srv.a2a.outcomes import Update, apply, canceled, from_problem
 from x402srv.a2a.versions import Version, version_of
 from x402srv.errors import ChallengeExpired, PaymentFailed, SettlementPending, SettlerUnavailable
-from x402srv.reasons import Reason
+from x402srv.wire.reasons import Reason
 
 NETWORK = "eip155:31337"
 

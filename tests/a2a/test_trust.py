@@ -41,9 +41,9 @@ from tests.support.a2a_jsonrpc import (
     text,
 )
 from tests.support.seller import Seller
-from x402srv import operations
-from x402srv.config import load_config
-from x402srv.reconciler import Reconciler
+from x402srv.access.reconciler import Reconciler
+from x402srv.cli import operations
+from x402srv.config.models import load_config
 
 FORGED_SIGNATURE = "0x" + "11" * 65
 

@@ -15,8 +15,8 @@ import jwt
 import pytest
 
 from x402srv.admin.auth import Admin, AdminAuth
-from x402srv.config import Config, parse_config
-from x402srv.console_config import AdminConfig
+from x402srv.config.console import AdminConfig
+from x402srv.config.models import Config, parse_config
 from x402srv.errors import AdminForbidden, ConfigError
 
 TOKEN = "admin-token-" + "t" * 24

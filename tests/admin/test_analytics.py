@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from x402srv.analytics import DAY, MAX_POINTS, funnel, period, revenue, settler_figures, usd
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.errors import InvalidRequest
-from x402srv.tally import HOUR
+from x402srv.usage.counters import HOUR
+from x402srv.usage.figures import DAY, MAX_POINTS, funnel, period, revenue, settler_figures, usd
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"  # base-sepolia's
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z

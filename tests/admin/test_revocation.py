@@ -17,6 +17,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import OnChain, ScriptedSettler
 from tests.support.seller import JWT_SECRET
+from x402srv.access.records import State
 from x402srv.errors import (
     NotFound,
     RevocationsUnavailable,
@@ -24,15 +25,14 @@ from x402srv.errors import (
     StoreUnavailable,
     TokenRevoked,
 )
-from x402srv.records import State
-from x402srv.revocation import (
+from x402srv.tokens.revocation import (
     DOCUMENT_ID,
     LEEWAY_SECONDS,
     RevocationBook,
     StoreRevocations,
     revoke_grant,
 )
-from x402srv.tokens import HS256KeySource, TokenVerifier
+from x402srv.tokens.verify import HS256KeySource, TokenVerifier
 
 
 class Ticks:

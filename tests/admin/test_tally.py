@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from x402srv.access.records import RecordChanges, State
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.errors import StoreUnavailable
 from x402srv.interfaces import Store
-from x402srv.records import RecordChanges, State
-from x402srv.tally import HOUR, MAX_REASONS, Tally, clean, hour_of
 from x402srv.testing.builders import BASE_TIME, make_record
+from x402srv.usage.counters import HOUR, MAX_REASONS, Tally, clean, hour_of
 
 
 class Clock:
@@ -49,7 +49,7 @@ async def _everything(store: Store) -> dict[tuple[int, str], int]:
 
 async def test_an_unpaid_probe_flood_moves_counters_not_rows(tmp_path: Path) -> None:
     """490 probes (the seller who counted them by hand) add one counter, and no record."""
-    from x402srv.default_plugins.sqlite_store import SqliteStore
+    from x402srv.default_plugins.sqlite.store import SqliteStore
 
     store = SqliteStore(tmp_path / "flood.db")
     await store.start()

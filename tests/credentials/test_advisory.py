@@ -28,7 +28,7 @@ from tests.support.credentials import (
     forge,
     guarded_app,
 )
-from x402srv.tokens import Ed25519KeySource, HS256KeySource, TokenVerifier, hs256_key_id
+from x402srv.tokens.verify import Ed25519KeySource, HS256KeySource, TokenVerifier, hs256_key_id
 
 HS_KID = hs256_key_id(SECRET.encode())
 

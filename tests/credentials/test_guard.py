@@ -25,8 +25,8 @@ from tests.support.credentials import (
 )
 from x402srv.errors import ConfigError, SettlementInProgress, TokenExpired
 from x402srv.guard import CLAIMS_ATTRIBUTE, access_claims, access_guard, require_access
-from x402srv.http_problem import problem_response
-from x402srv.tokens import AccessClaims, TokenVerifier, VerifyingKey
+from x402srv.server.problems import problem_response
+from x402srv.tokens.verify import AccessClaims, TokenVerifier, VerifyingKey
 
 
 async def issued_token(clock: FrozenClock, **credentials: Any) -> str:

@@ -24,8 +24,8 @@ from tests.support.credentials import (
 )
 from x402srv.errors import ConfigError
 from x402srv.interfaces import CredentialIssuer
-from x402srv.registry import Registry
-from x402srv.tokens import ed25519_key_id, hs256_key_id
+from x402srv.server.registry import Registry
+from x402srv.tokens.verify import ed25519_key_id, hs256_key_id
 
 _NO_EXP: jwt.types.Options = {"verify_exp": False}
 

@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tests.support.credentials import SECRET, FrozenClock, build_issuer, grant_request, make_config
 from tests.support.seller import Seller
 from x402srv.errors import ConfigError, InvalidToken
-from x402srv.jwks import JWKSKeySource
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.jwks import JWKSKeySource
+from x402srv.tokens.verify import TokenVerifier
 
 OLD_SECRET = "an-older-secret-that-is-long-enough-" + "x" * 16
 

@@ -1,4 +1,4 @@
-"""The verifier's cache of tokens it already accepted (``x402srv.token_cache``).
+"""The verifier's cache of tokens it already accepted (``x402srv.tokens.cache``).
 
 A cached token skips decoding and the signature check, so what matters is that
 nothing else changes: only the exact token text hits, expiry is still checked
@@ -19,10 +19,10 @@ from tests.support.credentials import (
     access_claims,
     forge,
 )
-from x402srv import tokens as tokens_module
 from x402srv.errors import InvalidToken, TokenExpired
-from x402srv.token_cache import DEFAULT_TTL_SECONDS, VerifiedTokens
-from x402srv.tokens import AccessClaims, HS256KeySource, TokenVerifier, hs256_key_id
+from x402srv.tokens import verify as tokens_module
+from x402srv.tokens.cache import DEFAULT_TTL_SECONDS, VerifiedTokens
+from x402srv.tokens.verify import AccessClaims, HS256KeySource, TokenVerifier, hs256_key_id
 
 HS_KID = hs256_key_id(SECRET.encode())
 

@@ -23,7 +23,7 @@ from tests.support.credentials import (
     make_config,
 )
 from x402srv.errors import ConfigError, InvalidToken, TokenExpired
-from x402srv.tokens import (
+from x402srv.tokens.verify import (
     AccessClaims,
     Ed25519KeySource,
     HS256KeySource,

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from tests.support.paths import SAMPLES
-from x402srv.config import load_config
+from x402srv.config.models import load_config
 from x402srv.interfaces import GrantRequest
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 
 SECRET = "docs-sample-secret-" + "z" * 32
 PAYER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
@@ -103,7 +103,7 @@ def test_the_jwks_sample_builds_its_verifier() -> None:
 
 
 def test_the_revocation_sample_builds_its_verifier() -> None:
-    from x402srv.revocation import RevocationList
+    from x402srv.tokens.revocation import RevocationList
 
     verifier = run_sample("revocation_verifier.py")["verifier"]
     assert isinstance(verifier.revocations, RevocationList)

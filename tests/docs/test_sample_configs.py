@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.support.paths import SAMPLES
-from x402srv.config import Config, load_config
-from x402srv.registry import Registry
+from x402srv.config.models import Config, load_config
+from x402srv.server.registry import Registry
 from x402srv.testing import toml
 
 QUICKSTART = SAMPLES / "seller.toml"

@@ -1,6 +1,6 @@
 """The operator commands the docs show, run as written next to a real seller's ``seller.toml``.
 
-The lines run through ``x402srv.cli.main`` in one process (``command_lines``),
+The lines run through ``x402srv.cli.main.main`` in one process (``command_lines``),
 which is what the ``x402srv`` command calls.
 """
 

@@ -35,7 +35,7 @@ from tests.support.gateway import gateway_routes
 from tests.support.problems import assert_problem
 from tests.support.seller import Seller, decode_header
 from x402srv.devchain import Devchain
-from x402srv.logs import fingerprint
+from x402srv.server.logs import fingerprint
 from x402srv.testing.buyers import encode_payment, official_client, paying_client
 
 REPO = Path(__file__).resolve().parents[2]

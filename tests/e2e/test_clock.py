@@ -18,10 +18,10 @@ from sanic import Sanic
 from tests.support.clock import MovableClock
 from tests.support.problems import assert_problem
 from tests.support.seller import JWT_SECRET
-from x402srv.app import create_app
-from x402srv.config import parse_config
+from x402srv.access.records import State
+from x402srv.config.models import parse_config
 from x402srv.devchain import Devchain
-from x402srv.records import State
+from x402srv.server.app import create_app
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import seller_config
 

@@ -1,6 +1,6 @@
 """The crash matrix: SIGKILL a real server at each settlement boundary, then recover.
 
-For every failpoint (x402srv.failpoints) the server process is killed in the
+For every failpoint (x402srv.access.failpoints) the server process is killed in the
 middle of a purchase, restarted without the failpoint, ``x402srv reconcile``
 runs once, and then the buyer's retry of the very same request must get a
 grant, the chain must hold exactly one transfer, and ``x402srv audit`` must
@@ -18,8 +18,8 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.cli import x402srv
 from tests.support.seller import Seller
+from x402srv.access.failpoints import POINTS
 from x402srv.devchain import Devchain
-from x402srv.failpoints import POINTS
 from x402srv.testing.buyers import encode_payment, signed_payment
 
 HOURLY = 100_000

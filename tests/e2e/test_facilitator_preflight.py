@@ -17,16 +17,16 @@ import httpx
 import pytest
 from eth_account import Account
 
-from x402srv.chain import ChainReader, ChainUnavailable
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorOptions, FacilitatorSettler
 from x402srv.devchain import Devchain, sign_transfer_authorization
 from x402srv.interfaces import Rejected, Settled, SettlementRequest, Unknown
-from x402srv.reasons import Reason
+from x402srv.settlement.chain import ChainReader, ChainUnavailable
+from x402srv.settlement.transfer_call import transfer_calldata
 from x402srv.testing.buyers import settlement_request
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port, seller_config
-from x402srv.transfer_call import transfer_calldata
+from x402srv.wire.reasons import Reason
 
 PRICE = 100_000
 

@@ -408,7 +408,7 @@ def test_a_token_configured_under_the_wrong_domain_is_reported_at_start_up(
         for line in server.logs().splitlines()
         if line.startswith("{") and '"level": "ERROR"' in line
     ]
-    assert [e["logger"] for e in errors] == ["x402srv.domains"], errors
+    assert [e["logger"] for e in errors] == ["x402srv.settlement.domains"], errors
     message = errors[0]["message"]
     assert message.startswith(f"token {wrong.address} on eip155:{A}: its on-chain EIP-712 domain")
     assert "name='Dollar 18' version='1'" in message

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.support.seller import Seller
-from x402srv.cli import main
+from x402srv.cli.main import main
 from x402srv.devchain import Devchain
 from x402srv.testing import toml
 from x402srv.testing.buyers import encode_payment, signed_payment
@@ -36,7 +36,7 @@ def operator(
 ) -> Callable[..., tuple[int, str, str]]:
     """``operator(config, *args, stdin=None) -> (exit code, stdout, stderr)`` of ``x402srv``.
 
-    The command line in this process (``x402srv.cli.main``, what ``python -m x402srv``
+    The command line in this process (``x402srv.cli.main.main``, what ``python -m x402srv``
     runs) rather than a subprocess each: ten commands cost a second, not half a minute.
     """
 

@@ -27,9 +27,9 @@ import httpx
 from eth_account.signers.local import LocalAccount
 
 from tests.support.seller import Seller
-from x402srv import operations
-from x402srv.config import load_config
-from x402srv.reconciler import PassReport, Reconciler
+from x402srv.access.reconciler import PassReport, Reconciler
+from x402srv.cli import operations
+from x402srv.config.models import load_config
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 
 FLOODERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")

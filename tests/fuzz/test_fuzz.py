@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from tests.support.problems import snapshot
 from tests.support.seller import Seller
 from x402srv.errors import InvalidRequest
-from x402srv.protocol import decode_payment_header, parse_access_body
 from x402srv.testing.buyers import encode_payment, signed_payment
+from x402srv.wire.protocol import decode_payment_header, parse_access_body
 
 PLANS = {"hourly", "daily"}
 FUZZ = settings(

@@ -21,9 +21,9 @@ from tests.support.credentials import guarded_app
 from tests.support.gateway import AGENT_URL, mint_token
 from tests.support.seller import JWT_SECRET
 from x402srv.asgi import STATE_KEY, AccessMiddleware, access_claims
-from x402srv.jwks import JWKSKeySource
 from x402srv.testing.servers import free_port
-from x402srv.tokens import AccessClaims, HS256KeySource, TokenVerifier, VerifyingKey
+from x402srv.tokens.jwks import JWKSKeySource
+from x402srv.tokens.verify import AccessClaims, HS256KeySource, TokenVerifier, VerifyingKey
 
 CARD = {"name": "Weather Oracle", "url": "http://127.0.0.1/x402/access"}
 

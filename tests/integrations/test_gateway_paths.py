@@ -14,7 +14,7 @@ from tests.support.apps import raw_request
 from tests.support.gateway import mint_token
 from tests.support.seller import Seller
 from x402srv.errors import InvalidRequest
-from x402srv.paths import gateway_segments, is_guarded, path_forms
+from x402srv.server.paths import gateway_segments, is_guarded, path_forms
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,9 @@ from tests.support.apps import AppProcess
 from tests.support.clock import MovableClock
 from tests.support.gateway import gateway_routes
 from tests.support.seller import JWT_SECRET, decode_header, settlement_table
-from x402srv.app import create_app
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.devchain import Devchain
+from x402srv.server.app import create_app
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import seller_config
 

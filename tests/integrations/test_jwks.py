@@ -26,9 +26,9 @@ from tests.support.seller import Seller
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.errors import ConfigError, InvalidToken, KeySourceUnavailable
 from x402srv.interfaces import GrantRequest
-from x402srv.jwks import MAX_JWKS_BYTES, JWKSKeySource, parse_jwks
 from x402srv.testing.servers import free_port
-from x402srv.tokens import (
+from x402srv.tokens.jwks import MAX_JWKS_BYTES, JWKSKeySource, parse_jwks
+from x402srv.tokens.verify import (
     AccessClaims,
     ed25519_jwk,
     verify_access_token,

@@ -32,9 +32,9 @@ from tests.support.gateway import AGENT_URL, eddsa_credentials, gateway_routes
 from tests.support.paths import REPO
 from tests.support.problems import assert_problem
 from tests.support.seller import Seller
-from x402srv.revocation import LIST_PATH
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess, free_port
+from x402srv.tokens.revocation import LIST_PATH
 
 REFRESH = 1.0
 #: What a shared, slow CI machine may add to REFRESH (+1 s for the published list's copy).

@@ -44,9 +44,9 @@ from tests.support.problems import assert_problem
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 from x402srv.errors import RevocationsUnavailable
-from x402srv.revocation import LIST_PATH, RevocationList
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess, free_port
+from x402srv.tokens.revocation import LIST_PATH, RevocationList
 
 REFRESH = 1.0
 #: How long the tests wait for a state a refresh brings (a slow, shared CI machine).

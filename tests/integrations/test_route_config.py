@@ -14,9 +14,9 @@ from tests.support.credentials import make_config
 from tests.support.gateway import AGENT_URL
 from tests.support.seller import JWT_SECRET
 from x402srv import guard
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.errors import ConfigError
-from x402srv.tokens import HS256KeySource, TokenVerifier
+from x402srv.tokens.verify import HS256KeySource, TokenVerifier
 
 SELLER = make_config(secret=JWT_SECRET).model_dump(mode="json", include={"seller", "plans"})
 

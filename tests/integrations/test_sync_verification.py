@@ -10,7 +10,7 @@ import pytest
 from tests.support.gateway import AGENT_URL, mint_token
 from tests.support.seller import JWT_SECRET
 from x402srv.errors import ConfigError, InvalidToken, TokenExpired
-from x402srv.tokens import (
+from x402srv.tokens.verify import (
     HS256KeySource,
     SyncKeySource,
     TokenVerifier,

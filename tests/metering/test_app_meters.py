@@ -30,12 +30,12 @@ from tests.support.gateway import AGENT_URL
 from tests.support.metering import limits, minted
 from tests.support.seller import JWT_SECRET
 from x402srv.asgi import USAGE_KEY, AccessMiddleware
-from x402srv.config import Config
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.config.models import Config
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.errors import ConfigError, CreditsExhausted
 from x402srv.guard import access_guard, require_access
-from x402srv.metering import Meter, Usage
-from x402srv.tokens import HS256KeySource, TokenVerifier
+from x402srv.tokens.verify import HS256KeySource, TokenVerifier
+from x402srv.usage.credits import Meter, Usage
 
 LLM = {"plan_id": "llm", "unit_amount": "$1", "description": "Completions", "calls": 5}
 RATED = {"plan_id": "rated", "unit_amount": "$1", "description": "An hour", "rate_limit": "2/day"}

@@ -18,7 +18,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.credentials import bearer
 from tests.support.metering import CALLS_3_AMOUNT, limits, payment_required, shown
 from tests.support.seller import Seller
-from x402srv.plan_terms import CALLS_TOKEN_TTL_SECONDS
+from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS
 from x402srv.testing.buyers import paying_client
 
 WEEK = CALLS_TOKEN_TTL_SECONDS

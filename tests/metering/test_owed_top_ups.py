@@ -1,7 +1,7 @@
 """A top-up delivered late to a grant revoked meanwhile: the payment is owed, never lost.
 
 The seller sells calls on the gas wallet; a buyer holds a grant and tops it up.
-The server is SIGKILLed (``x402srv.failpoints``) right after the top-up is PAID,
+The server is SIGKILLed (``x402srv.access.failpoints``) right after the top-up is PAID,
 before its calls are credited; the seller then revokes the grant (a
 chargeback), and the restarted server's ``x402srv reconcile`` delivers the
 top-up late. The grant's token opens nothing any more, so crediting it would

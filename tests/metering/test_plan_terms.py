@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from tests.support.configs import config_dict, make_config
-from x402srv.card import agent_card
-from x402srv.config import Config
+from x402srv.config.models import Config
+from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.errors import ConfigError
 from x402srv.interfaces import RateWindow
-from x402srv.offers import OfferBuilder
-from x402srv.plan_terms import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.plugin import DelegatingStore
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 from x402srv.testing.builders import make_record
+from x402srv.wire.card import agent_card
+from x402srv.wire.offers import OfferBuilder
 
 LLM = {
     "plan_id": "llm-1k",

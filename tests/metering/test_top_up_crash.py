@@ -1,7 +1,7 @@
 """A crash between settlement and crediting a top-up: credited exactly once after restart.
 
 The seller sells calls on the gas wallet; a buyer holds a grant and tops it up
-at ``/x402/access``. The server is SIGKILLed (``x402srv.failpoints``) after the
+at ``/x402/access``. The server is SIGKILLed (``x402srv.access.failpoints``) after the
 top-up is PAID but before its grant is credited (``after-paid``), or after the
 credit but before the top-up is DELIVERED (``after-credit``). After a restart
 without the failpoint, ``x402srv reconcile`` (after-paid) or the buyer's retry

@@ -15,7 +15,7 @@ from tests.support.faults import lockable_store, locked
 from tests.support.problems import assert_problem
 from tests.support.seller import GAS_KEY_ENV, JWT_SECRET, Seller
 from x402srv.devchain import Devchain
-from x402srv.logs import fingerprint
+from x402srv.server.logs import fingerprint
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port

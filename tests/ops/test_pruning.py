@@ -15,11 +15,11 @@ from dataclasses import replace
 import pytest
 
 from tests.support.configs import config_dict, make_config
-from x402srv import operations
-from x402srv.config import Config
+from x402srv.access.reconciler import Reconciler
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.cli import operations
+from x402srv.config.models import Config
 from x402srv.errors import ConfigError
-from x402srv.reconciler import Reconciler
-from x402srv.records import ChallengeRecord, State
 from x402srv.testing.builders import make_grant, make_record, new_tx_hash
 
 NOW = 1_800_000_000.0

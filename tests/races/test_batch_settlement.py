@@ -15,11 +15,11 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.rig import MakeRig, Payment, Rig, granted, outcome, problem
 from tests.support.scripted import Batching, ScriptedSettler, unknown_after
-from x402srv.audit import audit
+from x402srv.access.reconciler import Reconciler
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.cli.audit import audit
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Unknown
-from x402srv.reconciler import Reconciler
-from x402srv.records import ChallengeRecord, State
 
 
 async def two_payments(rig: Rig, devchain: Devchain, payers: str) -> list[tuple[str, Payment]]:

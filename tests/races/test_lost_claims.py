@@ -23,6 +23,8 @@ from tests.support.scripted import (
     OnChain,
     ScriptedSettler,
 )
+from x402srv.access.pipeline import MAX_STEPS
+from x402srv.access.records import ChallengeRecord, RecordChanges, State
 from x402srv.errors import ProblemError
 from x402srv.interfaces import (
     PaymentClaimed,
@@ -31,9 +33,7 @@ from x402srv.interfaces import (
     TransitionRequest,
     Unknown,
 )
-from x402srv.offers import AccessGranted, PaymentOffer
-from x402srv.pipeline import MAX_STEPS
-from x402srv.records import ChallengeRecord, RecordChanges, State
+from x402srv.wire.offers import AccessGranted, PaymentOffer
 
 PENDING, SETTLING, PAID = State.PENDING, State.SETTLING, State.PAID
 DELIVERED, EXPIRED, CANCELLED = State.DELIVERED, State.EXPIRED, State.CANCELLED

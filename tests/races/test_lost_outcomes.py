@@ -27,6 +27,7 @@ from tests.support.scripted import (
     rejected_after,
     unknown_after,
 )
+from x402srv.access.records import ChallengeRecord, State
 from x402srv.default_plugins.callback_issuer import CallbackIssuer
 from x402srv.interfaces import (
     Settled,
@@ -35,7 +36,6 @@ from x402srv.interfaces import (
     TxClaimed,
     Unknown,
 )
-from x402srv.records import ChallengeRecord, State
 
 PENDING, SETTLING, PAID, DELIVERED = State.PENDING, State.SETTLING, State.PAID, State.DELIVERED
 

@@ -23,10 +23,10 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.rig import MakeRig, Payment, Rig, granted, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.access.records import State
 from x402srv.devchain import Devchain
 from x402srv.errors import ProblemError
 from x402srv.interfaces import Unknown
-from x402srv.records import State
 
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 

@@ -14,9 +14,9 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.rig import MakeRig, granted, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.access.reconciler import Reconciler
+from x402srv.access.records import State
 from x402srv.interfaces import Unknown
-from x402srv.reconciler import Reconciler
-from x402srv.records import State
 
 TIMED_OUT = Unknown("facilitator timed out")
 

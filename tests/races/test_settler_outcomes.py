@@ -21,6 +21,8 @@ from tests.support.scripted import (
     unknown_after,
     wire,
 )
+from x402srv.access.pipeline import PENDING_RETRY_AFTER
+from x402srv.access.records import State
 from x402srv.devchain import encode_call, settle_on_chain, sign_cancel_authorization
 from x402srv.interfaces import (
     Rejected,
@@ -29,9 +31,7 @@ from x402srv.interfaces import (
     SettlementRequest,
     Unknown,
 )
-from x402srv.pipeline import PENDING_RETRY_AFTER
-from x402srv.reasons import Reason
-from x402srv.records import State
+from x402srv.wire.reasons import Reason
 
 PENDING, SETTLING, PAID, DELIVERED = State.PENDING, State.SETTLING, State.PAID, State.DELIVERED
 HANDED_OVER = [PENDING, SETTLING, SETTLING]  # created, claimed, handed to the settler

@@ -18,11 +18,11 @@ from eth_account.signers.local import LocalAccount
 from tests.support.racing import states
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import GatedCallback, ScriptedSettler
+from x402srv.access.pipeline import DELIVERY_LEASE_SECONDS
+from x402srv.access.records import ChallengeRecord, RecordChanges, State
 from x402srv.default_plugins.callback_issuer import CallbackIssuer
 from x402srv.interfaces import TransitionApplied, TransitionRequest, Unknown
-from x402srv.offers import AccessGranted
-from x402srv.pipeline import DELIVERY_LEASE_SECONDS
-from x402srv.records import ChallengeRecord, RecordChanges, State
+from x402srv.wire.offers import AccessGranted
 
 CONCURRENT = 20
 

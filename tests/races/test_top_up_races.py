@@ -20,10 +20,10 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.rig import MakeRig, Payment, Rig, granted, outcome, problem
 from tests.support.scripted import ScriptedSettler
+from x402srv.access.records import ChallengeRecord, State
 from x402srv.interfaces import CreditStore, Unknown
-from x402srv.offers import PaymentOffer
-from x402srv.protocol import AccessBody, PaymentPayload, parse_payment_payload
-from x402srv.records import ChallengeRecord, State
+from x402srv.wire.offers import PaymentOffer
+from x402srv.wire.protocol import AccessBody, PaymentPayload, parse_payment_payload
 
 CALLS_3 = {"plan_id": "calls-3", "unit_amount": "$0.01", "description": "Three", "calls": 3}
 CONCURRENT = 20

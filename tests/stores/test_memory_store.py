@@ -11,8 +11,8 @@ from tests.support.configs import make_config
 from x402srv.default_plugins.memory_store import MemoryStore, build_memory_store
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Store
-from x402srv.plugin_context import PluginContext
-from x402srv.registry import Registry
+from x402srv.server.plugin_context import PluginContext
+from x402srv.server.registry import Registry
 from x402srv.testing import StoreContract
 from x402srv.testing.builders import BASE_TIME
 

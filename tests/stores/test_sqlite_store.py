@@ -22,16 +22,18 @@ from typing import Any
 import pytest
 
 from tests.support.configs import make_config
-from x402srv.config import Config
-from x402srv.default_plugins import sqlite_ops, sqlite_reports, sqlite_schema
-from x402srv.default_plugins.sqlite_checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
-from x402srv.default_plugins.sqlite_store import SqliteOptions, SqliteStore, build_sqlite_store
-from x402srv.default_plugins.store_rules import encode_record
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.config.models import Config
+from x402srv.default_plugins.sqlite import ops as sqlite_ops
+from x402srv.default_plugins.sqlite import reports as sqlite_reports
+from x402srv.default_plugins.sqlite import schema as sqlite_schema
+from x402srv.default_plugins.sqlite.checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
+from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import Store, TransitionApplied
-from x402srv.plugin_context import PluginContext
-from x402srv.records import ChallengeRecord, State
-from x402srv.registry import Registry
+from x402srv.server.plugin_context import PluginContext
+from x402srv.server.registry import Registry
+from x402srv.stores.rules import encode_record
 from x402srv.testing import StoreContract
 from x402srv.testing.builders import (
     BASE_TIME,
@@ -474,7 +476,7 @@ async def test_a_closed_store_is_unavailable(opened: SqliteStore) -> None:
 _WORKER = r"""
 import asyncio, json, os, sys, time
 from pathlib import Path
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.interfaces import TransitionApplied
 from x402srv.testing.builders import make_key, make_record
 from x402srv.testing.store_contract import settling

@@ -2,7 +2,7 @@
 
     python -m tests.support.command_lines docs/samples/operator.sh
 
-Each line goes through ``x402srv.cli.main``, the function the ``x402srv``
+Each line goes through ``x402srv.cli.main.main``, the function the ``x402srv``
 console script calls, with ``$VARS`` expanded and ``#`` comments dropped as the
 shell would; the first failing line stops the run with its exit code, as
 ``bash -e`` would. One interpreter for every line: five ``x402srv`` processes
@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from x402srv.cli import main
+from x402srv.cli.main import main
 
 
 def run(script: Path) -> int:

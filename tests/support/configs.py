@@ -15,11 +15,11 @@ from typing import Any
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.devchain import TokenInfo, sign_transfer_authorization
-from x402srv.eip712 import Eip3009Domain
-from x402srv.networks import NetworkInfo
-from x402srv.protocol import requirement
+from x402srv.wire.eip712 import Eip3009Domain
+from x402srv.wire.networks import NetworkInfo
+from x402srv.wire.protocol import requirement
 
 AGENT_URL = "https://api.example.com"
 WALLET = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"

@@ -21,12 +21,12 @@ from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
 from x402srv import guard
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins import callback_issuer, jwt_issuer
 from x402srv.hookspecs import Factory
 from x402srv.interfaces import GrantRequest
-from x402srv.plugin_context import PluginContext
-from x402srv.tokens import TokenVerifier
+from x402srv.server.plugin_context import PluginContext
+from x402srv.tokens.verify import TokenVerifier
 
 AGENT_URL = "https://api.example.com"
 SECRET = "credentials-test-secret-" + "0123456789abcdef" * 2  # 56 bytes

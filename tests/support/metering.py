@@ -21,7 +21,7 @@ from tests.support.gateway import AGENT_URL
 from tests.support.seller import JWT_SECRET
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.interfaces import GrantRequest
-from x402srv.tokens import AccessClaims, HS256KeySource, TokenVerifier
+from x402srv.tokens.verify import AccessClaims, HS256KeySource, TokenVerifier
 
 #: A purchase credits 3 calls (through routes that cost 1, or 2 under /llm/batch).
 CALLS_3: dict[str, Any] = {

@@ -35,7 +35,7 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
 #: failure reasons of the console's funnel).
 NOT_STATE = {"leases", "rate_counters", "counts"}
 #: Rows of the tasks table that are not tasks: the reconciler's last-pass summary.
-NOT_TASKS = ("x402srv.reconciler.last-pass",)
+NOT_TASKS = ("x402srv.access.reconciler.last-pass",)
 
 
 def snapshot(seller: Seller) -> dict[str, list[tuple[Any, ...]]]:

@@ -15,10 +15,10 @@ from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
 from tests.support.seller import Seller
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.guard import access_claims, require_access
 from x402srv.testing.buyers import paying_client
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.verify import TokenVerifier
 
 HOURLY = 100_000  # the "hourly" plan of seller_config: $0.10 with 6 decimals
 

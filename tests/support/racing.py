@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from x402srv.access.records import ChallengeRecord, PaymentKey, State
 from x402srv.interfaces import (
     CreditAccount,
     Credited,
@@ -34,7 +35,6 @@ from x402srv.interfaces import (
     TransitionRequest,
     TransitionResult,
 )
-from x402srv.records import ChallengeRecord, PaymentKey, State
 
 __all__ = ["FrozenClock", "Race", "RacingStore", "moving", "states"]
 

@@ -26,21 +26,21 @@ from eth_account.signers.local import LocalAccount
 from tests.support.racing import FrozenClock, RacingStore
 from tests.support.scripted import ScriptedSettler
 from tests.support.seller import JWT_SECRET
-from x402srv.chain import ChainReader
-from x402srv.config import Config, parse_config
+from x402srv.access.pipeline import AccessPipeline, AccessResult
+from x402srv.access.records import ChallengeRecord, PaymentKey, State
+from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins.jwt_issuer import build_jwt_issuer
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.devchain import Devchain, settle_on_chain
 from x402srv.errors import ProblemError
 from x402srv.interfaces import CredentialIssuer, Settler, Store
-from x402srv.offers import AccessGranted, PaymentOffer
-from x402srv.pipeline import AccessPipeline, AccessResult
-from x402srv.plugin_context import PluginContext
-from x402srv.protocol import AccessBody, PaymentPayload, parse_payment_payload
-from x402srv.records import ChallengeRecord, PaymentKey, State
+from x402srv.server.plugin_context import PluginContext
+from x402srv.settlement.chain import ChainReader
 from x402srv.testing.buyers import signed_payment
 from x402srv.testing.servers import seller_config
+from x402srv.wire.offers import AccessGranted, PaymentOffer
+from x402srv.wire.protocol import AccessBody, PaymentPayload, parse_payment_payload
 
 __all__ = ["MakeRig", "Payment", "Rig", "RpcLog", "granted", "open_rig", "outcome", "problem"]
 

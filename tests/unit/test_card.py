@@ -9,8 +9,8 @@ from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3.types import AgentCard
 
 from tests.support.configs import AGENT_URL, config_dict, custom_network_dict, make_config
-from x402srv.card import X402_EXTENSION_URI, agent_card
-from x402srv.config import Config
+from x402srv.config.models import Config
+from x402srv.wire.card import X402_EXTENSION_URI, agent_card
 
 SPEC_FIELDS = {
     "name",

@@ -25,17 +25,17 @@ from tests.support.configs import (
     signed_payment,
     token_for,
 )
-from x402srv.config import Config
+from x402srv.config.models import Config
 from x402srv.devchain import TokenInfo
-from x402srv.eip712 import Eip3009Domain
 from x402srv.errors import PaymentFailed
 from x402srv.interfaces import Authorization
-from x402srv.protocol import (
+from x402srv.wire.eip712 import Eip3009Domain
+from x402srv.wire.protocol import (
     check_payment,
     decode_payment_header,
     encode_header,
 )
-from x402srv.reasons import Reason
+from x402srv.wire.reasons import Reason
 
 CONFIG: Config = custom_config()
 NETWORK = CONFIG.network_info

@@ -14,13 +14,13 @@ import pytest
 
 from tests.support.configs import make_config
 from tests.support.scripted import ScriptedSettler
-from x402srv.breaker import BreakerState, CircuitBreaker
-from x402srv.config import BreakerConfig, SettlerConfig, SettlerSpec
-from x402srv.failover import FailoverSettler
+from x402srv.config.models import BreakerConfig, SettlerConfig, SettlerSpec
 from x402srv.interfaces import Rejected, Settled, SettlementRequest, Unknown
-from x402srv.metrics import Metrics
-from x402srv.reasons import Reason
+from x402srv.server.metrics import Metrics
+from x402srv.settlement.breaker import BreakerState, CircuitBreaker
+from x402srv.settlement.failover import FailoverSettler
 from x402srv.testing.buyers import settlement_request
+from x402srv.wire.reasons import Reason
 
 NETWORK = "eip155:84532"
 TX = "0x" + "cd" * 32

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import AGENT_URL, WALLET, config_dict, custom_network_dict, make_config
-from x402srv.config import load_config, parse_config
+from x402srv.config.models import load_config, parse_config
 from x402srv.errors import ConfigError
 
 Edit = Callable[[dict[str, Any]], None]

@@ -17,9 +17,9 @@ from tests.support.configs import (
     custom_network_dict,
     make_config,
 )
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.errors import ConfigError
-from x402srv.networks import KNOWN_NETWORKS, canonical_network_name
+from x402srv.wire.networks import KNOWN_NETWORKS, canonical_network_name
 
 BASE_USDC = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
 SEPOLIA_USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"

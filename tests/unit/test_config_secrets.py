@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import CUSTOM_ASSET, config_dict, custom_network_dict, make_config
-from x402srv.config import Config, Secret, load_config, parse_config, redact_url
+from x402srv.config.models import Config, Secret, load_config, parse_config, redact_url
 from x402srv.errors import ConfigError
 
 # Distinctive values: a leak of any of them anywhere is caught by a substring search.
@@ -375,7 +375,7 @@ def test_redact_url_keeps_ipv6_brackets() -> None:
 @pytest.mark.parametrize("key", ["facilitator_url", "rpc_url"])
 @pytest.mark.parametrize("url", [f"https://h.example.com:{URL_KEY}/v1", "not a url"])
 def test_malformed_url_secret_is_a_config_error_naming_the_key(key: str, url: str) -> None:
-    from x402srv.registry import Registry
+    from x402srv.server.registry import Registry
 
     with pytest.raises(ConfigError) as caught:
         Registry(entry_points=False).build(make_config(settlement={key: url}))

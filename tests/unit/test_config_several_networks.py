@@ -15,18 +15,23 @@ import pytest
 
 from tests.support.configs import BUYER, NOW, WALLET, config_dict, token_for
 from tests.support.scripted import ScriptedSettler
-from x402srv.config import Config, parse_config
+from x402srv.access.pipeline import AccessPipeline, AccessResult, payment_key
+from x402srv.access.records import State
+from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins.jwt_issuer import build_jwt_issuer
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.devchain import sign_transfer_authorization
 from x402srv.errors import ConfigError, PaymentFailed, ProblemError
 from x402srv.interfaces import Settled
-from x402srv.offers import MAX_PAYMENT_REQUIRED_BYTES, AccessGranted, OfferBuilder, PaymentOffer
-from x402srv.pipeline import AccessPipeline, AccessResult, payment_key
-from x402srv.plugin_context import PluginContext
-from x402srv.protocol import AccessBody, parse_payment_payload
-from x402srv.reasons import Reason
-from x402srv.records import State
+from x402srv.server.plugin_context import PluginContext
+from x402srv.wire.offers import (
+    MAX_PAYMENT_REQUIRED_BYTES,
+    AccessGranted,
+    OfferBuilder,
+    PaymentOffer,
+)
+from x402srv.wire.protocol import AccessBody, parse_payment_payload
+from x402srv.wire.reasons import Reason
 
 CHAIN_A, CHAIN_B = 31337, 31338
 USD6 = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
@@ -198,7 +203,7 @@ def test_plugin_options_resolve_secret_references_in_the_configs_environment() -
     """``{ env = ... }`` in a plugin's table reads ``Config.env``, never ``os.environ``."""
     from pydantic import BaseModel, ConfigDict
 
-    from x402srv.secret_values import SecretValue
+    from x402srv.config.secrets import SecretValue
 
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -258,7 +263,7 @@ def test_an_oversized_payment_required_header_is_reported_per_plan(
     ]
     document["plans"][1]["networks"] = [f"eip155:{CHAIN_B}"]
     config = make(document)
-    with caplog.at_level(logging.WARNING, logger="x402srv.offers"):
+    with caplog.at_level(logging.WARNING, logger="x402srv.wire.offers"):
         builder = OfferBuilder(config)
     assert len(builder.discovery().header) > MAX_PAYMENT_REQUIRED_BYTES
     warned = [r.getMessage() for r in caplog.records]
@@ -421,7 +426,7 @@ def test_a_claim_keys_on_the_network_and_token_the_payment_names() -> None:
 
 async def test_a_gateway_route_offers_every_option_of_its_own_plans_only() -> None:
     """Splitting a catalogue by route: each route's 402 carries its plans' options only."""
-    from x402srv.app import create_app
+    from x402srv.server.app import create_app
 
     document = two_chains(
         routes=[{"prefix": "/api", "upstream": "http://127.0.0.1:9", "plans": ["daily"]}]

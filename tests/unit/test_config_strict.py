@@ -18,11 +18,11 @@ import pytest
 
 from tests.support.cli import check
 from tests.support.configs import config_dict
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.default_plugins.facilitator import FacilitatorOptions
-from x402srv.default_plugins.sqlite_store import SqliteOptions
+from x402srv.default_plugins.sqlite.store import SqliteOptions
 from x402srv.errors import ConfigError
-from x402srv.plugin_context import PluginContext
+from x402srv.server.plugin_context import PluginContext
 
 Document = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""The hand-rolled EIP-712 digest and signer recovery (``x402srv.eip712``).
+"""The hand-rolled EIP-712 digest and signer recovery (``x402srv.wire.eip712``).
 
 The digest is checked against eth_account's generic ``encode_typed_data`` for
 random inputs; recovery is checked against eth_account signatures and must
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.configs import BUYER, CUSTOM_ASSET, WALLET
-from x402srv.eip712 import Eip3009Domain, TransferAuthorization, recover_signer
+from x402srv.wire.eip712 import Eip3009Domain, TransferAuthorization, recover_signer
 
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 HALF_N = SECP256K1_N // 2

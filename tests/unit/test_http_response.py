@@ -1,11 +1,11 @@
-"""``x402srv.http_response.Response`` sends exactly the headers Sanic would."""
+"""``x402srv.server.responses.Response`` sends exactly the headers Sanic would."""
 
 from __future__ import annotations
 
 import pytest
 from sanic.response import HTTPResponse
 
-from x402srv.http_response import Response
+from x402srv.server.responses import Response
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from x402srv.ids import uuid4_hex, uuid4_str
+from x402srv.access.ids import uuid4_hex, uuid4_str
 
 
 def test_ids_are_version_4_uuids_in_their_usual_forms() -> None:

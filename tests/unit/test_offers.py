@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.support.configs import AGENT_URL, SEPOLIA_USDC, WALLET, make_config
-from x402srv import offers as offers_module
-from x402srv.config import Config
-from x402srv.offers import OfferBuilder, rfc3339, with_request_id
-from x402srv.records import ChallengeRecord
+from x402srv.access.records import ChallengeRecord
+from x402srv.config.models import Config
 from x402srv.testing.builders import BASE_TIME, make_record
+from x402srv.wire import offers as offers_module
+from x402srv.wire.offers import OfferBuilder, rfc3339, with_request_id
 
 REQUEST_ID = "5b0f3c1e-8a2d-4c6b-9e7f-1a2b3c4d5e6f"
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from x402srv.errors import InvalidRequest, UnsupportedMediaType
-from x402srv.protocol import MAX_BODY_BYTES, AccessBody, parse_access_body
+from x402srv.wire.protocol import MAX_BODY_BYTES, AccessBody, parse_access_body
 
 JSON = "application/json"
 REQUEST_ID = "6f1c2f3e-8a4b-4c1d-9e2f-0123456789ab"

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.configs import WALLET, custom_config
 from x402srv.errors import InvalidRequest
-from x402srv.protocol import (
+from x402srv.wire.protocol import (
     MAX_HEADER_CHARS,
     PaymentPayload,
     decode_payment_header,

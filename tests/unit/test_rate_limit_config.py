@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import config_dict, make_config
-from x402srv.config import parse_config
+from x402srv.config.models import parse_config
 from x402srv.errors import ConfigError
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.errors import RateLimited, StoreUnavailable
-from x402srv.ratelimit import LimitOptions, UnpaidLimiter, client_key, forwarded_hop
+from x402srv.usage.unpaid_limit import LimitOptions, UnpaidLimiter, client_key, forwarded_hop
 
 WINDOW = 60.0
 START = 1_700_000_040.0  # the start of a window

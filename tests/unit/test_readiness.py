@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from x402srv.config import SettlerConfig, SettlerSpec
+from x402srv.config.models import SettlerConfig, SettlerSpec
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.errors import NotReady
-from x402srv.health import Readiness
-from x402srv.network_settlers import NetworkSettlers
 from x402srv.plugin import BaseSettler
+from x402srv.server.health import Readiness
+from x402srv.settlement.per_network import NetworkSettlers
 
 NETWORK = "eip155:84532"
 LABEL = "counting #1 on eip155:84532"

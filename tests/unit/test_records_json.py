@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from x402srv.records import ChallengeRecord, Offer, PaymentDetails, State, Transition
+from x402srv.access.records import ChallengeRecord, Offer, PaymentDetails, State, Transition
 from x402srv.testing.builders import make_grant, make_record
 
 

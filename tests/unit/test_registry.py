@@ -15,14 +15,14 @@ from pydantic import BaseModel
 
 from tests.support.configs import config_dict, make_config
 from x402srv import hookimpl
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorSettler
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.errors import ConfigError, PluginNotFound
 from x402srv.plugin import DelegatingStore, PluginContext, SecretValue
-from x402srv.registry import LOAD_PLUGINS_ENV, Registry
+from x402srv.server.registry import LOAD_PLUGINS_ENV, Registry
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,7 @@ def test_a_plugin_cannot_take_over_a_builtin_name() -> None:
         Registry(entry_points=False, extra_plugins=[store_plugin("evil", "sqlite", [])])
     message = str(caught.value)
     assert "'sqlite' is registered by both" in message
-    assert "x402srv.default_plugins.sqlite_store" in message
+    assert "x402srv.default_plugins.sqlite.store" in message
     assert "evil" in message
 
 

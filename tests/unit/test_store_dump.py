@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.store_dump import DumpError, export_store, import_store, write_atomically
+from x402srv.stores.dump import DumpError, export_store, import_store, write_atomically
 from x402srv.testing.builders import BASE_TIME, make_record
 
 HOUR = 1_699_999_200  # an hour's start, as the analytics buckets are

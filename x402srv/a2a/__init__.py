@@ -21,8 +21,8 @@ answers as A2A tasks with x402 metadata. Modules, outside in:
     render        the A2A 0.3 JSON a task is shown as
 """
 
-from .endpoint import A2AEndpoint
-from .jsonrpc import sniff_envelope
-from .service import A2AService
+from x402srv.a2a.endpoint import A2AEndpoint
+from x402srv.a2a.jsonrpc import sniff_envelope
+from x402srv.a2a.service import A2AService
 
 __all__ = ["A2AEndpoint", "A2AService", "sniff_envelope"]

@@ -30,14 +30,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import PaymentFailed, ProblemError, RateLimited, TierNotFound, TxAlreadyRedeemed
-from ..ids import uuid4_str
-from ..interfaces import Clock
-from ..pipeline import AccessPipeline, payment_key
-from ..protocol import AccessBody, PaymentPayload
-from ..reasons import Reason
-from .documents import TERMINAL_STATES, Purchase, TaskRecord, TaskState, loggable, new_id
-from .intent import (
+from x402srv.a2a.documents import TERMINAL_STATES, Purchase, TaskRecord, TaskState, loggable, new_id
+from x402srv.a2a.intent import (
     NoPlan,
     PaymentRejected,
     PaymentSubmitted,
@@ -45,8 +39,8 @@ from .intent import (
     read_followup,
     read_request,
 )
-from .jsonrpc import INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION, RpcError
-from .outcomes import (
+from x402srv.a2a.jsonrpc import INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION, RpcError
+from x402srv.a2a.outcomes import (
     Update,
     apply,
     canceled,
@@ -58,9 +52,15 @@ from .outcomes import (
     settlement_failed_after_all,
     submitted,
 )
-from .progress import SettlementWatch
-from .repository import TaskRepository
-from .wire import Message
+from x402srv.a2a.progress import SettlementWatch
+from x402srv.a2a.repository import TaskRepository
+from x402srv.a2a.wire import Message
+from x402srv.access.ids import uuid4_str
+from x402srv.access.pipeline import AccessPipeline, payment_key
+from x402srv.errors import PaymentFailed, ProblemError, RateLimited, TierNotFound, TxAlreadyRedeemed
+from x402srv.interfaces import Clock
+from x402srv.wire.protocol import AccessBody, PaymentPayload
+from x402srv.wire.reasons import Reason
 
 __all__ = ["Conversation", "Reply"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
-from ..ids import uuid4_str
-from .extension import ExtensionError, PaymentStatus
+from x402srv.a2a.extension import ExtensionError, PaymentStatus
+from x402srv.access.ids import uuid4_str
 
 __all__ = [
     "MAX_LOG",

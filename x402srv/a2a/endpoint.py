@@ -24,11 +24,11 @@ from typing import Any, Final
 from sanic import Request
 from sanic.response import HTTPResponse
 
-from ..ratelimit import client_of
-from .extension import EXTENSION_HEADERS, activated_extensions
-from .jsonrpc import INVALID_REQUEST, RpcError, error_response
-from .service import A2AService, Answer
-from .versions import VERSION_HEADER
+from x402srv.a2a.extension import EXTENSION_HEADERS, activated_extensions
+from x402srv.a2a.jsonrpc import INVALID_REQUEST, RpcError, error_response
+from x402srv.a2a.service import A2AService, Answer
+from x402srv.a2a.versions import VERSION_HEADER
+from x402srv.usage.unpaid_limit import client_of
 
 __all__ = ["A2AEndpoint"]
 

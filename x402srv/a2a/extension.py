@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Final
 
-from ..card import X402_EXTENSION_URI
-from ..reasons import Reason
+from x402srv.wire.card import X402_EXTENSION_URI
+from x402srv.wire.reasons import Reason
 
 __all__ = [
     "ERROR_KEY",

@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest
-from ..protocol import AccessBody, PaymentPayload, access_body, parse_payment_payload
-from .extension import PAYLOAD_KEY, STATUS_KEY, PaymentStatus
-from .jsonrpc import INVALID_PARAMS, RpcError
-from .outcomes import rpc_error
-from .wire import DataPart, Message, TextPart
+from x402srv.a2a.extension import PAYLOAD_KEY, STATUS_KEY, PaymentStatus
+from x402srv.a2a.jsonrpc import INVALID_PARAMS, RpcError
+from x402srv.a2a.outcomes import rpc_error
+from x402srv.a2a.wire import DataPart, Message, TextPart
+from x402srv.errors import InvalidRequest
+from x402srv.wire.protocol import AccessBody, PaymentPayload, access_body, parse_payment_payload
 
 __all__ = [
     "NoPlan",

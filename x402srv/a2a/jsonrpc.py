@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..protocol import bounded_json
+from x402srv.wire.protocol import bounded_json
 
 __all__ = [
     "CONTENT_TYPE_NOT_SUPPORTED",

@@ -40,7 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import (
+from x402srv.a2a.documents import TERMINAL_STATES, Note, Purchase, TaskRecord, TaskState, new_id
+from x402srv.a2a.extension import REDEEMED_REASON, ExtensionError, PaymentStatus, error_code
+from x402srv.a2a.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from x402srv.a2a.render import catalog_text, status_of
+from x402srv.access.pipeline import AccessResult
+from x402srv.errors import (
     ChallengeExpired,
     CredentialPending,
     PaymentFailed,
@@ -50,13 +55,8 @@ from ..errors import (
     SettlerUnavailable,
     TxAlreadyRedeemed,
 )
-from ..offers import AccessGranted, PaymentOffer
-from ..pipeline import AccessResult
-from ..reasons import Reason
-from .documents import TERMINAL_STATES, Note, Purchase, TaskRecord, TaskState, new_id
-from .extension import REDEEMED_REASON, ExtensionError, PaymentStatus, error_code
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
-from .render import catalog_text, status_of
+from x402srv.wire.offers import AccessGranted, PaymentOffer
+from x402srv.wire.reasons import Reason
 
 __all__ = [
     "Update",

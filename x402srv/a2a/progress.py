@@ -18,9 +18,9 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..pipeline import AccessPipeline
-from ..records import ChallengeRecord, State
-from .outcomes import Update, settling
+from x402srv.a2a.outcomes import Update, settling
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.access.records import ChallengeRecord, State
 
 __all__ = ["SettlementWatch", "step_of"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..offers import rfc3339
-from .documents import TERMINAL_STATES, TaskRecord, TaskState
-from .extension import ERROR_KEY, RECEIPTS_KEY, REQUIRED_KEY, STATUS_KEY
+from x402srv.a2a.documents import TERMINAL_STATES, TaskRecord, TaskState
+from x402srv.a2a.extension import ERROR_KEY, RECEIPTS_KEY, REQUIRED_KEY, STATUS_KEY
+from x402srv.wire.offers import rfc3339
 
 __all__ = [
     "STREAM_ENDS",

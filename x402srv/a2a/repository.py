@@ -15,11 +15,11 @@ import uuid
 from dataclasses import replace
 from typing import Any, Final
 
-from ..errors import InternalError
-from ..interfaces import Clock, Store
-from .documents import Purchase, TaskRecord, TaskState
-from .jsonrpc import TASK_NOT_FOUND, RpcError
-from .outcomes import Update, apply
+from x402srv.a2a.documents import Purchase, TaskRecord, TaskState
+from x402srv.a2a.jsonrpc import TASK_NOT_FOUND, RpcError
+from x402srv.a2a.outcomes import Update, apply
+from x402srv.errors import InternalError
+from x402srv.interfaces import Clock, Store
 
 __all__ = ["TaskRepository"]
 

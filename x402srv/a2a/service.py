@@ -31,15 +31,11 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..config import Config
-from ..errors import ProblemError, RateLimited
-from ..interfaces import Clock, Store
-from ..pipeline import AccessPipeline
-from . import v1
-from .conversation import Conversation, Reply
-from .documents import TERMINAL_STATES
-from .intent import is_payment_submission
-from .jsonrpc import (
+from x402srv.a2a import v1
+from x402srv.a2a.conversation import Conversation, Reply
+from x402srv.a2a.documents import TERMINAL_STATES
+from x402srv.a2a.intent import is_payment_submission
+from x402srv.a2a.jsonrpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     EXTENDED_CARD_NOT_CONFIGURED,
     INTERNAL_ERROR,
@@ -54,12 +50,12 @@ from .jsonrpc import (
     read_call,
     result_response,
 )
-from .outcomes import rpc_error
-from .render import render_task
-from .repository import TaskRepository
-from .streams import TaskStreams
-from .versions import Op, Version, operation, version_of
-from .wire import (
+from x402srv.a2a.outcomes import rpc_error
+from x402srv.a2a.render import render_task
+from x402srv.a2a.repository import TaskRepository
+from x402srv.a2a.streams import TaskStreams
+from x402srv.a2a.versions import Op, Version, operation, version_of
+from x402srv.a2a.wire import (
     FilePart,
     ListTasksParams,
     MessageSendParams,
@@ -67,6 +63,10 @@ from .wire import (
     TaskQueryParams,
     parse_params,
 )
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.config.models import Config
+from x402srv.errors import ProblemError, RateLimited
+from x402srv.interfaces import Clock, Store
 
 __all__ = ["A2AService", "Stream"]
 

@@ -22,10 +22,17 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from .conversation import Conversation
-from .documents import TaskRecord, TaskState
-from .render import STREAM_ENDS, artifact_event, artifacts, render_task, status_event, timeline
-from .repository import TaskRepository
+from x402srv.a2a.conversation import Conversation
+from x402srv.a2a.documents import TaskRecord, TaskState
+from x402srv.a2a.render import (
+    STREAM_ENDS,
+    artifact_event,
+    artifacts,
+    render_task,
+    status_event,
+    timeline,
+)
+from x402srv.a2a.repository import TaskRepository
 
 __all__ = ["TaskStreams"]
 

@@ -25,7 +25,7 @@ import re
 from enum import StrEnum
 from typing import Final
 
-from .jsonrpc import VERSION_NOT_SUPPORTED, RpcError
+from x402srv.a2a.jsonrpc import VERSION_NOT_SUPPORTED, RpcError
 
 __all__ = ["VERSION_HEADER", "Op", "Version", "operation", "version_of"]
 

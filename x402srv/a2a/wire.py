@@ -22,8 +22,8 @@ from pydantic import (
     field_validator,
 )
 
-from ..validation_errors import problems
-from .jsonrpc import INVALID_PARAMS, RpcError
+from x402srv.a2a.jsonrpc import INVALID_PARAMS, RpcError
+from x402srv.config.problems import problems
 
 __all__ = [
     "DataPart",

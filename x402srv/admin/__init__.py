@@ -12,13 +12,13 @@ from typing import Any
 
 from sanic import Sanic
 
-from ..health import Readiness
-from ..pipeline import AccessPipeline
-from .api import install_api
-from .auth import AdminAuth
-from .console import install_console
-from .gate import AdminGate
-from .service import AdminService
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.admin.api import install_api
+from x402srv.admin.auth import AdminAuth
+from x402srv.admin.console import install_console
+from x402srv.admin.gate import AdminGate
+from x402srv.admin.service import AdminService
+from x402srv.server.health import Readiness
 
 __all__ = ["install_admin"]
 

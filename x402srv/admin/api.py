@@ -29,10 +29,10 @@ from typing import Any
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
-from ..errors import InvalidRequest
-from .auth import CSRF_HEADER, Admin
-from .gate import AdminGate
-from .service import AdminService
+from x402srv.admin.auth import CSRF_HEADER, Admin
+from x402srv.admin.gate import AdminGate
+from x402srv.admin.service import AdminService
+from x402srv.errors import InvalidRequest
 
 __all__ = ["install_api"]
 

@@ -29,9 +29,9 @@ from typing import Final
 
 import jwt
 
-from ..console_config import AdminConfig
-from ..errors import AdminForbidden, AdminUnauthorized
-from ..interfaces import Clock
+from x402srv.config.console import AdminConfig
+from x402srv.errors import AdminForbidden, AdminUnauthorized
+from x402srv.interfaces import Clock
 
 __all__ = ["COOKIE", "CSRF_HEADER", "Admin", "AdminAuth"]
 

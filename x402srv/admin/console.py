@@ -35,13 +35,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, redirect
 
-from .. import __version__
-from ..errors import NotFound, ProblemError
-from ..records import State
-from .auth import COOKIE, CSRF_HEADER, Admin
-from .chart import funnel_steps, revenue_chart
-from .gate import AdminGate
-from .service import AdminService
+from x402srv import __version__
+from x402srv.access.records import State
+from x402srv.admin.auth import COOKIE, CSRF_HEADER, Admin
+from x402srv.admin.chart import funnel_steps, revenue_chart
+from x402srv.admin.gate import AdminGate
+from x402srv.admin.service import AdminService
+from x402srv.errors import NotFound, ProblemError
 
 __all__ = ["install_console"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from sanic import Request
 
-from ..console_config import AdminConfig
-from ..errors import NotFound
-from .auth import COOKIE, Admin, AdminAuth
+from x402srv.admin.auth import COOKIE, Admin, AdminAuth
+from x402srv.config.console import AdminConfig
+from x402srv.errors import NotFound
 
 __all__ = ["AdminGate"]
 

@@ -1,10 +1,10 @@
 """What the console can see and do, as plain documents: the JSON API and the pages share it.
 
 Every read is bounded: figures come from the store's per-hour counters
-(``x402srv.analytics``), lists are one ``find_challenges`` page (newest
+(``x402srv.usage.figures``), lists are one ``find_challenges`` page (newest
 first, a cursor for the next), a search is one index lookup. The two
 writes are the state machine's own moves: cancelling is PENDING ->
-CANCELLED, revoking is ``x402srv.revocation.revoke_grant``.
+CANCELLED, revoking is ``x402srv.tokens.revocation.revoke_grant``.
 """
 
 from __future__ import annotations
@@ -14,21 +14,10 @@ import re
 import uuid
 from typing import Any, cast
 
-from .. import analytics, export, reconciler
-from ..errors import InvalidRequest, NotFound, NotReady, StateConflict
-from ..health import Readiness
-from ..interfaces import (
-    CreditStore,
-    StateMismatch,
-    TransitionApplied,
-    TransitionRequest,
-    keeps_credits,
-)
-from ..pipeline import AccessPipeline
-from ..records import ChallengeRecord, State
-from ..revocation import revoke_grant
-from ..tally import HOUR
-from .views import (
+from x402srv.access import reconciler
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.admin.views import (
     PURCHASE_STATES,
     challenge_view,
     decode_cursor,
@@ -38,6 +27,19 @@ from .views import (
     purchase_view,
     usage_view,
 )
+from x402srv.errors import InvalidRequest, NotFound, NotReady, StateConflict
+from x402srv.interfaces import (
+    CreditStore,
+    StateMismatch,
+    TransitionApplied,
+    TransitionRequest,
+    keeps_credits,
+)
+from x402srv.server.health import Readiness
+from x402srv.tokens.revocation import revoke_grant
+from x402srv.usage import figures as analytics
+from x402srv.usage import sales as export
+from x402srv.usage.counters import HOUR
 
 __all__ = ["MAX_LIMIT", "AdminService", "Page"]
 
@@ -264,7 +266,7 @@ class AdminService:
     # ------------------------------------------------------------ accounting
 
     async def export(self, start: str | None, end: str | None, form: str | None) -> tuple[str, str]:
-        """The sales of ``[from, to)`` as (file name, text): ``x402srv.export``."""
+        """The sales of ``[from, to)`` as (file name, text): ``x402srv.usage.sales``."""
         if not start:
             raise InvalidRequest("from is required (the first instant of the export)")
         if form not in (None, "", "csv", "jsonl"):

@@ -14,10 +14,10 @@ import datetime as dt
 import json
 from typing import Any
 
-from ..config import Config
-from ..errors import InvalidRequest
-from ..interfaces import CreditAccount
-from ..records import ChallengeRecord, State
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.config.models import Config
+from x402srv.errors import InvalidRequest
+from x402srv.interfaces import CreditAccount
 
 __all__ = [
     "challenge_view",

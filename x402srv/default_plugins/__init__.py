@@ -2,7 +2,7 @@
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "x402srv.default_plugins.memory_store",
-    "x402srv.default_plugins.sqlite_store",
+    "x402srv.default_plugins.sqlite.store",
     "x402srv.default_plugins.jwt_issuer",
     "x402srv.default_plugins.callback_issuer",
     "x402srv.default_plugins.facilitator",

@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from ..config_fields import PluginOptions
-from ..errors import ConfigError, X402SrvError
-from ..hookspecs import Register, hookimpl
-from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
-from ..plugin_context import PluginContext
+from x402srv.config.fields import PluginOptions
+from x402srv.errors import ConfigError, X402SrvError
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
+from x402srv.server.plugin_context import PluginContext
 
 __all__ = [
     "CallbackIssuer",

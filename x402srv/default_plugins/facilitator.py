@@ -57,12 +57,12 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from ..chain import ChainReader, ChainUnavailable
-from ..config import Config, SettlerConfig
-from ..config_fields import PluginOptions
-from ..errors import ConfigError
-from ..hookspecs import Register, hookimpl
-from ..interfaces import (
+from x402srv.config.fields import PluginOptions
+from x402srv.config.models import Config, SettlerConfig
+from x402srv.config.secrets import redact_url
+from x402srv.errors import ConfigError
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.interfaces import (
     Rejected,
     Settled,
     SettlementHooks,
@@ -71,13 +71,13 @@ from ..interfaces import (
     Settler,
     Unknown,
 )
-from ..networks import NetworkInfo
-from ..plugin_context import PluginContext
-from ..protocol import bounded_json
-from ..reasons import Reason
-from ..resolution import NotTransferred, Transferred, resolve_authorization
-from ..secret_values import redact_url
-from ..transfer_call import preflight
+from x402srv.server.plugin_context import PluginContext
+from x402srv.settlement.chain import ChainReader, ChainUnavailable
+from x402srv.settlement.transfer_call import preflight
+from x402srv.settlement.verdicts import NotTransferred, Transferred, resolve_authorization
+from x402srv.wire.networks import NetworkInfo
+from x402srv.wire.protocol import bounded_json
+from x402srv.wire.reasons import Reason
 
 log = logging.getLogger("x402srv.facilitator")
 

@@ -3,7 +3,7 @@
 HS256 with a shared secret (the seller's API holds the same secret), or EdDSA
 with an Ed25519 private key whose public half is served as a JWKS, so the API
 needs no secret at all. Key loading, key ids and the JWK come from
-``x402srv.tokens``: what this module signs is exactly what ``TokenVerifier``
+``x402srv.tokens.verify``: what this module signs is exactly what ``TokenVerifier``
 checks.
 
 The ``kid`` is ``[credentials] kid`` when set (to rotate keys by name), else
@@ -18,11 +18,11 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..config_fields import PluginOptions
-from ..hookspecs import Register, hookimpl
-from ..interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
-from ..plugin_context import PluginContext
-from ..tokens import (
+from x402srv.config.fields import PluginOptions
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.interfaces import Clock, CredentialIssuer, GrantRequest, IssuedCredential
+from x402srv.server.plugin_context import PluginContext
+from x402srv.tokens.verify import (
     ACCESS_JWT_TYPE,
     Ed25519KeySource,
     KeyRing,

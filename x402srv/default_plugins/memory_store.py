@@ -18,10 +18,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config_fields import PluginOptions
-from ..errors import ConfigError
-from ..hookspecs import Register, hookimpl
-from ..interfaces import (
+from x402srv.access.records import ChallengeRecord, PaymentKey, State
+from x402srv.config.fields import PluginOptions
+from x402srv.errors import ConfigError
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.interfaces import (
     CreditAccount,
     Credited,
     ExportedChallenge,
@@ -36,12 +37,11 @@ from ..interfaces import (
     TransitionApplied,
     TransitionRequest,
 )
-from ..interfaces import TransitionResult as Result
-from ..plugin_context import PluginContext
-from ..records import ChallengeRecord, PaymentKey, State
-from .credit_rules import apply_credit, apply_refund, apply_spend, live
-from .dump_rules import sort_items
-from .store_rules import (
+from x402srv.interfaces import TransitionResult as Result
+from x402srv.server.plugin_context import PluginContext
+from x402srv.stores.credit_rules import apply_credit, apply_refund, apply_spend, live
+from x402srv.stores.dump_rules import sort_items
+from x402srv.stores.rules import (
     check_state,
     claim_conflict,
     claim_keys,

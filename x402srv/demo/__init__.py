@@ -40,6 +40,6 @@ def run_demo(*, keep: bool = False) -> int:
             file=sys.stderr,
         )
         return 2
-    from .run import run
+    from x402srv.demo.run import run
 
     return run(keep=keep)

@@ -11,10 +11,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from x402srv.demo.stack import ApiProcess, DemoStack
 from x402srv.devchain import Devchain
 from x402srv.testing.servers import ServerProcess
-
-from .stack import ApiProcess, DemoStack
 
 __all__ = ["instructions"]
 

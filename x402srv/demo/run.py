@@ -23,12 +23,19 @@ from typing import TextIO
 import httpx
 
 import x402srv
+from x402srv.demo.accounts import demo_accounts
+from x402srv.demo.keep import instructions
+from x402srv.demo.stack import DemoStack
+from x402srv.demo.steps import (
+    Balances,
+    DemoFailed,
+    buy_plan,
+    call_api,
+    describe_stack,
+    replay,
+    start_chain,
+)
 from x402srv.devchain import DevchainError
-
-from .accounts import demo_accounts
-from .keep import instructions
-from .stack import DemoStack
-from .steps import Balances, DemoFailed, buy_plan, call_api, describe_stack, replay, start_chain
 
 __all__ = ["Interrupted", "run"]
 

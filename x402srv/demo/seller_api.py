@@ -20,9 +20,9 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 from sanic.worker.loader import AppLoader
 
-from x402srv.config import load_config
+from x402srv.config.models import load_config
 from x402srv.guard import access_claims, require_access
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.verify import TokenVerifier
 
 __all__ = ["create_app", "main"]
 

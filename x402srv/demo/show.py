@@ -13,7 +13,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from x402srv.offers import rfc3339
+from x402srv.wire.offers import rfc3339
 
 __all__ = [
     "decode_header",

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from x402srv.demo.accounts import DemoAccounts
 from x402srv.devchain import Devchain
 from x402srv.testing import toml
 from x402srv.testing.servers import ServerProcess, free_port, seller_config, wait_for_http
-
-from .accounts import DemoAccounts
 
 __all__ = ["PLANS", "ApiProcess", "DemoStack"]
 

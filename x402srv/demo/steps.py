@@ -20,12 +20,8 @@ from typing import Any
 
 import httpx
 
-from x402srv.devchain import AnvilNotFoundError, Devchain, ensure_anvil, find_anvil
-from x402srv.devchain.anvil import ANVIL_NPM_PACKAGE, ANVIL_VERSION
-from x402srv.testing.servers import ServerProcess
-
-from .buyer import buy
-from .show import (
+from x402srv.demo.buyer import buy
+from x402srv.demo.show import (
     decode_header,
     describe_offer,
     describe_payment,
@@ -33,7 +29,10 @@ from .show import (
     short,
     token_amount,
 )
-from .stack import PLANS, ApiProcess, DemoStack
+from x402srv.demo.stack import PLANS, ApiProcess, DemoStack
+from x402srv.devchain import AnvilNotFoundError, Devchain, ensure_anvil, find_anvil
+from x402srv.devchain.anvil import ANVIL_NPM_PACKAGE, ANVIL_VERSION
+from x402srv.testing.servers import ServerProcess
 
 __all__ = ["Balances", "DemoFailed", "Say", "buy_plan", "call_api", "replay", "start_chain"]
 

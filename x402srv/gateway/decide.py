@@ -2,17 +2,17 @@
 
 In this order, the first that applies decides:
 
-1. ``Authorization`` present: the token must verify (``x402srv.admission``,
+1. ``Authorization`` present: the token must verify (``x402srv.tokens.admission``,
    the same 401 bodies as every guard) and its plan must be one of the
    route's -> ``Forward`` with the token's claims; else 401. A request that
    carries a token is never charged, even if it also carries a payment. If
    the plan is metered (``calls``, ``rate_limit``) the call spends the route's
-   ``cost`` first (``x402srv.metering``): a full rate window is 429, spent
+   ``cost`` first (``x402srv.usage.credits``): a full rate window is 429, spent
    credits are ``OutOfCredits``: the 402 offer of the token's plan with the
    problem code ``CREDITS_EXHAUSTED``. A token of a plan that sells calls
    sent WITH a ``PAYMENT-SIGNATURE`` (the official client paying that 402 and
    repeating the request) is a *top-up*: the payment is settled by the access
-   pipeline as a top-up of the token's grant (``x402srv.top_ups``; once per
+   pipeline as a top-up of the token's grant (``x402srv.access.top_ups``; once per
    payment, however often it is replayed), then the call is metered and
    forwarded, and the buyer keeps its token. A payment for another plan gets
    the token plan's offer again, nothing settled.
@@ -45,22 +45,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import admission
-from ..config import Config
-from ..errors import (
+from x402srv.access.ids import uuid4_str
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.config.models import Config
+from x402srv.config.routes import RouteConfig
+from x402srv.errors import (
     CreditsExhausted,
     InternalError,
     InvalidToken,
     RevocationsUnavailable,
     TokenExpired,
 )
-from ..ids import uuid4_str
-from ..metering import Meter, Usage
-from ..offers import AccessGranted, PaymentOffer, with_request_id
-from ..pipeline import AccessPipeline
-from ..protocol import AccessBody, decode_payment_header, encode_header
-from ..tokens import AccessClaims, TokenVerifier
-from .route_config import RouteConfig
+from x402srv.tokens import admission
+from x402srv.tokens.verify import AccessClaims, TokenVerifier
+from x402srv.usage.credits import Meter, Usage
+from x402srv.wire.offers import AccessGranted, PaymentOffer, with_request_id
+from x402srv.wire.protocol import AccessBody, decode_payment_header, encode_header
 
 __all__ = ["Forward", "Gateway", "OutOfCredits"]
 

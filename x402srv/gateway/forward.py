@@ -30,9 +30,9 @@ import httpx
 from sanic import Request
 from sanic.compat import Header
 
-from ..errors import InvalidRequest, ProblemError, UpstreamTimeout, UpstreamUnavailable
-from ..tokens import AccessClaims
-from .route_config import RouteConfig
+from x402srv.config.routes import RouteConfig
+from x402srv.errors import InvalidRequest, ProblemError, UpstreamTimeout, UpstreamUnavailable
+from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["HOP_BY_HOP", "forward", "request_headers", "response_headers", "upstream_url"]
 

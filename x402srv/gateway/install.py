@@ -4,7 +4,7 @@ One Sanic route pair per ``[[routes]]`` prefix (``<prefix>`` and
 ``<prefix>/<rest:path>``, streaming, every method but OPTIONS, which stays
 with CORS). x402srv's own routes (``/.well-known/*``, ``/x402/access``, the
 A2A route) are static and win over these, so they are never forwarded. Every
-request that lands here is re-read by ``x402srv.paths.gateway_segments`` and
+request that lands here is re-read by ``x402srv.server.paths.gateway_segments`` and
 matched again by ``Gateway.match`` on its decoded segments: Sanic's choice of
 route only decides that the gateway looks at it, never which route applies.
 
@@ -23,19 +23,19 @@ import httpx
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
-from ..errors import NotFound, ProblemError
-from ..http_problem import problem_response
-from ..http_response import offer_response
-from ..metering import Meter, Usage
-from ..offers import PaymentOffer
-from ..paths import gateway_segments
-from ..pipeline import AccessPipeline
-from ..protocol import encode_header
-from ..ratelimit import client_of
-from ..tokens import RevocationSource, TokenVerifier
-from .decide import Forward, Gateway, OutOfCredits
-from .forward import forward
-from .route_config import RouteConfig
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.config.routes import RouteConfig
+from x402srv.errors import NotFound, ProblemError
+from x402srv.gateway.decide import Forward, Gateway, OutOfCredits
+from x402srv.gateway.forward import forward
+from x402srv.server.paths import gateway_segments
+from x402srv.server.problems import problem_response
+from x402srv.server.responses import offer_response
+from x402srv.tokens.verify import RevocationSource, TokenVerifier
+from x402srv.usage.credits import Meter, Usage
+from x402srv.usage.unpaid_limit import client_of
+from x402srv.wire.offers import PaymentOffer
+from x402srv.wire.protocol import encode_header
 
 __all__ = ["ACCESS_TOKEN_HEADER", "GRANT_HEADER", "METHODS", "TOP_UP_HEADER", "install_gateway"]
 
@@ -79,7 +79,7 @@ def install_gateway(
 ) -> None:
     """Add the ``[[routes]]`` of ``pipeline.config`` to ``app`` (nothing if there are none).
 
-    ``revocations``: the store's revocation list (``x402srv.revocation``), so a
+    ``revocations``: the store's revocation list (``x402srv.tokens.revocation``), so a
     revoked grant's token stops opening the routes (and spends none of its credits).
     """
     config = pipeline.config

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config import Config, ServerConfig
-from ..errors import ConfigError
-from ..validation_errors import problems
+from x402srv.config.models import Config, ServerConfig
+from x402srv.config.problems import problems
+from x402srv.errors import ConfigError
 
 __all__ = ["with_overrides"]
 

@@ -20,14 +20,14 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import Config, load_config
-from ..domains import check_domains
-from ..metrics import MULTIPROCESS_ENV
-from ..registry import Built, Registry
-from .options import with_overrides
-from .sockets import bind_listeners, shown_address
-from .supervisor import Supervisor
-from .worker import GRACEFUL_SECONDS, WorkerSpec, run_worker
+from x402srv.config.models import Config, load_config
+from x402srv.server.metrics import MULTIPROCESS_ENV
+from x402srv.server.options import with_overrides
+from x402srv.server.registry import Built, Registry
+from x402srv.server.sockets import bind_listeners, shown_address
+from x402srv.server.supervisor import Supervisor
+from x402srv.server.worker import GRACEFUL_SECONDS, WorkerSpec, run_worker
+from x402srv.settlement.domains import check_domains
 
 __all__ = ["STOP_SECONDS", "preflight", "serve"]
 
@@ -55,7 +55,7 @@ def serve(config_path: str, overrides: Mapping[str, Any]) -> int:
             code = 0
         else:
             if config.admin is not None and config.admin.enabled:
-                from .. import admin  # noqa: F401  (imported once, before the workers fork)
+                from x402srv import admin  # noqa: F401  (imported once, before the workers fork)
             code = Supervisor(spec, config.server.workers, stop_seconds=STOP_SECONDS).run()
     finally:
         listeners.close()

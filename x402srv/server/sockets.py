@@ -21,8 +21,8 @@ import socket
 from dataclasses import dataclass
 from ipaddress import ip_address
 
-from ..config import Config
-from ..errors import ConfigError
+from x402srv.config.models import Config
+from x402srv.errors import ConfigError
 
 __all__ = ["BACKLOG", "Listeners", "bind_listeners", "shown_address"]
 

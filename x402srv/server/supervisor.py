@@ -42,8 +42,8 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
 
-from ..errors import ConfigError
-from .worker import WorkerSpec, run_worker
+from x402srv.errors import ConfigError
+from x402srv.server.worker import WorkerSpec, run_worker
 
 __all__ = ["Supervisor"]
 

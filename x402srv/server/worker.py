@@ -44,11 +44,13 @@ from sanic import Sanic
 from sanic.server import AsyncioServer, HttpProtocol, Signal
 from sanic.server import serve as sanic_serve
 
-from ..app import create_app  # imported once by the main process, before it forks workers
-from ..config import load_config
-from ..logs import configure_logging
-from .options import with_overrides
-from .sockets import Listeners
+from x402srv.config.models import load_config
+from x402srv.server.app import (
+    create_app,  # imported once by the main process, before it forks workers
+)
+from x402srv.server.logs import configure_logging
+from x402srv.server.options import with_overrides
+from x402srv.server.sockets import Listeners
 
 __all__ = [
     "GRACEFUL_SECONDS",

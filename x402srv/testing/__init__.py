@@ -32,19 +32,19 @@ if "pytest" in sys.modules:
     )
 
 if TYPE_CHECKING:
-    from .plugins import build_store
-    from .store_contract import Reopen, StoreContract
+    from x402srv.testing.plugins import build_store
+    from x402srv.testing.store_contract import Reopen, StoreContract
 
 __all__ = ["Reopen", "StoreContract", "build_store"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "build_store":
-        from . import plugins
+        from x402srv.testing import plugins
 
         return plugins.build_store
     if name in __all__:
-        from . import store_contract
+        from x402srv.testing import store_contract
 
         return getattr(store_contract, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

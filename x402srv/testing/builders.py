@@ -13,7 +13,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from ..records import ChallengeRecord, PaymentDetails, PaymentKey, State
+from x402srv.access.records import ChallengeRecord, PaymentDetails, PaymentKey, State
 
 __all__ = [
     "BASE_TIME",

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from ..config import Config
-from ..devchain import TokenInfo, sign_transfer_authorization
-from ..interfaces import Authorization, SettlementRequest
+from x402srv.config.models import Config
+from x402srv.devchain import TokenInfo, sign_transfer_authorization
+from x402srv.interfaces import Authorization, SettlementRequest
 
 __all__ = [
     "RecordingTransport",

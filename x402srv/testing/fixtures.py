@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ..devchain import Devchain
-from .servers import _kill_group, free_port, wait_for_http
+from x402srv.devchain import Devchain
+from x402srv.testing.servers import _kill_group, free_port, wait_for_http
 
 __all__ = ["FacilitatorProcess", "devchain", "facilitator", "facilitator_url"]
 

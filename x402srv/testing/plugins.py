@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..config import Config
-from ..interfaces import Clock, Store, system_clock
-from ..registry import Registry
+from x402srv.config.models import Config
+from x402srv.interfaces import Clock, Store, system_clock
+from x402srv.server.registry import Registry
 
 __all__ = ["build_store"]
 

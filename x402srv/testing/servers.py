@@ -21,7 +21,7 @@ from typing import Any, Self
 
 import httpx
 
-from . import toml
+from x402srv.testing import toml
 
 __all__ = ["ServerProcess", "free_port", "seller_config", "wait_for_http"]
 

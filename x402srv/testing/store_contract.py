@@ -36,10 +36,24 @@ from typing import Any
 
 import pytest
 
-from ..interfaces import Lease, PaymentClaimed, StateMismatch, Store, TransitionApplied, TxClaimed
-from ..records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
-from .builders import BASE_TIME, make_grant, make_key, make_payment, make_record, new_tx_hash
-from .store_contract_base import (
+from x402srv.access.records import ChallengeRecord, PaymentKey, RecordChanges, State, Transition
+from x402srv.interfaces import (
+    Lease,
+    PaymentClaimed,
+    StateMismatch,
+    Store,
+    TransitionApplied,
+    TxClaimed,
+)
+from x402srv.testing.builders import (
+    BASE_TIME,
+    make_grant,
+    make_key,
+    make_payment,
+    make_record,
+    new_tx_hash,
+)
+from x402srv.testing.store_contract_base import (
     RACERS,
     WORDED,
     Reopen,
@@ -55,13 +69,13 @@ from .store_contract_base import (
     settling_again,
     tx_is_free,
 )
-from .store_contract_counters import CounterContract
-from .store_contract_counts import CountsContract
-from .store_contract_credits import CreditContract
-from .store_contract_listing import ListingContract
-from .store_contract_owed import OwedContract
-from .store_contract_search import SearchContract
-from .store_contract_transfer import TransferContract
+from x402srv.testing.store_contract_counters import CounterContract
+from x402srv.testing.store_contract_counts import CountsContract
+from x402srv.testing.store_contract_credits import CreditContract
+from x402srv.testing.store_contract_listing import ListingContract
+from x402srv.testing.store_contract_owed import OwedContract
+from x402srv.testing.store_contract_search import SearchContract
+from x402srv.testing.store_contract_transfer import TransferContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
 __all__ = ["Reopen", "StoreContract", "paid", "settling"]

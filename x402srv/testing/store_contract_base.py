@@ -17,9 +17,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..interfaces import Store, TransitionApplied, TransitionRequest, TransitionResult
-from ..records import ChallengeRecord, Offer, PaymentKey, RecordChanges, State, Transition
-from .builders import (
+from x402srv.access.records import (
+    ChallengeRecord,
+    Offer,
+    PaymentKey,
+    RecordChanges,
+    State,
+    Transition,
+)
+from x402srv.interfaces import Store, TransitionApplied, TransitionRequest, TransitionResult
+from x402srv.testing.builders import (
     BASE_TIME,
     make_grant,
     make_key,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ..interfaces import Store
-from .builders import BASE_TIME
-from .store_contract_base import RACERS, StoreContractBase
+from x402srv.interfaces import Store
+from x402srv.testing.builders import BASE_TIME
+from x402srv.testing.store_contract_base import RACERS, StoreContractBase
 
 __all__ = ["CounterContract"]
 

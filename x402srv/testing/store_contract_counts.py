@@ -2,7 +2,7 @@
 
 Every x402srv process counts what it answers (402s, challenges, payments,
 settlements, revenue per plan) in memory and adds its counts to the store's
-per-hour buckets in one call every few seconds (``x402srv.tally``); the
+per-hour buckets in one call every few seconds (``x402srv.usage.counters``); the
 seller's console reads a range of buckets. A count must never be lost or
 added twice however many processes add at once, buckets outside the range
 must not show, and old buckets must not pile up.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ..interfaces import Store
-from .store_contract_base import RACERS, StoreContractBase
+from x402srv.interfaces import Store
+from x402srv.testing.store_contract_base import RACERS, StoreContractBase
 
 __all__ = ["CountsContract"]
 

@@ -16,9 +16,9 @@ from collections import Counter
 
 import pytest
 
-from ..interfaces import CreditStore, RateWindow, SpendOutcome, Store, keeps_credits
-from .builders import BASE_TIME, new_id
-from .store_contract_base import RACERS, StoreContractBase
+from x402srv.interfaces import CreditStore, RateWindow, SpendOutcome, Store, keeps_credits
+from x402srv.testing.builders import BASE_TIME, new_id
+from x402srv.testing.store_contract_base import RACERS, StoreContractBase
 
 __all__ = ["CreditContract"]
 
@@ -194,7 +194,7 @@ class CreditContract(StoreContractBase):
         assert await credits.refund(new_id(), 1, now=NOW) is None
 
     async def test_usage_is_kept_per_hour_and_bounded(self, store: Store) -> None:
-        from ..plugin import USAGE_BUCKETS, bucket_start
+        from x402srv.plugin import USAGE_BUCKETS, bucket_start
 
         credits = _credits(store)
         grant = await _funded(credits, 10_000)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..interfaces import Store
-from ..records import ChallengeRecord, State
-from .builders import BASE_TIME, make_record
-from .store_contract_base import (
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.interfaces import Store
+from x402srv.testing.builders import BASE_TIME, make_record
+from x402srv.testing.store_contract_base import (
     StoreContractBase,
     applied,
     back_to_pending,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from ..interfaces import PaymentClaimed, Store, TxClaimed
-from ..records import ChallengeRecord, PaymentKey, State
-from .builders import BASE_TIME, make_key, make_record, new_tx_hash
-from .store_contract_base import (
+from x402srv.access.records import ChallengeRecord, PaymentKey, State
+from x402srv.interfaces import PaymentClaimed, Store, TxClaimed
+from x402srv.testing.builders import BASE_TIME, make_key, make_record, new_tx_hash
+from x402srv.testing.store_contract_base import (
     WORDED,
     StoreContractBase,
     applied,

@@ -10,10 +10,10 @@ released; the address is compared in lowercase.
 
 from __future__ import annotations
 
-from ..interfaces import Store
-from ..records import ChallengeRecord, State
-from .builders import BASE_TIME, make_key, make_record
-from .store_contract_base import (
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.interfaces import Store
+from x402srv.testing.builders import BASE_TIME, make_key, make_record
+from x402srv.testing.store_contract_base import (
     StoreContractBase,
     applied,
     back_to_pending,
@@ -22,7 +22,7 @@ from .store_contract_base import (
     paid,
     settling,
 )
-from .store_contract_listing import position
+from x402srv.testing.store_contract_listing import position
 
 __all__ = ["SearchContract", "newest_pages"]
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from ..interfaces import (
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.interfaces import (
     CreditAccount,
     CreditStore,
     ExportedChallenge,
@@ -30,10 +31,16 @@ from ..interfaces import (
     Store,
     TxClaimed,
 )
-from ..plugin import keeps_credits
-from ..records import ChallengeRecord, State
-from .builders import BASE_TIME, make_key, make_payment, make_record, new_id, new_tx_hash
-from .store_contract_base import (
+from x402srv.plugin import keeps_credits
+from x402srv.testing.builders import (
+    BASE_TIME,
+    make_key,
+    make_payment,
+    make_record,
+    new_id,
+    new_tx_hash,
+)
+from x402srv.testing.store_contract_base import (
     StoreContractBase,
     applied,
     back_to_pending,
@@ -43,7 +50,7 @@ from .store_contract_base import (
     paid,
     settling,
 )
-from .store_contract_owed import owed_record
+from x402srv.testing.store_contract_owed import owed_record
 
 __all__ = ["TransferContract", "exported", "normalized"]
 
@@ -218,7 +225,7 @@ class TransferContract(StoreContractBase):
             assert (again.balance, again.applied) == (145, False)
 
     async def test_the_memory_store_reads_every_export(self, store: Store) -> None:
-        from ..default_plugins.memory_store import MemoryStore
+        from x402srv.default_plugins.memory_store import MemoryStore
 
         await self._populate(store)
         items = await exported(store)

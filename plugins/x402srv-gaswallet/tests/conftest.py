@@ -22,12 +22,12 @@ from eth_account.signers.local import LocalAccount
 from x402srv_gaswallet import GasWalletSettler, build_gas_wallet
 from x402srv_gaswallet.testing import Configure, SettlerRig, StartSettler, key_hex, make_config
 
-from x402srv.chain import ChainReader
-from x402srv.config import Config
+from x402srv.config.models import Config
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Store
-from x402srv.plugin_context import PluginContext
+from x402srv.server.plugin_context import PluginContext
+from x402srv.settlement.chain import ChainReader
 
 #: Fast polling: anvil mines on send, so the first or second poll finds the receipt.
 FAST = {"poll_interval_seconds": 0.05, "receipt_timeout_seconds": 10}

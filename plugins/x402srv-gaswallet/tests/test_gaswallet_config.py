@@ -8,10 +8,10 @@ import pytest
 from x402srv_gaswallet import GasWalletSettler
 from x402srv_gaswallet.testing import Configure, StartSettler
 
-from x402srv.config import Config
+from x402srv.config.models import Config
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Settler
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 
 
 def test_the_installed_entry_point_registers_gas_wallet(config: Config) -> None:

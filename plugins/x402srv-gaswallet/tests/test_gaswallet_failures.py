@@ -13,9 +13,9 @@ import pytest
 from x402srv_gaswallet import build_gas_wallet
 from x402srv_gaswallet.testing import RecordingHooks, SettlerRig
 
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.interfaces import Rejected, Settled, Unknown
-from x402srv.plugin_context import PluginContext
+from x402srv.server.plugin_context import PluginContext
 
 
 async def test_a_store_that_is_down_refuses_before_sending(rig: SettlerRig, tmp_path: Path) -> None:

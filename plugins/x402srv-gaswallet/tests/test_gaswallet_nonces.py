@@ -13,10 +13,10 @@ import pytest
 from eth_account.signers.local import LocalAccount
 from x402srv_gaswallet.testing import PRICE, RecordingHooks, SettlerRig, tx_nonce
 
-from x402srv.chain import ChainReader
-from x402srv.default_plugins.sqlite_store import SqliteStore
+from x402srv.default_plugins.sqlite.store import SqliteStore
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Settled
+from x402srv.settlement.chain import ChainReader
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import asyncio
 from eth_typing import HexStr
 from x402srv_gaswallet.testing import PRICE, RecordingHooks, SettlerRig, key_hex, manual_mining
 
-from x402srv.chain import ChainReader
 from x402srv.devchain import encode_call
 from x402srv.interfaces import Rejected, Settled
+from x402srv.settlement.chain import ChainReader
 
 WAIT = {"poll_interval_seconds": 0.05, "receipt_timeout_seconds": 10}
 

@@ -21,11 +21,11 @@ from x402srv_gaswallet.testing import (
     signed_request,
 )
 
-from x402srv.chain import ChainReader
 from x402srv.devchain import Devchain
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Rejected, Settled
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
+from x402srv.settlement.chain import ChainReader
 
 RPC_PASSWORD = "rpc-password-never-shown"
 API_KEY = "rpc-api-key-never-shown"

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from x402srv_gaswallet.testing import RecordingHooks, RpcRelay, SettlerRig, manual_mining, tx_nonce
 
-from x402srv.chain import ChainReader
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Rejected, Settled, SettlementRequest, Unknown
-from x402srv.resolution import Transferred, Undecided, resolve_authorization
+from x402srv.settlement.chain import ChainReader
+from x402srv.settlement.verdicts import Transferred, Undecided, resolve_authorization
 
 #: Short timeouts so a silent node costs a second, not the production 30 s.
 IMPATIENT = {

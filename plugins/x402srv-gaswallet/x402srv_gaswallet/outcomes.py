@@ -1,9 +1,9 @@
 """From what the chain shows to a settlement outcome.
 
 Two moments here ask the chain: the receipt arrived, the receipt did not
-arrive (a reverted simulation is judged by ``x402srv.transfer_call``, which the
+arrive (a reverted simulation is judged by ``x402srv.settlement.transfer_call``, which the
 facilitator settler shares). Whenever the authorization may already be spent the
-answer comes from ``x402srv.transfer_call.from_chain`` (the core's one reading of
+answer comes from ``x402srv.settlement.transfer_call.from_chain`` (the core's one reading of
 SPEC 5.2), never from a revert string alone: a payment that did arrive must come
 back as ``Settled`` with the transaction that moved it.
 """

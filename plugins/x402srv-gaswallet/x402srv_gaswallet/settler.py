@@ -5,7 +5,8 @@ attempt can be on-chain (SPEC 4.2 step 8, 5.2):
 
 1. Simulate ``transferWithAuthorization`` with ``eth_call`` from the gas wallet.
    A revert refuses the payment with its x402 reason, unless the authorization
-   may already be spent: then the chain decides (``x402srv.transfer_call.judge_revert``), so
+   may already be spent: then the chain decides
+   (``x402srv.settlement.transfer_call.judge_revert``), so
    a payment that already arrived is ``Settled`` with its original txHash.
    A node that cannot be reached refuses too: nothing was sent.
 2. Gas and EIP-1559 fees are read outside the nonce gate, to keep it short.

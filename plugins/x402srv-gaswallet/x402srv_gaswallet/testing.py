@@ -22,7 +22,7 @@ import httpx
 from aiohttp import web
 from eth_account.signers.local import LocalAccount
 
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.devchain import Devchain, sign_transfer_authorization
 from x402srv.plugin import ChainReader, SettlementRequest, Store
 from x402srv.testing.buyers import settlement_request as request_from

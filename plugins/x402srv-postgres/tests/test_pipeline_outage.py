@@ -16,11 +16,10 @@ from x402srv_postgres import PostgresOptions, PostgresStore
 from x402srv_postgres.fixtures import StartPostgres
 from x402srv_postgres.testing import PostgresServer
 
-from x402srv.config import Config, parse_config
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.config.models import Config, parse_config
 from x402srv.devchain import Devchain
 from x402srv.errors import SettlementPending
-from x402srv.offers import PaymentOffer
-from x402srv.pipeline import AccessPipeline
 from x402srv.plugin import (
     Rejected,
     Secret,
@@ -31,10 +30,11 @@ from x402srv.plugin import (
     StoreUnavailable,
     Unknown,
 )
-from x402srv.protocol import AccessBody, decode_payment_header
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import seller_config
+from x402srv.wire.offers import PaymentOffer
+from x402srv.wire.protocol import AccessBody, decode_payment_header
 
 HOURLY = AccessBody(plan_id="hourly", request_id=None, resource_id="default")
 

@@ -12,9 +12,9 @@ import pytest
 from x402srv_postgres import PostgresStore, build_postgres_store
 from x402srv_postgres.testing import make_tls_files
 
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.plugin import ConfigError, PluginContext
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 from x402srv.testing import toml
 
 PASSWORD = "s3cret-Postgres-pass"  # grepped for in every output

@@ -16,12 +16,12 @@ from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.store import _Create
 from x402srv_redis.testing import RedisServer, StartRedis
 
-from x402srv.config import Secret
-from x402srv.default_plugins.store_rules import encode_record
+from x402srv.access.records import ChallengeRecord, PaymentKey
+from x402srv.config.models import Secret
 from x402srv.errors import StoreUnavailable
 from x402srv.interfaces import PaymentClaimed
 from x402srv.plugin import Coalescer
-from x402srv.records import ChallengeRecord, PaymentKey
+from x402srv.stores.rules import encode_record
 from x402srv.testing.builders import make_key, make_record
 
 # ------------------------------------------------------------ the coalescer

@@ -17,10 +17,10 @@ import pytest
 from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.testing import RedisServer, StartRedis
 
-from x402srv.config import Secret
+from x402srv.access.records import State
+from x402srv.config.models import Secret
 from x402srv.errors import ConfigError
 from x402srv.interfaces import TransitionApplied
-from x402srv.records import State
 from x402srv.testing.builders import make_key, make_record
 from x402srv.testing.store_contract import settling
 

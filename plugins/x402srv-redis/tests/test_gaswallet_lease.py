@@ -29,17 +29,17 @@ from x402srv_gaswallet.testing import (
 from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.testing import RedisServer
 
-from x402srv.chain import ChainReader
-from x402srv.config import Config, Secret
+from x402srv.config.models import Config, Secret
 from x402srv.devchain import Devchain
 from x402srv.interfaces import Settled
-from x402srv.plugin_context import PluginContext
+from x402srv.server.plugin_context import PluginContext
+from x402srv.settlement.chain import ChainReader
 
 FAST = {"poll_interval_seconds": 0.05, "receipt_timeout_seconds": 10}
 
 _HOLDER = r"""
 import asyncio, sys, time
-from x402srv.config import Secret
+from x402srv.config.models import Secret
 from x402srv_redis import RedisOptions, RedisStore
 
 url, prefix, name, ttl = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])

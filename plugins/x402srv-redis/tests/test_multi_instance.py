@@ -25,10 +25,10 @@ from eth_account.signers.local import LocalAccount
 from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.testing import RedisServer, redis_server_binary
 
-from x402srv.config import Secret
+from x402srv.access.records import PaymentKey
+from x402srv.config.models import Secret
 from x402srv.devchain import Devchain, TokenInfo
 from x402srv.devchain.token import TransferLog
-from x402srv.records import PaymentKey
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 from x402srv.testing.servers import ServerProcess, seller_config
 

@@ -17,7 +17,9 @@ from eth_account import Account
 from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.testing import RedisServer, StartRedis
 
-from x402srv.config import Config, Secret, parse_config
+from x402srv.access.pipeline import AccessPipeline
+from x402srv.access.records import State
+from x402srv.config.models import Config, Secret, parse_config
 from x402srv.devchain import Devchain
 from x402srv.errors import SettlementPending, StoreUnavailable
 from x402srv.interfaces import (
@@ -27,13 +29,11 @@ from x402srv.interfaces import (
     SettlementRequest,
     Unknown,
 )
-from x402srv.offers import PaymentOffer
-from x402srv.pipeline import AccessPipeline
-from x402srv.protocol import AccessBody, decode_payment_header
-from x402srv.records import State
-from x402srv.registry import Registry
+from x402srv.server.registry import Registry
 from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import seller_config
+from x402srv.wire.offers import PaymentOffer
+from x402srv.wire.protocol import AccessBody, decode_payment_header
 
 HOURLY = AccessBody(plan_id="hourly", request_id=None, resource_id="default")
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from x402srv_redis import RedisOptions, RedisStore, build_redis_store
 
-from x402srv.config import Config, parse_config
+from x402srv.config.models import Config, parse_config
 from x402srv.errors import ConfigError
-from x402srv.plugin_context import PluginContext
-from x402srv.registry import Registry
+from x402srv.server.plugin_context import PluginContext
+from x402srv.server.registry import Registry
 
 PASSWORD = "s3cret-Redis-pass"  # grepped for in every output
 

@@ -18,10 +18,10 @@ import redis.asyncio as aioredis
 from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.testing import RedisServer, StartRedis, make_tls_files
 
-from x402srv.config import Secret
+from x402srv.access.records import State
+from x402srv.config.models import Secret
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import TransitionApplied
-from x402srv.records import State
 from x402srv.testing.builders import BASE_TIME, make_key, make_record, new_tx_hash
 from x402srv.testing.store_contract import paid, settling
 

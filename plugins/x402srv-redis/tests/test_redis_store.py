@@ -9,7 +9,7 @@ import pytest
 from x402srv_redis import RedisOptions, RedisStore
 from x402srv_redis.testing import RedisServer
 
-from x402srv.config import Secret
+from x402srv.config.models import Secret
 from x402srv.interfaces import Store
 from x402srv.testing import StoreContract
 

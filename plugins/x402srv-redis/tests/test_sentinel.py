@@ -30,11 +30,11 @@ from x402srv_redis.sentinel import SentinelUrl, parse_sentinel_url
 from x402srv_redis.testing import StartRedis, redis_server_binary
 from x402srv_redis.testing_sentinel import SentinelGroup
 
-from x402srv.config import Secret, parse_config
+from x402srv.access.records import ChallengeRecord, PaymentKey, State
+from x402srv.config.models import Secret, parse_config
 from x402srv.devchain import Devchain
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import Store, TransitionApplied
-from x402srv.records import ChallengeRecord, PaymentKey, State
 from x402srv.testing import StoreContract
 from x402srv.testing.builders import make_key, make_record
 from x402srv.testing.buyers import paying_client

@@ -2,7 +2,7 @@
 
 They repeat ``x402srv.plugin``'s credit rules (``apply_credit``,
 ``apply_spend``, ``apply_refund``; the order of the checks is in
-``x402srv.default_plugins.credit_rules``) over the three keys of a grant
+``x402srv.stores.credit_rules``) over the three keys of a grant
 (``keys``: the account hash, its credited keys, its hourly usage). The caller
 computes the rate window's end and the usage hour in Python (``window_end``,
 ``bucket_start``) and passes them as integer strings, so Lua compares them as

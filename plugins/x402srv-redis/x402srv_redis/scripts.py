@@ -5,7 +5,7 @@ one atomic step, the Redis counterpart of the sqlite store's ``BEGIN
 IMMEDIATE`` transactions. Each reads everything it decides on before its first
 write, so an error (a wrong key type, a bug) stops it before anything changed.
 
-The decisions are those of ``x402srv.default_plugins.store_rules``:
+The decisions are those of ``x402srv.stores.rules``:
 
 - ``CREATE``: one or more records (the store sends the creates that queued
   while the previous call was on the wire together, ``batch``), each decided

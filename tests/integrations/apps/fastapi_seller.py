@@ -16,11 +16,11 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI
 
 from x402srv.asgi import AccessMiddleware, access_claims
-from x402srv.card import agent_card
-from x402srv.config import load_config
-from x402srv.jwks import JWKSKeySource
-from x402srv.revocation import RevocationList
-from x402srv.tokens import AccessClaims, TokenVerifier
+from x402srv.config.models import load_config
+from x402srv.tokens.jwks import JWKSKeySource
+from x402srv.tokens.revocation import RevocationList
+from x402srv.tokens.verify import AccessClaims, TokenVerifier
+from x402srv.wire.card import agent_card
 
 config = load_config(os.environ["X402SRV_TEST_CONFIG"])
 jwks_url = os.environ.get("X402SRV_TEST_JWKS_URL")

@@ -16,9 +16,9 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
 from x402srv.guard import access_claims, access_guard
-from x402srv.jwks import JWKSKeySource
-from x402srv.revocation import RevocationList
-from x402srv.tokens import TokenVerifier
+from x402srv.tokens.jwks import JWKSKeySource
+from x402srv.tokens.revocation import RevocationList
+from x402srv.tokens.verify import TokenVerifier
 
 AUDIENCE = os.environ["X402SRV_TEST_AUDIENCE"]
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from x402srv.admission import bearer_token
 from x402srv.errors import InvalidToken, KeySourceUnavailable, RevocationsUnavailable
-from x402srv.jwks import JWKSKeySource
-from x402srv.revocation import RevocationList
-from x402srv.tokens import verify_access_token_sync
+from x402srv.tokens.admission import bearer_token
+from x402srv.tokens.jwks import JWKSKeySource
+from x402srv.tokens.revocation import RevocationList
+from x402srv.tokens.verify import verify_access_token_sync
 
 AUDIENCE = os.environ["X402SRV_TEST_AUDIENCE"]
 KEYS = JWKSKeySource(os.environ["X402SRV_TEST_JWKS_URL"])

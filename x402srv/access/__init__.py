@@ -1,0 +1,1 @@
+"""The access flow: the fixed pipeline, challenge records and their states, proof, delivery."""

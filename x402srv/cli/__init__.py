@@ -1,0 +1,1 @@
+"""The ``x402srv`` command and what its operator subcommands do."""

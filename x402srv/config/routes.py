@@ -1,0 +1,141 @@
+"""``[[routes]]``: the gateway's TOML, validated like the rest of the config (SPEC 2 rules).
+
+```toml
+[[routes]]
+prefix = "/api"                          # path prefix, matched segment by segment
+upstream = "http://127.0.0.1:9000"       # the seller's existing API (may carry a base path)
+plans = ["hourly", "daily"]              # plans whose tokens open it; default: every plan
+strip_prefix = false                     # true: /api/x is forwarded as <upstream>/x
+secret = { env = "X402SRV_UPSTREAM_SECRET" }   # optional, sent as `secret_header`
+secret_header = "X-X402-Gateway-Secret"
+connect_timeout_seconds = 5              # -> 502/504 problem details when exceeded
+read_timeout_seconds = 30
+max_body_bytes = 10485760
+cost = 1                                 # credits a call spends on plans that sell calls
+refund_on_5xx = true                     # an upstream 5xx (or 502/504) gives them back
+```
+
+``Config`` (``x402srv/config/models.py``) holds ``routes: list[RouteConfig]`` and calls
+``check_routes`` once the plans are known.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from x402srv.config.fields import StrictModel
+from x402srv.config.secrets import SecretValue
+
+if TYPE_CHECKING:
+    from x402srv.config.models import Config
+
+__all__ = ["DEFAULT_SECRET_HEADER", "RouteConfig", "check_routes"]
+
+DEFAULT_SECRET_HEADER: Final = "X-X402-Gateway-Secret"  # noqa: S105 - a header name
+_PREFIX: Final = re.compile(r"/|(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
+_HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
+class RouteConfig(StrictModel):
+    """One ``[[routes]]`` table: a path prefix x402srv forwards to the seller's API."""
+
+    prefix: str
+    upstream: str
+    plans: list[str] | None = None
+    strip_prefix: bool = False
+    secret: SecretValue | None = None
+    secret_header: str = DEFAULT_SECRET_HEADER
+    connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+    description: str | None = Field(default=None, min_length=1)
+    cost: int = Field(default=1, ge=1, le=1_000_000)
+    refund_on_5xx: bool = True
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        # Unreserved characters only, no dot-segments: the prefix reads the same
+        # raw and decoded, so matching it cannot depend on who decodes.
+        if not _PREFIX.fullmatch(value) or any(s in (".", "..") for s in value.split("/")):
+            raise ValueError('must be "/" or a path like "/api/v1" (no trailing slash)')
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError on a malformed port
+        except ValueError:
+            raise ValueError("is not a valid URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL with a host")
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError("must have no query, fragment or credentials (use `secret`)")
+        return value.rstrip("/")
+
+    @field_validator("secret_header")
+    @classmethod
+    def _secret_header(cls, value: str) -> str:
+        if not _HEADER_NAME.fullmatch(value):
+            raise ValueError("must be an HTTP header name (letters, digits, '-')")
+        return value
+
+    @property
+    def prefix_segments(self) -> tuple[str, ...]:
+        return () if self.prefix == "/" else tuple(self.prefix[1:].split("/"))
+
+
+def check_routes(config: Config) -> None:
+    """Checks that need the rest of the config; ``ValueError`` names the key path."""
+    seen: set[str] = set()
+    for index, route in enumerate(config.routes):
+        path = f"routes[{index}]"
+        if route.prefix in seen:
+            raise ValueError(f"{path}.prefix: duplicate route prefix {route.prefix!r}")
+        seen.add(route.prefix)
+        for plan_id in route.plans or ():
+            if plan_id not in config.plan_map:
+                raise ValueError(f"{path}.plans: no plan {plan_id!r}")
+        if route.plans == []:
+            raise ValueError(f"{path}.plans: must name at least one plan (or be left out)")
+        _check_cost(config, route, path)
+    if config.routes and config.credentials.issuer != "jwt":
+        raise ValueError(
+            "routes: the gateway verifies the tokens it forwards, so it needs "
+            f'credentials.issuer = "jwt" (not {config.credentials.issuer!r})'
+        )
+
+
+def _check_cost(config: Config, route: RouteConfig, path: str) -> None:
+    """A cost needs a plan that sells calls, and no plan may sell fewer calls than one costs.
+
+    ``cost`` and ``refund_on_5xx`` are about credits: on a route whose plans sell
+    none, either key would be ignored, so it is an error even at its default value
+    (docs/configuration.md: every key takes effect).
+    """
+    plans = [config.plan_map[plan_id] for plan_id in route.plans or config.plan_map]
+    selling = [plan for plan in plans if plan.calls is not None]
+    if not selling:
+        for key in ("cost", "refund_on_5xx"):
+            if key in route.model_fields_set:
+                raise ValueError(
+                    f"{path}.{key}: ignored, because none of the route's plans sells calls "
+                    "(set calls = N on one, or remove the key)"
+                )
+    if "secret_header" in route.model_fields_set and route.secret is None:
+        raise ValueError(
+            f"{path}.secret_header: ignored without secret (the header carries the secret)"
+        )
+    for plan in selling:
+        assert plan.calls is not None
+        if plan.calls < route.cost:
+            raise ValueError(
+                f"{path}.cost: a call costs {route.cost} credits but plan {plan.plan_id!r} "
+                f"sells only {plan.calls}: its buyers could never make one"
+            )

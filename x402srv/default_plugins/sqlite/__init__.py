@@ -1,0 +1,1 @@
+"""Built-in plugin: the ``sqlite`` store, the embedded default."""

@@ -1,0 +1,139 @@
+"""The sqlite store's credit operations, each one write transaction on one connection.
+
+Like ``sqlite_ops``, these run on the store's own thread. Each loads the
+grant's account, lets ``credit_rules`` decide, and writes the result inside
+one ``BEGIN IMMEDIATE`` transaction, so two workers spending from the same
+grant take turns on the write lock and never both take the last credit. The
+account row holds the account's JSON without its entries; the entries are
+rows of ``credit_entries``, whose unique ``(grant_id, key)`` means a key is
+credited once even if a caller asked twice. An account past ``keep_until``
+counts as absent (``credit_rules.live``); ``credit`` deletes a few of those
+each time it runs, so the table stays as large as the live grants.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+
+from x402srv.default_plugins.sqlite.ops import _immediate
+from x402srv.interfaces import CreditAccount, Credited, CreditEntry, RateWindow, Spend
+from x402srv.stores.credit_rules import (
+    apply_credit,
+    apply_refund,
+    apply_spend,
+    decode_account,
+    encode_account,
+)
+from x402srv.stores.credit_rules import live as live_account
+
+__all__ = ["SWEEP_ACCOUNTS", "credit", "get_credits", "refund", "spend"]
+
+#: Forgotten accounts deleted per ``credit`` at most (each purchase creates one at most).
+SWEEP_ACCOUNTS = 20
+
+_ACCOUNT = "SELECT account FROM credits WHERE grant_id = ?"
+_SAVE_ACCOUNT = "INSERT OR REPLACE INTO credits (grant_id, keep_until, account) VALUES (?, ?, ?)"
+_HAS_KEY = "SELECT 1 FROM credit_entries WHERE grant_id = ? AND key = ?"
+_ADD_ENTRY = "INSERT INTO credit_entries (grant_id, key, amount, at) VALUES (?, ?, ?, ?)"
+_ENTRIES = "SELECT key, amount, at FROM credit_entries WHERE grant_id = ? ORDER BY seq"
+_DROP_ENTRIES = "DELETE FROM credit_entries WHERE grant_id = ?"
+_DROP_ACCOUNT = "DELETE FROM credits WHERE grant_id = ?"
+_FORGOTTEN = "SELECT grant_id FROM credits WHERE keep_until < ? LIMIT ?"
+
+
+def _load(conn: sqlite3.Connection, grant_id: str) -> CreditAccount | None:
+    row = conn.execute(_ACCOUNT, (grant_id,)).fetchone()
+    return decode_account(row[0]) if row is not None else None
+
+
+def _save(conn: sqlite3.Connection, account: CreditAccount) -> None:
+    conn.execute(
+        _SAVE_ACCOUNT,
+        (account.grant_id, account.keep_until, encode_account(account, entries=False)),
+    )
+
+
+def _restart_if_forgotten(
+    conn: sqlite3.Connection, stored: CreditAccount | None, now: float
+) -> CreditAccount | None:
+    """The live account; a stored one past ``keep_until`` loses its keys (it starts anew)."""
+    current = live_account(stored, now)
+    if stored is not None and current is None:
+        conn.execute(_DROP_ENTRIES, (stored.grant_id,))
+    return current
+
+
+def credit(
+    conn: sqlite3.Connection,
+    grant_id: str,
+    amount: int,
+    key: str,
+    now: float,
+    keep_until: float,
+) -> Credited:
+    with _immediate(conn):
+        forgotten = conn.execute(_FORGOTTEN, (now, SWEEP_ACCOUNTS)).fetchall()
+        conn.executemany(_DROP_ENTRIES, forgotten)
+        conn.executemany(_DROP_ACCOUNT, forgotten)
+        current = _restart_if_forgotten(conn, _load(conn, grant_id), now)
+        before = current is not None and conn.execute(_HAS_KEY, (grant_id, key)).fetchone()
+        updated, answer = apply_credit(
+            current,
+            grant_id,
+            amount,
+            key=key,
+            now=now,
+            keep_until=keep_until,
+            credited_before=bool(before),
+        )
+        if updated is not None:
+            _save(conn, updated)
+            entry = updated.entries[-1]
+            conn.execute(_ADD_ENTRY, (grant_id, entry.key, entry.amount, entry.at))
+        return answer
+
+
+def spend(
+    conn: sqlite3.Connection,
+    grant_id: str,
+    cost: int,
+    now: float,
+    keep_until: float,
+    rate: RateWindow | None,
+    credits: bool,
+) -> Spend:
+    with _immediate(conn):
+        stored = _load(conn, grant_id)
+        updated, answer = apply_spend(
+            stored, grant_id, cost, now=now, keep_until=keep_until, rate=rate, credits=credits
+        )
+        if updated is not None:
+            _restart_if_forgotten(conn, stored, now)
+            _save(conn, updated)
+        return answer
+
+
+def refund(conn: sqlite3.Connection, grant_id: str, amount: int, now: float) -> int | None:
+    with _immediate(conn):
+        stored = _load(conn, grant_id)
+        updated, balance = apply_refund(stored, amount, now=now)
+        if updated is not None:
+            _save(conn, updated)
+        return balance
+
+
+def get_credits(conn: sqlite3.Connection, grant_id: str) -> CreditAccount | None:
+    """The account and its entries, read in one (deferred, read-only) transaction."""
+    conn.execute("BEGIN")
+    try:
+        account = _load(conn, grant_id)
+        if account is None:
+            return None
+        entries = tuple(
+            CreditEntry(str(k), int(a), float(at))
+            for k, a, at in conn.execute(_ENTRIES, (grant_id,))
+        )
+    finally:
+        conn.execute("COMMIT")
+    return replace(account, entries=entries)

@@ -1,0 +1,401 @@
+"""Built-in plugin: the ``sqlite`` store, the embedded default.
+
+One file shared safely by several worker processes: WAL journal (readers never
+wait for the writer), a busy timeout (a writer waits for another process's
+write instead of failing), and ``BEGIN IMMEDIATE`` around every
+read-then-write (``sqlite_ops``). Tables and pragmas live in ``sqlite_schema``.
+
+sqlite3 calls block, so each store owns one thread that owns its connection;
+every store method is one hop to that thread running one transaction, and the
+event loop never waits on the disk. Operations queue on that thread in the
+order they were called, except that claim-free challenge inserts (one per
+unpaid request) are group-committed: whatever is queued when the thread gets
+to them goes into one transaction (``sqlite_batch``). A caller cancelled while
+its operation runs does not undo it: the transaction still commits or rolls
+back as a whole.
+
+WAL checkpoints run on a thread of their own (``sqlite_checkpoint``), so no
+commit of the store's thread stops to copy the WAL back and fsync.
+
+Any sqlite failure (locked past the busy timeout, disk full, corrupt or
+missing file) becomes ``StoreUnavailable``; the file path and sqlite's message
+go to the log only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import Field, field_validator
+
+from x402srv.access.records import ChallengeRecord, PaymentKey, State
+from x402srv.config.fields import PluginOptions
+from x402srv.default_plugins.sqlite import credits as credits_ops
+from x402srv.default_plugins.sqlite import dump, ops, reports
+from x402srv.default_plugins.sqlite.batch import (
+    Created,
+    GroupCommit,
+    PendingInsert,
+    deliver,
+    fail_all,
+)
+from x402srv.default_plugins.sqlite.checkpoint import SAFETY_NET_PAGES, Checkpointer
+from x402srv.default_plugins.sqlite.schema import Synchronous, connect
+from x402srv.errors import ConfigError, StoreUnavailable
+from x402srv.hookspecs import Register, hookimpl
+from x402srv.interfaces import (
+    CreditAccount,
+    Credited,
+    ExportItem,
+    Lease,
+    PaymentClaimed,
+    RateWindow,
+    Spend,
+    Store,
+    TransitionRequest,
+)
+from x402srv.interfaces import TransitionResult as Result
+from x402srv.server.plugin_context import PluginContext
+from x402srv.stores.rules import nameable
+
+__all__ = ["SqliteOptions", "SqliteStore", "build_sqlite_store"]
+
+_log = logging.getLogger("x402srv.store.sqlite")
+
+T = TypeVar("T")
+
+_UNAVAILABLE = "The store could not be reached; retry later."
+
+
+class SqliteOptions(PluginOptions):
+    """``[store.sqlite]``.
+
+    ``synchronous = "NORMAL"`` (default) keeps every committed transaction
+    across a crash of the process, which is what WAL guarantees without an
+    fsync per commit; a power loss or OS crash may lose the last commits.
+    ``"FULL"`` fsyncs every commit and survives power loss, at a cost per
+    write. ``busy_timeout_ms`` is how long a write waits for another
+    process's write before the request fails with 503.
+    """
+
+    synchronous: Synchronous = "NORMAL"
+    busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000)
+
+    @field_validator("synchronous", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class SqliteStore:
+    """Challenge records, claims and leases in one sqlite file."""
+
+    name = "sqlite"
+
+    def __init__(self, path: Path, options: SqliteOptions | None = None) -> None:
+        self.path = path
+        self.options = options or SqliteOptions()
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None  # used only on the executor thread
+        self._inserts = GroupCommit()
+        self._checkpointer = Checkpointer(path)
+
+    async def start(self) -> None:
+        if self._executor is not None:
+            return
+        # Set before the first await: operations called meanwhile queue behind
+        # the connect on the same thread instead of finding no store.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x402srv-sqlite")
+        try:
+            await self._submit("open", self._connect)
+        except BaseException:
+            await self.close()
+            raise
+        self._checkpointer.start()
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._checkpointer.stop)
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
+        finally:
+            executor.shutdown(wait=False)
+
+    async def ping(self) -> None:
+        await self._run("ping", ops.ping)
+
+    async def create_challenge(
+        self, record: ChallengeRecord, *, claim_payment: PaymentKey | None = None
+    ) -> tuple[ChallengeRecord, bool] | PaymentClaimed:
+        if claim_payment is not None:  # rare (discovery-first purchases): its own transaction
+            key = str(claim_payment)
+            return await self._run(
+                "create_challenge", lambda c: ops.create_challenge(c, record, key)
+            )
+        executor = self._executor
+        if executor is None:
+            _log.error("sqlite store %s: create_challenge called while closed", self.path)
+            raise _unavailable()
+        future: asyncio.Future[Created] = asyncio.get_running_loop().create_future()
+        if self._inserts.add(PendingInsert(record, ops.challenge_row(record), future)):
+            try:
+                executor.submit(self._drain_inserts)
+            except RuntimeError:  # the store closed meanwhile
+                fail_all(self._inserts.abandon(), _unavailable)
+        return await future
+
+    def _drain_inserts(self) -> None:
+        """Store's thread: commit queued inserts batch by batch until none is left."""
+        while batch := self._inserts.take():
+            try:
+                conn = self._connection("create_challenge")
+                outcomes: list[Created | BaseException] = list(
+                    ops.create_challenges(conn, [(i.record, i.row) for i in batch])
+                )
+            except sqlite3.Error as exc:
+                _log.error("sqlite store %s: create_challenge failed: %s", self.path, exc)
+                outcomes = [_unavailable() for _ in batch]
+            except BaseException as exc:  # StoreUnavailable, or a bug: every caller hears it
+                outcomes = [exc for _ in batch]
+            deliver(batch, outcomes)
+
+    async def get_challenge(self, challenge_id: str) -> ChallengeRecord | None:
+        if not nameable(challenge_id):
+            return None
+        return await self._run("get_challenge", lambda c: ops.get_challenge(c, challenge_id))
+
+    async def get_by_request_id(self, request_id: str) -> ChallengeRecord | None:
+        if not nameable(request_id):
+            return None
+        return await self._run("get_by_request_id", lambda c: ops.get_by_request_id(c, request_id))
+
+    async def get_by_payment(self, key: PaymentKey) -> ChallengeRecord | None:
+        text = str(key)
+        if not nameable(text):
+            return None
+        return await self._run("get_by_payment", lambda c: ops.get_by_payment(c, text))
+
+    async def get_by_tx_hash(self, tx_hash: str) -> ChallengeRecord | None:
+        if not nameable(tx_hash):
+            return None
+        return await self._run("get_by_tx_hash", lambda c: ops.get_by_tx_hash(c, tx_hash))
+
+    async def transition(self, request: TransitionRequest) -> Result:
+        return await self._run("transition", lambda c: ops.transition(c, request))
+
+    async def list_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        updated_before: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        query = ops.listing_query(states, updated_before, after, limit)
+        if query is None:
+            return []
+        return await self._run("list_challenges", lambda c: ops.list_challenges(c, *query))
+
+    async def prune(
+        self, *, states: Sequence[State], updated_before: float, limit: int = 1000
+    ) -> int:
+        return await self._run("prune", lambda c: ops.prune(c, states, updated_before, limit))
+
+    async def save_task(
+        self,
+        task_id: str,
+        document: Mapping[str, Any],
+        *,
+        expect_version: int | None,
+        prune_after: float | None = None,
+    ) -> int | None:
+        return await self._run(
+            "save_task", lambda c: ops.save_task(c, task_id, document, expect_version, prune_after)
+        )
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any], int] | None:
+        if not nameable(task_id):
+            return None
+        return await self._run("get_task", lambda c: ops.get_task(c, task_id))
+
+    async def prune_tasks(self, *, before: float, limit: int = 1000) -> int:
+        return await self._run("prune_tasks", lambda c: ops.prune_tasks(c, before, limit))
+
+    async def count_hits(
+        self, hits: Mapping[str, int], *, window_end: float, now: float
+    ) -> dict[str, int]:
+        if not hits:
+            return {}
+        pairs = [(key, int(delta)) for key, delta in hits.items()]
+        return await self._run("count_hits", lambda c: ops.count_hits(c, pairs, window_end, now))
+
+    async def credit(
+        self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
+    ) -> Credited:
+        return await self._run(
+            "credit", lambda c: credits_ops.credit(c, grant_id, amount, key, now, keep_until)
+        )
+
+    async def spend(
+        self,
+        grant_id: str,
+        cost: int,
+        *,
+        now: float,
+        keep_until: float,
+        rate: RateWindow | None = None,
+        credits: bool = True,
+    ) -> Spend:
+        return await self._run(
+            "spend",
+            lambda c: credits_ops.spend(c, grant_id, cost, now, keep_until, rate, credits),
+        )
+
+    async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
+        return await self._run("refund", lambda c: credits_ops.refund(c, grant_id, amount, now))
+
+    async def get_credits(self, grant_id: str) -> CreditAccount | None:
+        if not nameable(grant_id):
+            return None
+        return await self._run("get_credits", lambda c: credits_ops.get_credits(c, grant_id))
+
+    async def export_items(self) -> AsyncIterator[ExportItem]:
+        """Page by page (``sqlite_dump``): challenges, tasks, credit accounts, leases."""
+        for kind in ("challenges", "tasks", "credits", "leases"):
+            after = ""
+            while True:
+                page, after = await self._run("export", functools.partial(_page, kind, after))
+                for item in page:
+                    yield item
+                if len(page) < dump.PAGE:
+                    break
+
+    async def import_items(self, items: Sequence[ExportItem], *, now: float) -> None:
+        await self._run("import", lambda c: dump.import_items(c, items, now))
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        return await self._run(
+            "acquire_lease", lambda c: ops.acquire_lease(c, name, holder, ttl, now)
+        )
+
+    async def release_lease(self, lease: Lease, value: str | None) -> bool:
+        return await self._run("release_lease", lambda c: ops.release_lease(c, lease, value))
+
+    async def find_challenges(
+        self,
+        *,
+        states: Sequence[State] | None = None,
+        payer: str | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ChallengeRecord]:
+        if payer is not None and not nameable(payer):
+            return []
+        if before is not None and not nameable(before[1]):
+            return []
+        return await self._run(
+            "find_challenges",
+            lambda c: reports.find_challenges(c, states, payer, before, limit),
+        )
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        rows = [(int(bucket), name, int(delta)) for (bucket, name), delta in counts.items()]
+        await self._run("add_counts", lambda c: reports.add_counts(c, rows, int(forget_before)))
+
+    async def read_counts(self, *, start: int, end: int) -> dict[tuple[int, str], int]:
+        return await self._run(
+            "read_counts", lambda c: reports.read_counts(c, int(start), int(end))
+        )
+
+    async def _run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """One hop to the store's thread; ``fn`` runs there with the connection."""
+        return await self._submit(op, lambda: fn(self._connection(op)))
+
+    async def _submit(self, op: str, job: Callable[[], T]) -> T:
+        executor = self._executor
+        if executor is None:
+            _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
+            raise _unavailable()
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(executor, self._guarded, op, job)
+        except RuntimeError:  # closed between the check and the submit
+            _log.error("sqlite store %s: %s called while the store closed", self.path, op)
+            raise _unavailable() from None
+        return await future
+
+    def _guarded(self, op: str, job: Callable[[], T]) -> T:
+        """Runs on the store's thread; converts every sqlite error at the boundary."""
+        try:
+            return job()
+        except sqlite3.Error as exc:
+            _log.error("sqlite store %s: %s failed: %s", self.path, op, exc)
+            raise _unavailable() from None
+
+    def _connection(self, op: str) -> sqlite3.Connection:
+        if self._conn is None:
+            _log.error("sqlite store %s: %s called but the file is not open", self.path, op)
+            raise _unavailable()
+        return self._conn
+
+    def _connect(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the directory for {self.path}: {exc.strerror}", path="store.path"
+            ) from None
+        self._conn = connect(
+            self.path,
+            synchronous=self.options.synchronous,
+            busy_timeout_ms=self.options.busy_timeout_ms,
+            autocheckpoint_pages=SAFETY_NET_PAGES,
+        )
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.close()
+        except sqlite3.Error as exc:
+            _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+
+
+def _page(kind: str, after: str, conn: sqlite3.Connection) -> tuple[list[ExportItem], str]:
+    return dump.export_page(conn, kind, after)
+
+
+def _unavailable() -> StoreUnavailable:
+    """As ``raise StoreUnavailable(...) from None``: no sqlite error chained to it."""
+    error = StoreUnavailable(_UNAVAILABLE, retry_after=1)
+    error.__suppress_context__ = True
+    return error
+
+
+def build_sqlite_store(ctx: PluginContext) -> SqliteStore:
+    """``[store] path`` is relative to the config file's directory."""
+    options = ctx.parse_options(SqliteOptions)
+    raw = ctx.config.store.path
+    if not raw.strip():
+        raise ConfigError("must name the sqlite file", path="store.path")
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = ctx.config.base_dir / path
+    return SqliteStore(path.absolute(), options)
+
+
+@hookimpl
+def register_stores(register: Register[Store]) -> None:
+    register("sqlite", build_sqlite_store)

@@ -1,0 +1,1 @@
+"""Getting paid: settlers per network, failover, the chain reader and what the chain says."""

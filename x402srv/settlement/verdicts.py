@@ -1,0 +1,92 @@
+"""What the chain says about one authorization (SPEC 5.2).
+
+Used wherever an outcome is unknown: a SETTLING record (a buyer's retry, a
+reconciler pass), a facilitator that timed out, a gas-wallet transaction that
+reverted because the authorization "is used". Never settles anything; only
+reads.
+
+"Transferred" is decided on any evidence, at once: a successful transaction
+that used THIS authorization (its ``AuthorizationUsed`` for ``(payer, nonce)``)
+and moved the value to ``payTo``. A used authorization can never be settled
+again, so finishing its challenge is always safe.
+
+"Not transferred" releases a buyer's claim, so it is decided only on
+consistent evidence: every read of one decision is pinned to one block (a
+load-balanced RPC whose nodes lag each other cannot answer "unused" from one
+node and "no receipt" from another), and anything missing (a receipt, a log)
+means "not decided yet", never "not transferred".
+
+    the broadcast txHash's receipt settles this authorization   -> Transferred
+    at block N (the latest when asked), authorizationState is:
+      used, and its AuthorizationUsed tx settles it           -> Transferred
+      used, and the payer cancelled it                         -> NotTransferred
+      used by a transaction whose receipt paid someone else    -> NotTransferred
+      used, but a log or receipt is not visible yet            -> Undecided
+      unused, and block N is at or past validBefore            -> NotTransferred
+      unused, still valid                                      -> Undecided
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from x402srv.settlement.chain import AUTHORIZATION_CANCELED_TOPIC, ChainReader
+
+__all__ = ["NotTransferred", "Transferred", "Undecided", "Verdict", "resolve_authorization"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transferred:
+    tx_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotTransferred:
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    why: str
+
+
+Verdict = Transferred | NotTransferred | Undecided
+
+
+async def resolve_authorization(
+    chain: ChainReader,
+    *,
+    asset: str,
+    payer: str,
+    pay_to: str,
+    value: int,
+    nonce: str,
+    valid_before: int,
+    tx_hint: str | None = None,
+) -> Verdict:
+    """Decide from the chain whether this authorization paid ``pay_to``.
+
+    Raises ``ChainUnavailable`` when the RPC cannot answer (or cannot answer
+    for the pinned block); callers keep the record as it is then.
+    """
+    if tx_hint:
+        receipt = await chain.receipt(tx_hint)
+        if receipt is not None and receipt.settles(asset, payer, pay_to, value, nonce):
+            return Transferred(receipt.tx_hash)
+    block, timestamp = await chain.latest_block()
+    if not await chain.authorization_state(asset, payer, nonce, block=block):
+        if timestamp >= valid_before:
+            return NotTransferred("authorization expired unused")
+        return Undecided("authorization not used yet and still valid")
+    events = await chain.authorization_events(asset, payer, nonce, to_block=block)
+    if any(event.topics[0] == AUTHORIZATION_CANCELED_TOPIC for event in events):
+        return NotTransferred("authorization was cancelled by the payer")
+    if not events:
+        return Undecided("authorization is used but its log is not visible (outside the window?)")
+    for event in events:
+        receipt = await chain.receipt(event.tx_hash)
+        if receipt is None:
+            return Undecided("authorization is used but its transaction has no receipt yet")
+        if receipt.settles(asset, payer, pay_to, value, nonce):
+            return Transferred(receipt.tx_hash)
+    return NotTransferred("authorization was spent in a transfer that did not pay us")

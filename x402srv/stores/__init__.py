@@ -1,0 +1,1 @@
+"""What every store shares: the rules inside its atomic steps, the coalescer, the dump format."""

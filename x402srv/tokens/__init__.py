@@ -1,0 +1,1 @@
+"""Access tokens: minting keys, verification, the verified-token cache, JWKS and revocation."""

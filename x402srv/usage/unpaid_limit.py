@@ -1,0 +1,160 @@
+"""The unpaid-request limit: one client may ask for so many 402s per window (SPEC 4.4).
+
+Every unpaid request costs the seller something (a stored challenge, a task, a
+402 to build), and anyone can send them. A payment that verifies is never
+counted or refused: a paying buyer is never kept out. A payment that fails
+(a made-up signature costs an ecrecover and a store read) counts as one unpaid
+request, and past the limit its answer is the 429 instead of the 402.
+
+Who the client is (``client_of``): the peer address of the connection, or,
+behind proxies (``[rate_limit] client_ip_header`` with ``trusted_hops = N``),
+the N-th address from the right of that header: the one the outermost of the N
+proxies wrote, never a value the client wrote itself (a proxy appends to what
+the client sent, so only the right-most N entries are the proxies'). A header
+with fewer than N entries did not pass through all N proxies, so none of its
+entries can be trusted: the peer address counts then (as werkzeug's
+``ProxyFix`` and Sanic's ``PROXIES_COUNT`` do). See docs/operations.md.
+
+Counting is shared by every worker and instance through the store
+(``Store.count_hits``), in fixed windows, without a store round trip per
+request: each process counts locally and adds its count to the store's when a
+client is first seen in a window and then every ``sync_every`` requests, and
+decides on the store's total plus what it has not sent yet. So N processes let
+through at most N x ``sync_every`` requests more than the limit (5 % of it each),
+and a client once over the limit is refused locally until the window ends.
+
+A store that cannot be reached leaves each process counting on its own (and
+adding its count to the store's once it is back): the limit still holds per
+process, and a store outage never refuses a client that is under it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from x402srv.errors import RateLimited, StoreUnavailable
+from x402srv.interfaces import Clock, Store
+
+if TYPE_CHECKING:
+    from sanic import Request
+
+__all__ = ["LimitOptions", "UnpaidLimiter", "client_key", "client_of", "forwarded_hop"]
+
+log = logging.getLogger("x402srv.usage.unpaid_limit")
+
+#: Clients remembered per window in one process; past this the local counts are
+#: dropped and re-read from the store (correct, just one round trip more each).
+MAX_CLIENTS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOptions:
+    requests: int
+    window_seconds: float
+
+
+def forwarded_hop(values: Iterable[str], trusted_hops: int) -> str | None:
+    """The ``trusted_hops``-th address from the right of a proxy header, or None.
+
+    ``values`` are the header's lines in the order received (several lines are
+    one comma-separated list). Empty entries are skipped; an RFC 7239
+    ``Forwarded`` element counts by its ``for=`` parameter. None when the
+    header has fewer entries than ``trusted_hops``: the caller counts the peer.
+    """
+    hops = [hop.strip() for value in values for hop in value.split(",")]
+    hops = [hop for hop in hops if hop]
+    if len(hops) < trusted_hops:
+        return None
+    hop = hops[-trusted_hops]
+    if "=" in hop:  # a Forwarded element: for=192.0.2.1;proto=https
+        params = (param.strip().partition("=") for param in hop.split(";"))
+        hop = next((value for name, _, value in params if name.lower() == "for"), hop)
+    return hop.strip().strip('"')
+
+
+def client_key(address: str | None) -> str | None:
+    """The key a client address counts under.
+
+    IPv6 clients are counted per /64, the block one subscriber usually holds:
+    counting single addresses would let one host rotate through 2^64 of them.
+    A port a proxy wrote (``192.0.2.1:5555``, ``[2001:db8::1]:443``) is dropped,
+    or rotating source ports would rotate keys.
+    """
+    candidate = (address or "").strip()
+    if not candidate:
+        return None
+    host = candidate
+    if host.startswith("["):  # [v6] or [v6]:port
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:  # v4:port
+        host = host.partition(":")[0]
+    try:
+        parsed = ipaddress.ip_address(host)
+    except ValueError:
+        return candidate[:64]  # not an address (a unix socket path, "unknown"): as given
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return str(parsed)
+
+
+def client_of(request: Request[Any, Any]) -> str | None:
+    """The key an HTTP request counts under, per ``[rate_limit]`` (the module docstring)."""
+    limits = request.app.ctx.config.rate_limit
+    header, hops = limits.client_ip_header, limits.trusted_hops
+    if header is None or hops is None:
+        return client_key(request.ip)
+    return client_key(forwarded_hop(request.headers.getall(header, []), hops) or request.ip)
+
+
+class UnpaidLimiter:
+    def __init__(self, store: Store, options: LimitOptions, clock: Clock) -> None:
+        self.store = store
+        self.limit = options.requests
+        self.window = options.window_seconds
+        self.sync_every = max(1, options.requests // 20)
+        self.clock = clock
+        self._index = -1
+        self._pending: dict[str, int] = {}  # counted here, not yet added to the store
+        self._known: dict[str, int] = {}  # the store's total as last read
+
+    async def check(self, client: str) -> None:
+        """Count one unpaid request of ``client``; raise ``RateLimited`` past the limit."""
+        now = self.clock()
+        index = int(now // self.window)
+        if index != self._index or len(self._known) > MAX_CLIENTS:
+            self._index, self._pending, self._known = index, {}, {}
+        pending = self._pending.get(client, 0) + 1
+        self._pending[client] = pending
+        known = self._known.get(client)
+        if known is None or (pending >= self.sync_every and known <= self.limit):
+            known = await self._sync(client, index, now)
+        if known + self._pending.get(client, 0) > self.limit:
+            raise RateLimited(
+                f"more than {self.limit} unpaid requests in {self.window:g} s from this client "
+                "(a payment that fails counts as one); a payment that verifies is never limited",
+                retry_after=math.ceil((index + 1) * self.window - now),
+            )
+
+    async def _sync(self, client: str, index: int, now: float) -> int:
+        delta = self._pending.pop(client, 0)
+        key = f"unpaid:{client}:{index}"
+        try:
+            totals = await self.store.count_hits(
+                {key: delta}, window_end=(index + 1) * self.window, now=now
+            )
+        except StoreUnavailable:
+            log.warning("unpaid-request limit: the store is unavailable; counting locally")
+            if index == self._index:
+                self._pending[client] = self._pending.get(client, 0) + delta
+            return self._known.get(client, 0)
+        total = totals.get(key, delta)
+        if index == self._index:
+            self._known[client] = total
+        return total
