@@ -110,7 +110,7 @@ class SettlementConfig(PluginTables):
 
     @property
     def selected_strategy(self) -> str:
-        """The seed's rule: a gas wallet key without a strategy selects ``gas-wallet``."""
+        """A gas wallet key without a strategy selects ``gas-wallet`` (docs/protocol/config.md)."""
         if self.strategy:
             return self.strategy
         return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
