@@ -36,6 +36,7 @@ from pydantic import (
 
 from x402srv.config.console import AdminConfig, AnalyticsConfig, RevocationConfig
 from x402srv.config.fields import StrictModel, checksum_address, http_url
+from x402srv.config.ignored_keys import check_ignored_keys
 from x402srv.config.networks import (
     Network,
     NetworkConfig,
@@ -59,7 +60,6 @@ from x402srv.config.secrets import (
     validation_context,
 )
 from x402srv.errors import ConfigError
-from x402srv.ignored_keys import check_ignored_keys
 from x402srv.interfaces import RateWindow
 from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo
 
