@@ -1,4 +1,4 @@
-"""What the operator commands do, without printing (``cli.py`` prints).
+"""What the operator commands do, without printing (``x402srv.cli.main`` prints).
 
 Each command opens the configured store, chain reader and issuer the way a
 server worker would (never the settler: nothing here settles), works through
@@ -85,7 +85,7 @@ async def migrate(config: Config) -> list[str] | None:
 async def export_records(
     config: Config, out: IO[str], *, clock: Clock = system_clock
 ) -> DumpCounts:
-    """``x402srv export``: the store's whole content as JSON lines (``store_dump``)."""
+    """``x402srv export``: the store's whole content as JSON lines (``x402srv.stores.dump``)."""
     store = Registry().build(config, clock=clock).store
     await store.start()
     try:
