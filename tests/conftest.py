@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,11 @@ class Running:
         self.sellers.append((current_scope(), seller))
 
     def stop(self, scope: str | None = None) -> None:
-        """Stop those of ``scope`` (all with None), newest first."""
-        for owner, seller in reversed(self.sellers):
-            if scope is None or owner == scope:
-                seller.server.stop()
+        """Stop those of ``scope`` (all with None), all at once: each stop mostly waits."""
+        stopping = [s for o, s in self.sellers if scope is None or o == scope]
         self.sellers = [(o, s) for o, s in self.sellers if scope is not None and o != scope]
+        with ThreadPoolExecutor(max(1, len(stopping))) as pool:
+            list(pool.map(lambda seller: seller.server.stop(), stopping))
 
 
 @pytest.fixture(scope="session")
