@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import IO, Any, cast
 
+from x402srv.access.build import build_pipeline
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.access.reconciler import PassReport, Reconciler
 from x402srv.access.records import ChallengeRecord, State
@@ -56,14 +57,7 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
     try:
         await built.open_chains()
         await built.issuer.start()
-        pipeline = AccessPipeline(
-            config,
-            store=built.store,
-            settler=built.settler,
-            issuer=built.issuer,
-            chain=built.chains,
-            clock=clock,
-        )
+        pipeline = build_pipeline(config, built, clock=clock)
         try:
             yield pipeline
         finally:

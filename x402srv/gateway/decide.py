@@ -59,6 +59,7 @@ from x402srv.errors import (
 from x402srv.tokens import admission
 from x402srv.tokens.verify import AccessClaims, TokenVerifier
 from x402srv.usage.credits import Meter, Usage
+from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.offers import AccessGranted, PaymentOffer, with_request_id
 from x402srv.wire.protocol import AccessBody, decode_payment_header, encode_header
 
@@ -96,6 +97,7 @@ def narrowed_offer(
     resource: dict[str, Any],
     error: str,
     members: dict[str, Any] | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> PaymentOffer:
     """The discovery offer narrowed to ``plans`` (in their order), with a fresh requestId.
 
@@ -115,6 +117,8 @@ def narrowed_offer(
             (accept for plan_id in plans for accept in by_plan[plan_id]), uuid4_str()
         ),
     }
+    if extensions is not None:
+        required["extensions"] = extensions
     body = {
         **required,
         "plans": [p for p in discovery["plans"] if p["planId"] in plans],
@@ -174,14 +178,13 @@ class Gateway:
         return narrowed_offer(
             self.pipeline,
             plans or self.plans(route),
-            resource={
-                "url": resource_url,
-                "description": route.description or self.config.seller.agent_description,
-            },
+            resource=_resource(route, resource_url, self.config.seller.agent_description),
             error=error
             or "Payment required: pay one of the accepted requirements and repeat this "
             "request with PAYMENT-SIGNATURE",
             members=members,
+            # what facilitators list (docs/bazaar.md)
+            extensions=bazaar_extension(route.discovery) if route.discovery is not None else None,
         )
 
     async def decide(
@@ -322,3 +325,17 @@ class Gateway:
         except CreditsExhausted as spent:
             return self._out_of_credits(route, resource_url, claims, spent)
         return Forward(route, claims, granted, usage)
+
+
+def _resource(route: RouteConfig, url: str, fallback: str) -> dict[str, Any]:
+    """The 402's resource: the route's discovery metadata first, then its description."""
+    discovery = route.discovery
+    resource = {
+        "url": url,
+        "description": (discovery.description if discovery else None)
+        or route.description
+        or fallback,
+    }
+    if discovery is not None and discovery.mime_type is not None:
+        resource["mimeType"] = discovery.mime_type
+    return resource
