@@ -54,6 +54,7 @@ log = logging.getLogger("x402srv.gateway.mcp")
 
 METHODS: Final = ("GET", "POST", "DELETE")
 _TOOL_NAME_LIMIT: Final = 128
+_DRAIN_FACTOR: Final = 8
 
 
 class _TooLarge(Exception):
@@ -61,9 +62,13 @@ class _TooLarge(Exception):
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
+    """The whole body, or ``_TooLarge`` once it passes ``limit``.
+
+    A body over the limit is still read to its end (and dropped), up to
+    ``_DRAIN_FACTOR`` times the limit: a client that is still sending when the
+    answer comes sees a reset instead of its JSON-RPC error. Past that, the
+    connection is cut rather than read on.
+    """
     stream: Any = request.stream  # Sanic's Http object; its type does not declare __aiter__
     if stream is None or not stream.request_body:
         return b""
@@ -71,9 +76,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
     total = 0
     async for chunk in stream:
         total += len(chunk)
-        if total > limit:
+        if total > limit * _DRAIN_FACTOR:
+            if request.transport is not None:
+                request.transport.close()
             raise _TooLarge
-        chunks.append(chunk)
+        if total <= limit:
+            chunks.append(chunk)
+    if total > limit:
+        raise _TooLarge
     return b"".join(chunks)
 
 
