@@ -25,7 +25,7 @@ the chain decides (``resolve_authorization``), and a transfer of this payment to
 payTo is ``Settled`` at once, whatever the facilitator answers later. Only a
 transfer ends the wait early: anything else the chain shows waits for the answer.
 
-How answers map to the pipeline (SPEC 4.2 step 8):
+How answers map to the pipeline (docs/protocol/flow.md, step 8):
 
 - refused before the request left (connect error/timeout), a 4xx that names
   no transaction, ``isValid: false``, or ``success: false`` with no
