@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from x402srv.config.console import AdminConfig, AnalyticsConfig, RevocationConfig
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel, checksum_address, http_url
 from x402srv.config.ignored_keys import check_ignored_keys
 from x402srv.config.networks import (
@@ -143,6 +144,8 @@ class PlanConfig(_Model):
     # Selling calls (x402srv/config/plans.py): credits per grant, a rate limit per grant.
     calls: int | None = Field(default=None, gt=0, le=10**12)
     rate_limit: str | None = None
+    #: What facilitators list (the bazaar extension): x402srv/config/discovery.py.
+    discovery: DiscoveryConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
