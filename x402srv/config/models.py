@@ -50,6 +50,7 @@ from x402srv.config.networks import (
 )
 from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.config.problems import problems
+from x402srv.config.refunds import RefundsConfig
 from x402srv.config.routes import RouteConfig, check_routes
 from x402srv.config.secrets import (
     HttpUrlSecret,
@@ -453,6 +454,7 @@ class Config(_Model):
     admin: AdminConfig | None = None  # the seller's console: x402srv/config/console.py
     revocation: RevocationConfig = RevocationConfig()
     analytics: AnalyticsConfig = AnalyticsConfig()
+    refunds: RefundsConfig = RefundsConfig()
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()
