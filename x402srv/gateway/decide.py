@@ -59,6 +59,7 @@ from x402srv.errors import (
 from x402srv.tokens import admission
 from x402srv.tokens.verify import AccessClaims, TokenVerifier
 from x402srv.usage.credits import Meter, Usage
+from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.offers import AccessGranted, PaymentOffer, with_request_id
 from x402srv.wire.protocol import AccessBody, decode_payment_header, encode_header
 
@@ -143,14 +144,13 @@ class Gateway:
             "error": error
             or "Payment required: pay one of the accepted requirements and repeat this "
             "request with PAYMENT-SIGNATURE",
-            "resource": {
-                "url": resource_url,
-                "description": route.description or self.config.seller.agent_description,
-            },
+            "resource": _resource(route, resource_url, self.config.seller.agent_description),
             "accepts": with_request_id(
                 (accept for plan_id in allowed for accept in by_plan[plan_id]), uuid4_str()
             ),
         }
+        if route.discovery is not None:  # what facilitators list (docs/bazaar.md)
+            required["extensions"] = bazaar_extension(route.discovery)
         body = {
             **required,
             "plans": [p for p in discovery["plans"] if p["planId"] in allowed],
@@ -300,3 +300,17 @@ class Gateway:
         except CreditsExhausted as spent:
             return self._out_of_credits(route, resource_url, claims, spent)
         return Forward(route, claims, granted, usage)
+
+
+def _resource(route: RouteConfig, url: str, fallback: str) -> dict[str, Any]:
+    """The 402's resource: the route's discovery metadata first, then its description."""
+    discovery = route.discovery
+    resource = {
+        "url": url,
+        "description": (discovery.description if discovery else None)
+        or route.description
+        or fallback,
+    }
+    if discovery is not None and discovery.mime_type is not None:
+        resource["mimeType"] = discovery.mime_type
+    return resource

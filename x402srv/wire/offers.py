@@ -11,7 +11,7 @@ from templates (the compact JSON of everything but the ids, made once by
 are byte for byte what ``json.dumps(..., separators=(",", ":"))`` makes of them.
 
 Every requirement's ``extra`` and every ``plans[]`` entry carry what the plan
-includes (``plan_terms.wire_terms``: period, calls, rate limit).
+includes (``x402srv.config.plans.wire_terms``: period, calls, rate limit).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from typing import Any
 
 from x402srv.access.ids import uuid4_str
 from x402srv.access.records import ChallengeRecord, Offer
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.models import Config, Plan
 from x402srv.config.plans import wire_terms
 from x402srv.errors import ChallengeExpired
 from x402srv.interfaces import IssuedCredential
+from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.networks import NetworkInfo
 from x402srv.wire.protocol import encode_header, requirement
 
@@ -157,18 +159,29 @@ class AccessGranted:
 class OfferBuilder:
     def __init__(self, config: Config) -> None:
         self._config = config
+        #: Each plan's bazaar metadata (docs/bazaar.md): in its challenges' 402s.
+        self._discoveries = {p.plan_id: p.discovery for p in config.plans if p.discovery}
         #: The discovery 402 without a requestId: what every plan costs (the gateway's
         #: routes narrow it). Never sent as it is: ``discovery()`` adds the requestId.
         self.catalog, self._discovery = self._build_discovery()
         self._templates: dict[tuple[Any, ...], _ChallengeTemplate] = {}
         _warn_if_oversized(self)
 
-    def _resource(self, description: str) -> dict[str, Any]:
+    def _resource(
+        self, description: str, discovery: DiscoveryConfig | None = None
+    ) -> dict[str, Any]:
         return {
             "url": self._config.access_url,
-            "description": description,
-            "mimeType": "application/json",
+            "description": discovery.description
+            if discovery and discovery.description
+            else description,
+            "mimeType": discovery.mime_type
+            if discovery and discovery.mime_type
+            else "application/json",
         }
+
+    def _plan_discovery(self, plan_id: str) -> DiscoveryConfig | None:
+        return self._discoveries.get(plan_id)
 
     def discovery(self, request_id: str | None = None) -> PaymentOffer:
         """The discovery 402 with a fresh random requestId (the same in every requirement).
@@ -314,9 +327,12 @@ class OfferBuilder:
             if len(accepts) == 1
             else "Payment required: sign one of the accepted requirements and retry with "
             "PAYMENT-SIGNATURE",
-            "resource": self._resource(description),
+            "resource": self._resource(description, self._plan_discovery(record.plan_id)),
             "accepts": accepts,
         }
+        discovery = self._plan_discovery(record.plan_id)
+        if discovery is not None:
+            required["extensions"] = bazaar_extension(discovery)
         parts = tuple(_compact(required).split(_IDS_JSON))
         assert len(parts) == len(accepts) + 1
         members = f',"planId":{_compact(record.plan_id)},"resourceId":'
