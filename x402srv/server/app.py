@@ -37,6 +37,7 @@ from x402srv.errors import (
     StoreUnavailable,
 )
 from x402srv.gateway.install import install_gateway
+from x402srv.gateway.mcp.install import install_mcp
 from x402srv.interfaces import Clock, system_clock
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
@@ -113,6 +114,7 @@ def create_app(
         built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    install_mcp(app, pipeline, revocations)  # [[mcp]]: x402srv/gateway/mcp/
     sources = [revocations]
     if config.revocation.publish:
         sources.append(_revocation_list(app, config, built, clock))

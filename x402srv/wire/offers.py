@@ -235,7 +235,8 @@ class OfferBuilder:
         assert len(template.body) == len(template.header) == len(accepts) + 1
         return catalog, template
 
-    def _option(self, offer: Offer) -> NetworkInfo:
+    def option_of(self, offer: Offer) -> NetworkInfo:
+        """The network and token of one of a challenge's offers; 410 once no longer offered."""
         option = self._config.option(offer.network, offer.asset)
         if option is None:
             # The seller removed this network or token since the challenge was made.
@@ -255,7 +256,7 @@ class OfferBuilder:
         """
         offer = offer or Offer(record.network, record.asset, record.amount)
         return requirement(
-            network=self._option(offer),
+            network=self.option_of(offer),
             amount=offer.amount,
             pay_to=record.pay_to,
             max_timeout_seconds=record.max_timeout_seconds,
@@ -310,7 +311,7 @@ class OfferBuilder:
         accepts = []
         for offer in record.offers:
             accepted = requirement(
-                network=self._option(offer),
+                network=self.option_of(offer),
                 amount=offer.amount,
                 pay_to=record.pay_to,
                 max_timeout_seconds=record.max_timeout_seconds,
