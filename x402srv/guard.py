@@ -1,4 +1,4 @@
-"""Token guard for the seller's Sanic routes (SPEC 6; the seed's ``fastifyValidateAccessToken``).
+"""Token guard for the seller's Sanic routes (docs/protocol/wire.md, "Access tokens").
 
 Two ways to put it in front of a route, both checking the same thing:
 

@@ -227,7 +227,7 @@ class Store(Protocol):
         The caller names one key per client and time window; a counter lives
         until ``window_end`` and the store may forget any counter whose
         ``window_end`` is before ``now``. Atomic per key across every process
-        that shares the store (the unpaid-request limit, SPEC 4.4 ``RATE_LIMITED``).
+        that shares the store (the unpaid-request limit, ``RATE_LIMITED``).
         """
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
@@ -597,7 +597,7 @@ class Settler(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GrantRequest:
-    """What an issuer learns about a paid challenge (SPEC 4.2 step 10)."""
+    """What an issuer learns about a paid challenge (docs/protocol/flow.md, step 10)."""
 
     request_id: str
     challenge_id: str

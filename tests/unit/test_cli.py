@@ -1,4 +1,4 @@
-"""The ``x402srv`` command (SPEC 3), run for real: ``python -m x402srv`` in a subprocess.
+"""The ``x402srv`` command (docs/cli.md), run for real: ``python -m x402srv`` in a subprocess.
 
 Exit codes: 0 ok, 2 bad usage or config. ``check`` output is grepped for the
 secret values it was given. One real ``serve`` of ``config.example.toml``

@@ -1,4 +1,6 @@
-"""The compare-and-set moves of the state machine (SPEC 5.1), built and applied in one place.
+"""The compare-and-set moves of the state machine, built and applied in one place.
+
+The moves and who makes them: docs/protocol/states.md.
 
 ``Mover.apply`` is the only way a record changes state: the store applies the
 move atomically, then each applied move gets one log line and is shown to the

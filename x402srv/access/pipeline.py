@@ -1,4 +1,4 @@
-"""The fixed access flow of ``POST /x402/access`` (SPEC 4.2). Plugins cannot reorder it.
+"""The fixed access flow of POST /x402/access (docs/protocol/flow.md). Plugins cannot reorder it.
 
 Every request goes through these steps in this order; a failing step answers at
 once and nothing after it runs. Bad input fails before step 6, so it never

@@ -1,4 +1,6 @@
-"""Who is asking, and whether they bought the challenge they ask about (SPEC 4.2).
+"""Who is asking, and whether they bought the challenge they ask about.
+
+The rules: docs/protocol/proof.md.
 
 A grant is a bearer credential, so it goes only to a caller with proof of the
 purchase (docs/design.md, "Who gets a grant"): the ``requestId`` in the body
@@ -100,7 +102,7 @@ class Verifier:
         self._domains: dict[tuple[str, str], Eip3009Domain] = {}
 
     def _domain(self, option: NetworkInfo) -> Eip3009Domain:
-        """The token's EIP-712 domain, from config, never from a payload (SPEC 2.1)."""
+        """The token's EIP-712 domain: config's, never a payload's (docs/protocol/config.md)."""
         key = (option.caip2, option.asset)
         domain = self._domains.get(key)
         if domain is None:

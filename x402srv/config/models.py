@@ -1,4 +1,4 @@
-"""The seller's TOML, validated into pydantic models (SPEC 2).
+"""The seller's TOML, validated into pydantic models (docs/protocol/config.md).
 
 Unknown keys are errors, and every error names its key path
 (``plans[1].unit_amount: ...``). Secrets are a string or ``{env = "NAME"}`` /
@@ -274,7 +274,7 @@ class SettlementConfig(_PluginTables):
 
     @property
     def selected_strategy(self) -> str:
-        """The seed's rule: a gas wallet key without a strategy selects ``gas-wallet``."""
+        """A gas wallet key without a strategy selects ``gas-wallet`` (docs/protocol/config.md)."""
         if self.strategy:
             return self.strategy
         return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
@@ -716,7 +716,7 @@ def _atomic_amount(price: str, option: NetworkInfo, plan_path: str) -> int:
     whole, fraction = match.group(1), match.group(2) or ""
     decimals = option.decimals
     path = f"{plan_path}.unit_amount"
-    if len(fraction) > decimals:  # SPEC 2: no more decimals than the token
+    if len(fraction) > decimals:  # no more decimals than the token (docs/protocol/config.md)
         raise ValueError(
             f"{path}: {price} has more decimals than the token's {decimals} "
             f"({option.asset} on {option.caip2}); it would have to be rounded"

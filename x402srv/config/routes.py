@@ -1,4 +1,4 @@
-"""``[[routes]]``: the gateway's TOML, validated like the rest of the config (SPEC 2 rules).
+"""``[[routes]]``: the gateway's TOML, validated like the rest (docs/protocol/config.md).
 
 ```toml
 [[routes]]

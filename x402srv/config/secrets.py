@@ -1,4 +1,6 @@
-"""Secret values in the TOML: a string, ``{ env = "NAME" }`` or ``{ file = "path" }`` (SPEC 2).
+"""Secret values in the TOML: a string, ``{ env = "NAME" }`` or ``{ file = "path" }``.
+
+The rules: docs/protocol/config.md, "Secrets".
 
 A ``Secret`` never shows itself in ``repr``, logs or ``check`` output; URLs that
 are secrets (RPC and facilitator URLs carry API keys) are shown only through

@@ -14,7 +14,7 @@ one, or when it cannot answer, it asks ``/verify`` (a round trip through the
 facilitator, ~10 ms). Either way an unfunded payer gets
 ``invalid_exact_evm_insufficient_balance`` at once.
 
-How answers map to the pipeline (SPEC 4.2 step 8):
+How answers map to the pipeline (docs/protocol/flow.md, step 8):
 
 - refused before the request left (connect error/timeout), a 4xx that names
   no transaction, ``isValid: false``, or ``success: false`` with no

@@ -1,6 +1,6 @@
-"""The agent card (SPEC 4.1), built once from the config: an A2A 0.3.0 card, read by 1.0 too.
+"""The agent card (docs/protocol/wire.md), built once from config: an A2A 0.3.0 card 1.0 reads too.
 
-Every field SPEC 4.1 fixes keeps its 0.3 value (``protocolVersion: "0.3.0"``,
+Every field a 0.3 client reads keeps its 0.3 value (``protocolVersion: "0.3.0"``,
 ``url``, ``preferredTransport``, ``additionalInterfaces``, the skills, the x402
 extension). ``supportedInterfaces`` is what 1.0 clients read instead (0.3
 clients ignore it): each URL that speaks JSON-RPC is listed once per version,
