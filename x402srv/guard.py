@@ -58,7 +58,6 @@ __all__ = [
     "RequestCost",
     "access_claims",
     "access_guard",
-    "bearer_token",
     "require_access",
 ]
 
@@ -76,11 +75,6 @@ RequestCost = Callable[[Request], int]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def bearer_token(request: Request) -> str:
-    """The token of the request's one ``Authorization: Bearer`` header, else ``InvalidToken``."""
-    return admission.bearer_token(request.headers.getall("authorization", []))
 
 
 def access_claims(request: Request) -> AccessClaims:

@@ -246,7 +246,7 @@ class Store(Protocol):
     ) -> list[ChallengeRecord]:
         """Records newest first, in ``(updated_at, challenge_id)`` order (the seller's console).
 
-        ``payer`` keeps the records whose payer (``store_rules.payer_of``: the
+        ``payer`` keeps the records whose payer (``payer_of`` in ``x402srv.plugin``: the
         settled payer, else the payer of the payment being settled) is that
         address, compared in lowercase, through an index of its own: a payer's
         purchases are found without reading anyone else's. ``before`` is a

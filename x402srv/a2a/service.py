@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from x402srv.a2a import v1
+import x402srv.a2a.v1 as v1
 from x402srv.a2a.conversation import Conversation, Reply
 from x402srv.a2a.documents import TERMINAL_STATES
 from x402srv.a2a.intent import is_payment_submission

@@ -8,7 +8,7 @@ units here, once, with that token's decimals: a price that does not convert
 exactly is an error, never rounded.
 
 Where the seller is paid (one network, or ``[[networks]]``) is resolved by
-``network_config``; a plan's options are every (network, token) it accepts.
+``x402srv.config.networks``; a plan's options are every (network, token) it accepts.
 """
 
 from __future__ import annotations
@@ -19,23 +19,20 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
-    BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
-    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
 from x402srv.config.console import AdminConfig, AnalyticsConfig, RevocationConfig
 from x402srv.config.fields import StrictModel, checksum_address, http_url
+from x402srv.config.ignored_keys import check_ignored_keys
 from x402srv.config.networks import (
     Network,
     NetworkConfig,
@@ -48,18 +45,21 @@ from x402srv.config.networks import (
     resolve_single,
 )
 from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
+from x402srv.config.plugin_tables import (
+    BreakerConfig,
+    CredentialsConfig,
+    PreviousKey,
+    SettlementConfig,
+    StoreConfig,
+)
 from x402srv.config.problems import problems
 from x402srv.config.routes import RouteConfig, check_routes
 from x402srv.config.secrets import (
-    HttpUrlSecret,
     Secret,
-    SecretValue,
     redact_url,
-    url_secret,
     validation_context,
 )
 from x402srv.errors import ConfigError
-from x402srv.ignored_keys import check_ignored_keys
 from x402srv.interfaces import RateWindow
 from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo
 
@@ -100,42 +100,6 @@ _PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 _Model = StrictModel
-
-
-class _PluginTables(_Model):
-    """A section whose extra keys are option tables of plugins (``[store.redis]``)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
-
-    @model_validator(mode="after")
-    def _extra_keys_are_tables(self) -> _PluginTables:
-        for key, value in (self.model_extra or {}).items():
-            if not isinstance(value, dict):
-                # A leading "." asks _format_error to append the key to the section's path.
-                raise ValueError(
-                    f".{key}: unknown key (only plugin option tables may be added here)"
-                )
-        return self
-
-    def __repr_args__(self) -> Any:
-        extra = self.model_extra or {}
-        for name, value in super().__repr_args__():
-            yield name, ("<plugin options>" if name in extra else value)
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        for name in self.model_extra or {}:
-            if isinstance(data, dict) and isinstance(data.get(name), dict):
-                data[name] = _redact_options(data[name])
-        return data
-
-    def plugin_options(self, name: str) -> dict[str, Any]:
-        value = (self.model_extra or {}).get(name)
-        return dict(value) if isinstance(value, dict) else {}
-
-    def plugin_tables(self) -> list[str]:
-        return sorted(self.model_extra or {})
 
 
 class SellerConfig(_Model):
@@ -235,89 +199,6 @@ class ServerConfig(_Model):
         if not _PATH.fullmatch(value):
             raise ValueError('must be a path like "/a2a" (no trailing slash)')
         return value
-
-
-class StoreConfig(_PluginTables):
-    backend: str = "sqlite"
-    path: str = "x402srv.db"
-    url: (
-        Annotated[
-            SecretValue,
-            url_secret("redis", "rediss", "unix", hosts_listed=("redis+sentinel",)),
-        ]
-        | None
-    ) = None
-
-
-class BreakerConfig(_Model):
-    """``[settlement.circuit_breaker]``: when a network's failover skips a failing settler.
-
-    Per settler and per worker process: ``failures`` definite failures in a row
-    open it; it is skipped for ``cooldown_seconds``; then one request probes it
-    (a probe that never reports back frees its slot after ``probe_timeout_seconds``).
-    Only networks with more than one settler have breakers.
-    """
-
-    failures: int = Field(default=3, ge=1, le=1000)
-    cooldown_seconds: float = Field(default=30.0, gt=0, le=86_400)
-    probe_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
-
-
-class SettlementConfig(_PluginTables):
-    strategy: str | None = None
-    facilitator_url: HttpUrlSecret | None = None
-    facilitator_auth: SecretValue | None = None
-    gas_wallet_private_key: SecretValue | None = None
-    rpc_url: HttpUrlSecret | None = None
-    lease_seconds: int = Field(default=120, ge=5, le=3600)
-    circuit_breaker: BreakerConfig = BreakerConfig()
-
-    @property
-    def selected_strategy(self) -> str:
-        """A gas wallet key without a strategy selects ``gas-wallet`` (docs/protocol/config.md)."""
-        if self.strategy:
-            return self.strategy
-        return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
-
-    def as_settler(self) -> SettlerConfig:
-        """``[settlement]`` as the settler of a network that names none of its own."""
-        strategy = self.selected_strategy
-        facilitator = strategy == "facilitator"  # (the one-network form let both be given)
-        return SettlerConfig(
-            strategy=strategy,
-            facilitator_url=self.facilitator_url if facilitator else None,
-            facilitator_auth=self.facilitator_auth if facilitator else None,
-            # A facilitator never reads the key (a [[networks.settlers]] gas wallet may).
-            gas_wallet_private_key=None if facilitator else self.gas_wallet_private_key,
-        )
-
-
-class PreviousKey(_Model):
-    """A retired signing key that still verifies tokens it signed (rotation)."""
-
-    key: SecretValue
-    kid: str | None = Field(default=None, min_length=1, max_length=128)
-
-
-def _previous_key(value: Any) -> Any:
-    # A bare secret (string, {env}, {file}) is a key with a derived kid.
-    if isinstance(value, str) or (isinstance(value, dict) and set(value) <= {"env", "file"}):
-        return {"key": value}
-    return value
-
-
-class CredentialsConfig(_PluginTables):
-    issuer: str = "jwt"
-    secret: SecretValue | None = None
-    algorithm: Literal["HS256", "EdDSA"] = "HS256"
-    private_key: SecretValue | None = None
-    audience: str | None = None
-    kid: str | None = Field(default=None, min_length=1, max_length=128)
-    callback: str | None = None
-    callback_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    previous_keys: list[Annotated[PreviousKey, BeforeValidator(_previous_key)]] = Field(
-        default_factory=list, max_length=16
-    )
 
 
 class ReconcilerConfig(_Model):
@@ -470,8 +351,15 @@ class Config(_Model):
             for option in network.options
         }
         self._plans = self._resolve_plans()
-        check_routes(self)
-        check_ignored_keys(self)
+        check_routes(self.routes, self._plans, self.credentials.issuer)
+        check_ignored_keys(
+            store=self.store,
+            settlement=self.settlement,
+            credentials=self.credentials,
+            networks=self._networks,
+            network=self.network,
+            admin=self.admin,
+        )
         self._check_admin()
         longest = max(p.token_ttl_seconds for p in self._plans.values())
         keep = self.reconciler.retention_days * 86_400
@@ -686,27 +574,6 @@ def _describe_plan(plan: Plan) -> dict[str, Any]:
 
 
 _UINT256_MAX = 2**256 - 1
-_SECRET_KEY = re.compile(r"url|password|secret|key|token|auth", re.IGNORECASE)
-
-
-def _redact_value(key: str, value: Any) -> Any:
-    if isinstance(value, dict) and len(value) == 1 and ("env" in value or "file" in value):
-        kind, name = next(iter(value.items()))
-        return f"<secret: {kind} {name}>"
-    if isinstance(value, dict):
-        return _redact_options(value)
-    if isinstance(value, list):
-        return [_redact_value(key, item) for item in value]
-    if isinstance(value, str) and "://" in value:
-        return redact_url(value)
-    if isinstance(value, str) and _SECRET_KEY.search(key):
-        return "<redacted>"
-    return value
-
-
-def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Plugin tables are opaque to the core: hide whatever looks like a secret or a URL."""
-    return {key: _redact_value(key, value) for key, value in options.items()}
 
 
 def _atomic_amount(price: str, option: NetworkInfo, plan_path: str) -> int:

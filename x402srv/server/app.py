@@ -21,6 +21,7 @@ from sanic_ext import Extend
 from sanic_ext.extensions.http.extension import HTTPExtension
 
 from x402srv.a2a import A2AEndpoint, A2AService, sniff_envelope
+from x402srv.access.build import build_pipeline
 from x402srv.access.pipeline import AccessPipeline, AccessRequest
 from x402srv.access.reconciler import Reconciler
 from x402srv.config.models import Config
@@ -41,7 +42,7 @@ from x402srv.server.problems import problem_response
 from x402srv.server.registry import Built, Registry
 from x402srv.server.responses import Response, offer_response
 from x402srv.tokens.revocation import LIST_PATH, StoreRevocations, published
-from x402srv.usage.unpaid_limit import LimitOptions, UnpaidLimiter, client_of
+from x402srv.usage.unpaid_limit import client_of
 from x402srv.wire.card import agent_card
 from x402srv.wire.offers import AccessGranted, PaymentOffer
 from x402srv.wire.protocol import MAX_BODY_BYTES
@@ -69,21 +70,7 @@ def create_app(
     """Build the server for ``config``; raises ``ConfigError`` if a plugin cannot be built."""
     built = built or (registry or Registry()).build(config, clock=clock)
     metrics.install(metrics.PrometheusMetrics() if config.metrics.enabled else metrics.Metrics())
-    limits = config.rate_limit
-    pipeline = AccessPipeline(
-        config,
-        store=built.store,
-        settler=built.settler,
-        issuer=built.issuer,
-        chain=built.chains,
-        clock=clock,
-        metrics=metrics.current(),
-        limiter=UnpaidLimiter(
-            built.store, LimitOptions(limits.unpaid_requests, limits.window_seconds), clock
-        )
-        if limits.enabled
-        else None,
-    )
+    pipeline = build_pipeline(config, built, clock=clock)
     # Our root handler formats every log line; Sanic's own handlers would print each twice.
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
     app.config.AUTO_EXTEND = False

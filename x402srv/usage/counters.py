@@ -9,7 +9,7 @@ counters once per flush: never a row, never a store round trip per request.
 A process killed outright loses what it counted since its last flush (at most
 ``flush_seconds`` of unpaid traffic; settled payments are flushed at once).
 
-Names (``analytics`` reads them back). Plan ids, networks, assets, amounts
+Names (``x402srv.usage.figures`` reads them back). Plan ids, networks, assets, amounts
 and settler names come from the config; failure reasons may come from a
 facilitator, so they are cleaned to ``[a-z0-9_.:-]`` and, past
 ``MAX_REASONS`` distinct ones per hour, counted as ``failed:other``: an hour

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from x402srv.config.models import Config
 from x402srv.errors import InvalidRequest
 from x402srv.usage.counters import HOUR, hour_of
+from x402srv.wire.offers import rfc3339
 
 __all__ = [
     "DAY",
@@ -38,10 +39,6 @@ MAX_POINTS = 1000
 
 Bucket = Literal["hour", "day"]
 Counts = Mapping[tuple[int, str], int]
-
-
-def rfc3339(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str, name: str) -> float:

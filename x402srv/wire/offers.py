@@ -11,7 +11,7 @@ from templates (the compact JSON of everything but the ids, made once by
 are byte for byte what ``json.dumps(..., separators=(",", ":"))`` makes of them.
 
 Every requirement's ``extra`` and every ``plans[]`` entry carry what the plan
-includes (``plan_terms.wire_terms``: period, calls, rate limit).
+includes (``x402srv.config.plans.wire_terms``: period, calls, rate limit).
 """
 
 from __future__ import annotations

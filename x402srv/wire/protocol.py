@@ -282,7 +282,7 @@ def requirement(
 ) -> dict[str, Any]:
     """One x402 v2 ``PaymentRequirements`` for the ``exact`` scheme.
 
-    ``terms`` (``plan_terms.wire_terms``: period, calls, rate limit) go into
+    ``terms`` (``x402srv.config.plans.wire_terms``: period, calls, rate limit) go into
     ``extra`` after ``planId``, so an agent compares plans before it pays.
     """
     extra: dict[str, Any] = {
