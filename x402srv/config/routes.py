@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel
 from x402srv.config.plans import PlanTerms
 from x402srv.config.secrets import SecretValue
@@ -55,6 +56,8 @@ class RouteConfig(StrictModel):
     description: str | None = Field(default=None, min_length=1)
     cost: int = Field(default=1, ge=1, le=1_000_000)
     refund_on_5xx: bool = True
+    #: What facilitators list (the bazaar extension): x402srv/config/discovery.py.
+    discovery: DiscoveryConfig | None = None
 
     @field_validator("prefix")
     @classmethod

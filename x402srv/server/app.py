@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+from email.utils import formatdate
 from typing import Any
 
 from sanic import Request, Sanic
@@ -21,6 +23,7 @@ from sanic_ext import Extend
 from sanic_ext.extensions.http.extension import HTTPExtension
 
 from x402srv.a2a import A2AEndpoint, A2AService, sniff_envelope
+from x402srv.a2a.versions import VERSION_HEADER
 from x402srv.access.build import build_pipeline
 from x402srv.access.pipeline import AccessPipeline, AccessRequest
 from x402srv.access.reconciler import Reconciler
@@ -34,6 +37,7 @@ from x402srv.errors import (
     StoreUnavailable,
 )
 from x402srv.gateway.install import install_gateway
+from x402srv.gateway.mcp.install import install_mcp
 from x402srv.interfaces import Clock, system_clock
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
@@ -43,7 +47,7 @@ from x402srv.server.registry import Built, Registry
 from x402srv.server.responses import Response, offer_response
 from x402srv.tokens.revocation import LIST_PATH, StoreRevocations, published
 from x402srv.usage.unpaid_limit import client_of
-from x402srv.wire.card import agent_card
+from x402srv.wire.card import agent_card, agent_card_v1, card_version
 from x402srv.wire.offers import AccessGranted, PaymentOffer
 from x402srv.wire.protocol import MAX_BODY_BYTES
 
@@ -53,6 +57,8 @@ log = logging.getLogger("x402srv.server.app")
 
 _JSON = "application/json"
 _NO_STORE = {"Cache-Control": "no-store"}
+#: The card is fixed for a configuration; which card depends on A2A-Version.
+_CARD_HEADERS = {"Cache-Control": "public, max-age=300", "Vary": "A2A-Version"}
 
 
 def _json(document: Any) -> bytes:
@@ -108,6 +114,7 @@ def create_app(
         built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    install_mcp(app, pipeline, revocations)  # [[mcp]]: x402srv/gateway/mcp/
     sources = [revocations]
     if config.revocation.publish:
         sources.append(_revocation_list(app, config, built, clock))
@@ -179,13 +186,21 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 def _routes(
     app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built
 ) -> Readiness:
-    card = _json(agent_card(config))
+    cards = {"0.3": _json(agent_card(config)), "1.0": _json(agent_card_v1(config))}
+    # The cards change only when the server starts again: that is their modification time.
+    modified = formatdate(usegmt=True)
+    tags = {v: '"' + hashlib.sha256(body).hexdigest()[:32] + '"' for v, body in cards.items()}
     base = config.server.base_path
     a2a = A2AEndpoint(A2AService(config, pipeline, built.store, pipeline.clock))
     app.ctx.a2a, app.ctx.a2a_path = a2a, f"{base}{config.server.a2a_path}"
 
     async def agent_card_route(request: Request) -> HTTPResponse:
-        return HTTPResponse(card, content_type=_JSON)
+        # Negotiated (docs/a2a.md, "Two agent cards"): caches must key on the header.
+        version = card_version(request.path, request.headers.get(VERSION_HEADER))
+        headers = {**_CARD_HEADERS, "ETag": tags[version], "Last-Modified": modified}
+        if request.headers.get("if-none-match") == tags[version]:
+            return HTTPResponse(status=304, headers=headers)
+        return HTTPResponse(cards[version], content_type=_JSON, headers=headers)
 
     app.add_route(agent_card_route, "/.well-known/agent.json", methods=["GET"], name="card")
     app.add_route(agent_card_route, "/.well-known/agent-card.json", methods=["GET"], name="card2")

@@ -27,10 +27,12 @@ from typing import Any
 
 from x402srv.access.ids import uuid4_str
 from x402srv.access.records import ChallengeRecord, Offer
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.models import Config, Plan
 from x402srv.config.plans import wire_terms
 from x402srv.errors import ChallengeExpired
 from x402srv.interfaces import IssuedCredential
+from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.networks import NetworkInfo
 from x402srv.wire.protocol import encode_header, requirement
 
@@ -157,18 +159,29 @@ class AccessGranted:
 class OfferBuilder:
     def __init__(self, config: Config) -> None:
         self._config = config
+        #: Each plan's bazaar metadata (docs/bazaar.md): in its challenges' 402s.
+        self._discoveries = {p.plan_id: p.discovery for p in config.plans if p.discovery}
         #: The discovery 402 without a requestId: what every plan costs (the gateway's
         #: routes narrow it). Never sent as it is: ``discovery()`` adds the requestId.
         self.catalog, self._discovery = self._build_discovery()
         self._templates: dict[tuple[Any, ...], _ChallengeTemplate] = {}
         _warn_if_oversized(self)
 
-    def _resource(self, description: str) -> dict[str, Any]:
+    def _resource(
+        self, description: str, discovery: DiscoveryConfig | None = None
+    ) -> dict[str, Any]:
         return {
             "url": self._config.access_url,
-            "description": description,
-            "mimeType": "application/json",
+            "description": discovery.description
+            if discovery and discovery.description
+            else description,
+            "mimeType": discovery.mime_type
+            if discovery and discovery.mime_type
+            else "application/json",
         }
+
+    def _plan_discovery(self, plan_id: str) -> DiscoveryConfig | None:
+        return self._discoveries.get(plan_id)
 
     def discovery(self, request_id: str | None = None) -> PaymentOffer:
         """The discovery 402 with a fresh random requestId (the same in every requirement).
@@ -222,7 +235,8 @@ class OfferBuilder:
         assert len(template.body) == len(template.header) == len(accepts) + 1
         return catalog, template
 
-    def _option(self, offer: Offer) -> NetworkInfo:
+    def option_of(self, offer: Offer) -> NetworkInfo:
+        """The network and token of one of a challenge's offers; 410 once no longer offered."""
         option = self._config.option(offer.network, offer.asset)
         if option is None:
             # The seller removed this network or token since the challenge was made.
@@ -242,7 +256,7 @@ class OfferBuilder:
         """
         offer = offer or Offer(record.network, record.asset, record.amount)
         return requirement(
-            network=self._option(offer),
+            network=self.option_of(offer),
             amount=offer.amount,
             pay_to=record.pay_to,
             max_timeout_seconds=record.max_timeout_seconds,
@@ -297,7 +311,7 @@ class OfferBuilder:
         accepts = []
         for offer in record.offers:
             accepted = requirement(
-                network=self._option(offer),
+                network=self.option_of(offer),
                 amount=offer.amount,
                 pay_to=record.pay_to,
                 max_timeout_seconds=record.max_timeout_seconds,
@@ -314,9 +328,12 @@ class OfferBuilder:
             if len(accepts) == 1
             else "Payment required: sign one of the accepted requirements and retry with "
             "PAYMENT-SIGNATURE",
-            "resource": self._resource(description),
+            "resource": self._resource(description, self._plan_discovery(record.plan_id)),
             "accepts": accepts,
         }
+        discovery = self._plan_discovery(record.plan_id)
+        if discovery is not None:
+            required["extensions"] = bazaar_extension(discovery)
         parts = tuple(_compact(required).split(_IDS_JSON))
         assert len(parts) == len(accepts) + 1
         members = f',"planId":{_compact(record.plan_id)},"resourceId":'
