@@ -34,6 +34,7 @@ ENV = {
     "X402SRV_GAS_WALLET_KEY": "0x" + "11" * 32,
     "X402SRV_RPC_URL": "https://sepolia.base.org",
     "X402SRV_ADMIN_TOKEN": "docs-admin-token-" + "a" * 24,
+    "X402SRV_OFFER_RECEIPT_KEY": "0x" + "22" * 32,
 }
 
 

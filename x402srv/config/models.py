@@ -46,6 +46,7 @@ from x402srv.config.networks import (
     resolve_entries,
     resolve_single,
 )
+from x402srv.config.offer_receipt import OfferReceiptConfig
 from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.config.plugin_tables import (
     BreakerConfig,
@@ -341,6 +342,8 @@ class Config(_Model):
     admin: AdminConfig | None = None  # the seller's console: x402srv/config/console.py
     revocation: RevocationConfig = RevocationConfig()
     analytics: CountersConfig = CountersConfig()  # the TOML key stays [analytics]
+    #: Signed offers and receipts (x402srv/config/offer_receipt.py).
+    offer_receipt: OfferReceiptConfig | None = None
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()

@@ -48,6 +48,7 @@ from x402srv.server.responses import Response, offer_response
 from x402srv.tokens.revocation import LIST_PATH, StoreRevocations, published
 from x402srv.usage.unpaid_limit import client_of
 from x402srv.wire.card import agent_card, agent_card_v1, card_version
+from x402srv.wire.offer_receipt import did_document_path
 from x402srv.wire.offers import AccessGranted, PaymentOffer
 from x402srv.wire.protocol import MAX_BODY_BYTES
 
@@ -204,6 +205,16 @@ def _routes(
 
     app.add_route(agent_card_route, "/.well-known/agent.json", methods=["GET"], name="card")
     app.add_route(agent_card_route, "/.well-known/agent-card.json", methods=["GET"], name="card2")
+
+    signer = pipeline.offers.signer
+    if signer is not None:  # the key that signs offers and receipts (docs/offer-receipt.md)
+        did = _json(signer.did_document())
+
+        async def did_document(request: Request) -> HTTPResponse:
+            return HTTPResponse(did, content_type="application/did+json")
+
+        path = did_document_path(config.seller.agent_url)
+        app.add_route(did_document, path, methods=["GET"], name="did_document")
 
     @app.get("/healthz", name="healthz")
     async def healthz(request: Request) -> HTTPResponse:

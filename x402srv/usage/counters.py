@@ -28,6 +28,9 @@ holds a bounded set of counters whatever the traffic.
     revoked:<plan>              grants revoked (``x402srv.tokens.revocation``)
     settler:<name>:<outcome>    settler calls by outcome (settled, rejected, unknown)
     settler:<name>:ms           milliseconds spent in those calls
+    tool:<tool>:<outcome>       MCP tool calls by outcome (``x402srv.gateway.mcp``); tools
+                                the config does not list count as ``(unlisted)``
+    tool:<tool>:credits         credits those calls spent, refunds taken off
 """
 
 from __future__ import annotations
