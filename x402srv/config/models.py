@@ -56,6 +56,7 @@ from x402srv.config.plugin_tables import (
     StoreConfig,
 )
 from x402srv.config.problems import problems
+from x402srv.config.refunds import RefundsConfig
 from x402srv.config.routes import RouteConfig, check_routes
 from x402srv.config.secrets import (
     Secret,
@@ -342,6 +343,7 @@ class Config(_Model):
     admin: AdminConfig | None = None  # the seller's console: x402srv/config/console.py
     revocation: RevocationConfig = RevocationConfig()
     analytics: CountersConfig = CountersConfig()  # the TOML key stays [analytics]
+    refunds: RefundsConfig = RefundsConfig()
     #: Signed offers and receipts (x402srv/config/offer_receipt.py).
     offer_receipt: OfferReceiptConfig | None = None
 
