@@ -97,7 +97,7 @@ from x402srv.refunds.answers import refunded_answer
 from x402srv.server.metrics import Metrics
 from x402srv.server.metrics import current as current_metrics
 from x402srv.settlement.chain import ChainReader
-from x402srv.usage.counters import Tally
+from x402srv.usage.counters import Counters
 from x402srv.usage.unpaid_limit import UnpaidLimiter
 from x402srv.wire.offers import OfferBuilder
 from x402srv.wire.protocol import AccessBody, PaymentPayload, decode_payment_header
@@ -152,7 +152,7 @@ class AccessPipeline:
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
         limiter: UnpaidLimiter | None = None,
-        tally: Tally | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or current_metrics()
@@ -168,19 +168,21 @@ class AccessPipeline:
         self.network = config.network_info  # the first network's first token
         self.mover = moves.Mover(store, clock)
         self.observers = self.mover.observers  # see every applied transition (A2A streams)
-        # Analytics (``tally``): a dict increment per event, flushed to the store in the background.
-        self.tally = tally or Tally(store, clock, keep_seconds=config.analytics.keep_days * 86_400)
-        self.observers.append(self.tally.observe)
+        # The counters (``[analytics]``): a dict increment per event, flushed in the background.
+        self.counters = counters or Counters(
+            store, clock, keep_seconds=config.analytics.keep_days * 86_400
+        )
+        self.observers.append(self.counters.observe)
         # The steps, in the order of the module docstring.
         lease_seconds = config.settlement.lease_seconds
-        self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.tally)  # 2
+        self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.counters)  # 2
         payments = PaymentCheck(self.offers, clock)  # 5
         self.proof = PurchaseProof(payments)  # 4
         self.claimer = PaymentClaimer(  # 5-7
-            payments, self.mover, clock, self.tally, lease_seconds=lease_seconds
+            payments, self.mover, clock, self.counters, lease_seconds=lease_seconds
         )
         self.implicit = ImplicitPurchase(  # 3, its last way
-            store, self.challenges, self.claimer, self.proof, self.tally
+            store, self.challenges, self.claimer, self.proof, self.counters
         )
         self.resolver = SettlingResolver(self.chains, self.mover, clock)  # 4, SETTLING
         self.delivery = Delivery(  # 10
@@ -194,7 +196,7 @@ class AccessPipeline:
             self.offers,
             clock,
             self.metrics,
-            self.tally,
+            self.counters,
             lease_seconds=lease_seconds,
         )
 
@@ -263,14 +265,14 @@ class AccessPipeline:
         """429 for a client over its unpaid-request limit; paying requests never come here.
 
         Every unpaid request passes here (discovery, challenges, the gateway's 402s,
-        A2A calls without a payment), so this is where the analytics count them.
+        A2A calls without a payment), so this is where the counters count them.
         """
-        self.tally.add("unpaid")
+        self.counters.add("unpaid")
         if self.limiter is not None and client is not None:
             try:
                 await self.limiter.check(client)
             except RateLimited:
-                self.tally.add("limited")
+                self.counters.add("limited")
                 raise
 
     async def limit_failed(self, client: str | None) -> None:
@@ -285,7 +287,7 @@ class AccessPipeline:
             try:
                 await self.limiter.check(client)
             except RateLimited:
-                self.tally.add("limited")
+                self.counters.add("limited")
                 raise
 
     async def _top_up(
