@@ -64,8 +64,8 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
             yield pipeline
         finally:
             # What this command counted (a reconcile settling or delivering, a
-            # revocation) reaches the store's analytics before it closes.
-            await pipeline.tally.stop()
+            # revocation) reaches the store's counters before it closes.
+            await pipeline.counters.stop()
             if config.refunds.enabled:
                 await built.settlers.close()
             await built.issuer.close()

@@ -12,7 +12,7 @@ The format (version 1), one JSON object per line::
     {"kind": "end", "counts": {"challenge": 120, "task": 4, "credits": 2, "lease": 2, ...}}
 
 The items come from the store's ``PortableStore`` methods; the console's
-per-hour analytics counters (``count``) from ``read_counts`` and, on import,
+per-hour counters (``count``) from ``read_counts`` and, on import,
 ``add_counts``, which every store has. The header names the format and its
 version; the last line counts what came before it, so a file cut short is
 refused instead of half imported. Import reads and checks the whole input
@@ -74,7 +74,7 @@ VERSION = 1
 #: Items per ``import_items`` call.
 BATCH = 500
 KINDS = ("challenge", "task", "credits", "lease", "count", "refund")
-#: Every analytics bucket: hours since the epoch, well past any real one.
+#: Every counters bucket: hours since the epoch, well past any real one.
 ALL_BUCKETS = (0, 2**62)
 
 
@@ -168,7 +168,7 @@ def _line(document: dict[str, Any]) -> str:
 
 
 async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCounts:
-    """Write the header, every item, the analytics counters and the end line to ``out``."""
+    """Write the header, every item, the counters and the end line to ``out``."""
     source = portable(store)
     out.write(
         _line(

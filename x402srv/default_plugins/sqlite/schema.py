@@ -20,7 +20,7 @@ its ``keep_until``) and the keys credited to each (``credit_entries``, whose
 unique ``(grant_id, key)`` is what makes a credit count once); 5 files each
 record under its payer (``payer``, lowercase, with a partial index ending in
 ``(updated_at, challenge_id)`` for the console's newest-first search;
-existing rows get theirs from their JSON) and adds the analytics counters
+existing rows get theirs from their JSON) and adds the counters
 ``counts``, keyed by time bucket and name. Each step runs in the one
 transaction that sets the version, so a file is at one version or the next,
 never in between.
