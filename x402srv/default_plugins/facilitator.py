@@ -22,9 +22,9 @@ mines a moment after it accepts a transaction) the buyer waited ~100 ms for a
 transfer that was already final. From ``watch_chain_after_seconds`` on (or twice
 the usual /settle, when that is longer: a loaded machine or a slow chain costs no
 reads while settlements go as usual), x402srv reads ``authorizationState``
-itself, at doubling intervals; once it reads "used",
-the chain decides (``resolve_authorization``), and a transfer of this payment to
-payTo is ``Settled`` at once, whatever the facilitator answers later. Only a
+itself, at doubling intervals; once it reads "used", the newest blocks' logs name
+the transaction (``WATCH_LOOKBACK_BLOCKS``), and a receipt that moved this payment
+to payTo is ``Settled`` at once, whatever the facilitator answers later. Only a
 transfer ends the wait early: anything else the chain shows waits for the answer.
 
 How answers map to the pipeline (docs/protocol/flow.md, step 8):
@@ -123,6 +123,9 @@ WATCH_MAX_POLL_SECONDS = 0.5
 #: last ``WATCH_SAMPLES`` answered), so settlements that go as usual cost no chain read.
 WATCH_AFTER_USUAL = 2.0
 WATCH_SAMPLES = 31
+#: Blocks searched for the transfer once the watch reads the authorization used: it was
+#: broadcast after /settle was sent, so only the newest blocks can hold it.
+WATCH_LOOKBACK_BLOCKS = 64
 
 
 class FacilitatorSettler:
@@ -409,25 +412,32 @@ class FacilitatorSettler:
             try:
                 if not await self._chain.authorization_state(asset, auth.payer, auth.nonce):
                     continue
-                verdict = await resolve_authorization(
-                    self._chain,
-                    asset=asset,
-                    payer=auth.payer,
-                    pay_to=pay_to,
-                    value=auth.value,
-                    nonce=auth.nonce,
-                    valid_before=auth.valid_before,
-                )
+                landed = await self._recent_transfer(request, asset, pay_to)
             except ChainUnavailable as exc:
                 log.debug("%s: watching the chain during /settle stopped: %s", self.label, exc)
                 await asyncio.wait({posting})
                 return None
-            if isinstance(verdict, Transferred):
-                log.debug(
-                    "%s: the chain shows %s before /settle answered", self.label, verdict.tx_hash
-                )
-                return verdict.tx_hash
+            if landed is not None:
+                log.debug("%s: the chain shows %s before /settle answered", self.label, landed)
+                return landed
             # used, but not (yet) as this payment's transfer: the answer decides
+
+    async def _recent_transfer(
+        self, request: SettlementRequest, asset: str, pay_to: str
+    ) -> str | None:
+        """The transaction of the last ``WATCH_LOOKBACK_BLOCKS`` that moved this payment."""
+        assert self._chain is not None
+        auth = request.authorization
+        events = await self._chain.authorization_events(
+            asset, auth.payer, auth.nonce, lookback=WATCH_LOOKBACK_BLOCKS
+        )
+        for event in events:
+            receipt = await self._chain.receipt(event.tx_hash)
+            if receipt is not None and receipt.settles(
+                asset, auth.payer, pay_to, auth.value, auth.nonce
+            ):
+                return receipt.tx_hash
+        return None
 
     def _late_answer(self, posting: asyncio.Future[dict[str, Any]]) -> None:
         """The answer of a /settle whose transfer the chain had shown already: only read."""
