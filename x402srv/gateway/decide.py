@@ -60,6 +60,7 @@ from x402srv.tokens import admission
 from x402srv.tokens.verify import AccessClaims, TokenVerifier
 from x402srv.usage.credits import Meter, Usage
 from x402srv.wire.bazaar import bazaar_extension
+from x402srv.wire.offer_receipt import OFFER_RECEIPT
 from x402srv.wire.offers import AccessGranted, PaymentOffer, with_request_id
 from x402srv.wire.protocol import AccessBody, decode_payment_header, encode_header
 
@@ -117,7 +118,11 @@ def narrowed_offer(
             (accept for plan_id in plans for accept in by_plan[plan_id]), uuid4_str()
         ),
     }
-    if extensions is not None:
+    extensions = dict(extensions or {})
+    signer = pipeline.offers.signer
+    if signer is not None:  # signed offers (docs/offer-receipt.md)
+        extensions[OFFER_RECEIPT] = signer.offers(resource["url"], required["accepts"])
+    if extensions:
         required["extensions"] = extensions
     body = {
         **required,

@@ -103,6 +103,11 @@ class _Door:
         """A metrics label: listed tools by name, others together (a buyer picks names)."""
         return tool if tool in self.server.tools else "(unlisted)"
 
+    def count(self, tool: str, outcome: str) -> None:
+        """One call in /metrics and in the console's counters (``x402srv.usage.counters``)."""
+        metrics.current().tool_call(self.label(tool), outcome)
+        self.gate.pipeline.counters.add(f"tool:{self.label(tool)}:{outcome}")
+
     def listed(self) -> Rewrite:
         async def rewrite(document: dict[str, Any]) -> dict[str, Any]:
             result = document.get("result")
@@ -138,6 +143,8 @@ class _Door:
         usage = decision.usage
         if usage is not None and failed and self.meter is not None and self.server.refund_on_error:
             usage = await self.meter.refund(usage)
+        if usage is not None and usage.cost:
+            self.gate.pipeline.counters.add(f"tool:{self.label(decision.tool)}:credits", usage.cost)
         meta: dict[str, Any] = {}
         if decision.granted is not None:
             meta[PAYMENT_RESPONSE_META] = decision.granted.receipt
@@ -227,10 +234,10 @@ def install_mcp(
                 id=message.id,
             )
         except RpcError as err:
-            metrics.current().tool_call(door.label(tool), "refused")
+            door.count(tool, "refused")
             return _rpc_response(err)
         if isinstance(decision, ToolAnswer):
-            metrics.current().tool_call(door.label(tool), decision.outcome)
+            door.count(tool, decision.outcome)
             return JSONResponse(
                 {"jsonrpc": "2.0", "id": message.id, "result": decision.result},
                 headers={"Cache-Control": "no-store"},
@@ -242,7 +249,7 @@ def install_mcp(
                 request, door, body, message, decision, door.called(decision, outcome)
             )
         finally:
-            metrics.current().tool_call(door.label(tool), outcome[0])
+            door.count(tool, outcome[0])
 
     async def _forward(
         request: Request,
