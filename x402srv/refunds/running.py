@@ -48,7 +48,7 @@ async def after_refund(pipeline: AccessPipeline, refund: RefundRecord) -> None:
     from x402srv.refunds.service import money_of
     from x402srv.tokens.revocation import revoke_grant
 
-    pipeline.tally.add(f"refunded:{refund.asked_by.split(':')[0]}")
+    pipeline.counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
     if not refund.revoke_grant:
         return
     money = await money_of(pipeline.store, refund.purchase_id)
