@@ -23,10 +23,12 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
         ├── TxAlreadyRedeemed        409 TX_ALREADY_REDEEMED
         ├── RequestIdConflict        409 REQUEST_ID_CONFLICT
+        ├── PaymentIdConflict        409 PAYMENT_ID_CONFLICT, a payment id bound to another payment
         ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
         ├── StateConflict            409 STATE_CONFLICT, admin: not in a state that allows it
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
         ├── GrantRevoked             410 GRANT_REVOKED, a revoked purchase asked for again
+        │   └── GrantRefunded        410 GRANT_REFUNDED, its money went back (+ the refund's txHash)
         ├── RateLimited              429 RATE_LIMITED, too many unpaid requests (+ Retry-After)
         │   └── CallsThrottled       429 RATE_LIMITED, a grant's rate limit (+ RateLimit)
         ├── InternalError            500 INTERNAL_ERROR
@@ -57,6 +59,7 @@ __all__ = [
     "ConfigError",
     "CredentialPending",
     "CreditsExhausted",
+    "GrantRefunded",
     "GrantRevoked",
     "InternalError",
     "InvalidRequest",
@@ -66,6 +69,7 @@ __all__ = [
     "NotFound",
     "NotReady",
     "PaymentFailed",
+    "PaymentIdConflict",
     "PluginNotFound",
     "ProblemError",
     "RateLimited",
@@ -282,6 +286,14 @@ class RequestIdConflict(ProblemError):
     title = "Request id conflict"
 
 
+class PaymentIdConflict(ProblemError):
+    """The payment's ``payment-identifier`` id is already bound to another payment."""
+
+    status = 409
+    code = "PAYMENT_ID_CONFLICT"
+    title = "Payment id conflict"
+
+
 class SettlementInProgress(ProblemError):
     """Another request is settling this challenge now: send the same one after ``Retry-After``."""
 
@@ -312,6 +324,14 @@ class GrantRevoked(ProblemError):
     status = 410
     code = "GRANT_REVOKED"
     title = "Grant revoked"
+
+
+class GrantRefunded(GrantRevoked):
+    """The purchase's money went back to the buyer (docs/refunds.md); ``txHash`` is the refund's."""
+
+    status = 410
+    code = "GRANT_REFUNDED"
+    title = "Grant refunded"
 
 
 class RateLimited(ProblemError):

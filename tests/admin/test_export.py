@@ -19,8 +19,9 @@ import time
 from eth_account.signers.local import LocalAccount
 
 from tests.support.configs import make_config
-from tests.support.console import Console, buy
+from tests.support.console import Console
 from tests.support.problems import assert_problem
+from tests.support.purchase import buy
 from x402srv.access.records import State, Transition
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.testing.builders import BASE_TIME, make_record, new_tx_hash
@@ -70,6 +71,7 @@ async def test_export_sales_as_csv_and_jsonl(console: Console, buyer: LocalAccou
         "challengeId": hourly["challengeId"],
         "status": "delivered",
         "resourceId": "default",
+        "receipt": "",  # no [offer_receipt] key: nothing signed
     }
     assert rows[daily["challengeId"]]["amountUsd"] == "1.50"
     assert rows[daily["challengeId"]]["status"] == "revoked"

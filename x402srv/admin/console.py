@@ -280,6 +280,7 @@ def install_console(
             settled=stages["settled"],
             unpaid=stages["unpaid"],
             settlers=document["settlers"],
+            tools=document.get("tools"),
             reconciler=reconciler,
         )
 

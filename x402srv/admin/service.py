@@ -84,7 +84,7 @@ class AdminService:
 
     async def _counts(self, window: figures.Period) -> dict[tuple[int, str], int]:
         # This process's own counts first, so what it answered shows at once.
-        await self.pipeline.tally.flush()
+        await self.pipeline.counters.flush()
         return await self.store.read_counts(start=window.start, end=window.end)
 
     # ------------------------------------------------------------ figures
@@ -98,14 +98,17 @@ class AdminService:
         return {**window.describe(), **figures.funnel(await self._counts(window))}
 
     async def overview(self, start: str | None, end: str | None, bucket: str | None) -> Page:
-        """Revenue over time, the funnel and settler health: one read of the counters."""
+        """Revenue over time, the funnel, settler health and the MCP tools sold (if any)."""
         window = figures.period(self._now(), start, end, bucket)
         counts = await self._counts(window)
-        return {
+        page: Page = {
             "revenue": figures.revenue(counts, window, self.config),
             "funnel": {**window.describe(), **figures.funnel(counts)},
             "settlers": await self.settlers(),
         }
+        if self.config.mcp:  # calls and credits per tool (docs/mcp.md)
+            page["tools"] = figures.tool_figures(counts)
+        return page
 
     async def settlers(self) -> Page:
         """Every settler now (readiness: its check, its breaker when its network fails over)

@@ -30,10 +30,11 @@ from pydantic import (
     model_validator,
 )
 
-from x402srv.config.console import AdminConfig, AnalyticsConfig, RevocationConfig
+from x402srv.config.console import AdminConfig, CountersConfig, RevocationConfig
 from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel, checksum_address, http_url
 from x402srv.config.ignored_keys import check_ignored_keys
+from x402srv.config.mcp import McpConfig, check_mcp, per_call_plan_id
 from x402srv.config.networks import (
     Network,
     NetworkConfig,
@@ -45,6 +46,7 @@ from x402srv.config.networks import (
     resolve_entries,
     resolve_single,
 )
+from x402srv.config.offer_receipt import OfferReceiptConfig
 from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
 from x402srv.config.plugin_tables import (
     BreakerConfig,
@@ -54,6 +56,7 @@ from x402srv.config.plugin_tables import (
     StoreConfig,
 )
 from x402srv.config.problems import problems
+from x402srv.config.refunds import RefundsConfig
 from x402srv.config.routes import RouteConfig, check_routes
 from x402srv.config.secrets import (
     Secret,
@@ -66,9 +69,9 @@ from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo
 
 __all__ = [
     "AdminConfig",
-    "AnalyticsConfig",
     "BreakerConfig",
     "Config",
+    "CountersConfig",
     "CredentialsConfig",
     "MetricsConfig",
     "Network",
@@ -95,6 +98,8 @@ __all__ = [
 ]
 
 
+#: A per-call plan's token: good for the one call (and its retry after a failed tool).
+PER_CALL_TOKEN_TTL_SECONDS = 3600
 _PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _PRICE = re.compile(r"\$([0-9]+)(?:\.([0-9]+))?")
 _PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
@@ -321,6 +326,12 @@ class Plan:
         return self.calls is not None or self.rate is not None
 
 
+class PaymentIdentifierConfig(StrictModel):
+    """``[payment_identifier]``: ``required = true`` refuses payments without an id (400)."""
+
+    required: bool = False
+
+
 class Config(_Model):
     seller: SellerConfig
     plans: list[PlanConfig] = Field(min_length=1)
@@ -334,9 +345,15 @@ class Config(_Model):
     network: NetworkConfig | None = None
     networks: list[NetworkEntry] = Field(default_factory=list, max_length=64)
     routes: list[RouteConfig] = []  # gateway mode: x402srv/config/routes.py
+    mcp: list[McpConfig] = []  # MCP tools sold: x402srv/config/mcp.py
     admin: AdminConfig | None = None  # the seller's console: x402srv/config/console.py
     revocation: RevocationConfig = RevocationConfig()
-    analytics: AnalyticsConfig = AnalyticsConfig()
+    analytics: CountersConfig = CountersConfig()  # the TOML key stays [analytics]
+    refunds: RefundsConfig = RefundsConfig()
+    #: Signed offers and receipts (x402srv/config/offer_receipt.py).
+    offer_receipt: OfferReceiptConfig | None = None
+    #: Buyers' idempotency keys (x402srv/access/payment_ids.py): always declared.
+    payment_identifier: PaymentIdentifierConfig = PaymentIdentifierConfig()
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()
@@ -355,6 +372,8 @@ class Config(_Model):
         }
         self._plans = self._resolve_plans()
         check_routes(self.routes, self._plans, self.credentials.issuer)
+        check_mcp(self.mcp, self._plans, self.credentials.issuer, self._taken_paths())
+        self._plans.update(self._per_call_plans())
         check_ignored_keys(
             store=self.store,
             settlement=self.settlement,
@@ -380,6 +399,44 @@ class Config(_Model):
             )
         return self
 
+    def _taken_paths(self) -> dict[str, str]:
+        """The paths x402srv answers besides ``[[mcp]]``: an MCP path must overlap none."""
+        return {
+            f"{self.server.base_path}/x402/access": "the access endpoint",
+            f"{self.server.base_path}{self.server.a2a_path}": "the A2A endpoint",
+            self.metrics.path: "the metrics path",
+            "/.well-known": "the well-known documents",
+            **{route.prefix: "a gateway route" for route in self.routes},
+        }
+
+    def _per_call_plans(self) -> dict[str, Plan]:
+        """One plan of one call per priced MCP tool (x402srv/config/mcp.py)."""
+        plans: dict[str, Plan] = {}
+        for index, server in enumerate(self.mcp):
+            for tool, price in server.priced_tools().items():
+                path = f"mcp[{index}].tools.{tool}.price"
+                plan_id = per_call_plan_id(tool)
+                if plan_id in self._plans or plan_id in plans:
+                    raise ValueError(
+                        f"{path}: the tool's per-call plan {plan_id!r} already exists "
+                        "(a plan of that id, or the same tool priced on another [[mcp]] path)"
+                    )
+                options = tuple(
+                    PlanOption(option, _atomic_amount(price, option, path))
+                    for network in self._networks
+                    for option in network.options
+                )
+                plans[plan_id] = Plan(
+                    plan_id=plan_id,
+                    unit_amount=price,
+                    description=f"One call of the MCP tool {tool!r}",
+                    token_ttl_seconds=PER_CALL_TOKEN_TTL_SECONDS,
+                    amount=options[0].amount,
+                    options=options,
+                    calls=1,
+                )
+        return plans
+
     def _check_admin(self) -> None:
         """The console's credentials are its own, and its paths are no one else's."""
         admin = self.admin
@@ -402,6 +459,7 @@ class Config(_Model):
             f"{self.server.base_path}{self.server.a2a_path}": "the A2A endpoint",
             self.metrics.path: "the metrics path",
             **{route.prefix: "a gateway route" for route in self.routes},
+            **{server.path: "an [[mcp]] path" for server in self.mcp},
         }
         for path, what in taken.items():
             if (
@@ -461,7 +519,7 @@ class Config(_Model):
             if plan.plan_id in plans:
                 raise ValueError(f"{path}.plan_id: duplicate plan id {plan.plan_id!r}")
             options = tuple(
-                PlanOption(option, _atomic_amount(plan.unit_amount, option, path))
+                PlanOption(option, _atomic_amount(plan.unit_amount, option, f"{path}.unit_amount"))
                 for network in self._plan_networks(path, plan.networks)
                 for option in network.options
             )
@@ -494,6 +552,11 @@ class Config(_Model):
     @property
     def plan_map(self) -> dict[str, Plan]:
         return self._plans
+
+    @property
+    def seller_plan_ids(self) -> tuple[str, ...]:
+        """The ``[[plans]]`` ids, without the per-call plans of priced MCP tools."""
+        return tuple(plan.plan_id for plan in self.plans)
 
     @property
     def meters_calls(self) -> bool:
@@ -534,6 +597,14 @@ class Config(_Model):
             "plans": {p.plan_id: _describe_plan(p) for p in self._plans.values()},
             "rate_limit_client": self.rate_limit.client_rule(),
         }
+        if self.mcp:  # what each tool costs, the unlisted ones included
+            data["resolved"]["mcp"] = {
+                server.path: {
+                    "tools": {name: tool.describe() for name, tool in server.tools.items()},
+                    "unlisted_tools": server.unlisted_tools.describe(),
+                }
+                for server in self.mcp
+            }
         return data
 
 
@@ -579,13 +650,12 @@ def _describe_plan(plan: Plan) -> dict[str, Any]:
 _UINT256_MAX = 2**256 - 1
 
 
-def _atomic_amount(price: str, option: NetworkInfo, plan_path: str) -> int:
+def _atomic_amount(price: str, option: NetworkInfo, path: str) -> int:
     """``price`` in ``option``'s token units, exactly; a price that needs rounding is an error."""
     match = _PRICE.fullmatch(price)
     assert match is not None  # checked by PlanConfig
     whole, fraction = match.group(1), match.group(2) or ""
     decimals = option.decimals
-    path = f"{plan_path}.unit_amount"
     if len(fraction) > decimals:  # no more decimals than the token (docs/protocol/config.md)
         raise ValueError(
             f"{path}: {price} has more decimals than the token's {decimals} "

@@ -37,6 +37,7 @@ from x402srv.errors import (
     StoreUnavailable,
 )
 from x402srv.gateway.install import install_gateway
+from x402srv.gateway.mcp.install import install_mcp
 from x402srv.interfaces import Clock, system_clock
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
@@ -47,6 +48,7 @@ from x402srv.server.responses import Response, offer_response
 from x402srv.tokens.revocation import LIST_PATH, StoreRevocations, published
 from x402srv.usage.unpaid_limit import client_of
 from x402srv.wire.card import agent_card, agent_card_v1, card_version
+from x402srv.wire.offer_receipt import did_document_path
 from x402srv.wire.offers import AccessGranted, PaymentOffer
 from x402srv.wire.protocol import MAX_BODY_BYTES
 
@@ -113,6 +115,7 @@ def create_app(
         built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    install_mcp(app, pipeline, revocations)  # [[mcp]]: x402srv/gateway/mcp/
     sources = [revocations]
     if config.revocation.publish:
         sources.append(_revocation_list(app, config, built, clock))
@@ -152,8 +155,8 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     async def start_reconciler(app: Sanic[Any, Any]) -> None:
         config: Config = app.ctx.config
         pipeline: AccessPipeline = app.ctx.pipeline
-        app.ctx.tally_task = asyncio.get_running_loop().create_task(
-            pipeline.tally.run_forever(config.analytics.flush_seconds), name="x402srv-tally"
+        app.ctx.counters_task = asyncio.get_running_loop().create_task(
+            pipeline.counters.run_forever(config.analytics.flush_seconds), name="x402srv-counters"
         )
         if config.reconciler.enabled:
             reconciler = Reconciler(app.ctx.pipeline, config.reconciler)
@@ -164,14 +167,14 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 
     @app.before_server_stop
     async def stop_reconciler(app: Sanic[Any, Any]) -> None:
-        for name in ("reconciler_task", "tally_task"):
+        for name in ("reconciler_task", "counters_task"):
             task = getattr(app.ctx, name, None)
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         pipeline: AccessPipeline = app.ctx.pipeline
-        await pipeline.tally.stop()  # what this worker counted since its last flush
+        await pipeline.counters.stop()  # what this worker counted since its last flush
 
     @app.after_server_stop
     async def close_plugins(app: Sanic[Any, Any]) -> None:
@@ -202,6 +205,16 @@ def _routes(
 
     app.add_route(agent_card_route, "/.well-known/agent.json", methods=["GET"], name="card")
     app.add_route(agent_card_route, "/.well-known/agent-card.json", methods=["GET"], name="card2")
+
+    signer = pipeline.offers.signer
+    if signer is not None:  # the key that signs offers and receipts (docs/offer-receipt.md)
+        did = _json(signer.did_document())
+
+        async def did_document(request: Request) -> HTTPResponse:
+            return HTTPResponse(did, content_type="application/did+json")
+
+        path = did_document_path(config.seller.agent_url)
+        app.add_route(did_document, path, methods=["GET"], name="did_document")
 
     @app.get("/healthz", name="healthz")
     async def healthz(request: Request) -> HTTPResponse:

@@ -12,7 +12,7 @@ The format (version 1), one JSON object per line::
     {"kind": "end", "counts": {"challenge": 120, "task": 4, "credits": 2, "lease": 2, ...}}
 
 The items come from the store's ``PortableStore`` methods; the console's
-per-hour analytics counters (``count``) from ``read_counts`` and, on import,
+per-hour counters (``count``) from ``read_counts`` and, on import,
 ``add_counts``, which every store has. The header names the format and its
 version; the last line counts what came before it, so a file cut short is
 refused instead of half imported. Import reads and checks the whole input
@@ -32,7 +32,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,6 +47,8 @@ from x402srv.interfaces import (
     PortableStore,
     Store,
 )
+from x402srv.refunds.records import RefundRecord
+from x402srv.refunds.store import RefundStore, keeps_refunds
 from x402srv.stores.credit_rules import decode_account, encode_account
 from x402srv.wire.offers import rfc3339
 
@@ -71,8 +73,8 @@ FORMAT = "x402srv-store-dump"
 VERSION = 1
 #: Items per ``import_items`` call.
 BATCH = 500
-KINDS = ("challenge", "task", "credits", "lease", "count")
-#: Every analytics bucket: hours since the epoch, well past any real one.
+KINDS = ("challenge", "task", "credits", "lease", "count", "refund")
+#: Every counters bucket: hours since the epoch, well past any real one.
 ALL_BUCKETS = (0, 2**62)
 
 
@@ -166,7 +168,7 @@ def _line(document: dict[str, Any]) -> str:
 
 
 async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCounts:
-    """Write the header, every item, the analytics counters and the end line to ``out``."""
+    """Write the header, every item, the counters and the end line to ``out``."""
     source = portable(store)
     out.write(
         _line(
@@ -186,6 +188,17 @@ async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCount
     for (bucket, name), n in sorted(tallies.items()):
         out.write(_line({"kind": "count", "bucket": bucket, "name": name, "n": n}))
         counts["count"] += 1
+    if keeps_refunds(store):
+        assert isinstance(store, RefundStore)
+        after: tuple[float, str] | None = None
+        while True:
+            page = await store.list_refunds(after=after, limit=BATCH)
+            for refund in page:
+                out.write(_line({"kind": "refund", "record": refund.to_dict()}))
+                counts["refund"] += 1
+            if len(page) < BATCH:
+                break
+            after = (page[-1].created_at, page[-1].refund_id)
     out.write(_line({"kind": "end", "counts": dict(counts)}))
     return DumpCounts(dict(counts))
 
@@ -194,12 +207,14 @@ async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCount
 class Dump:
     items: list[ExportItem]
     tallies: dict[tuple[int, str], int]
+    refunds: list[RefundRecord] = field(default_factory=list)
 
 
 def read_dump(lines: Iterable[str]) -> Dump:
     """Everything of a complete dump, checked; ``DumpError`` names the first bad line."""
     items: list[ExportItem] = []
     tallies: dict[tuple[int, str], int] = {}
+    refunds: list[RefundRecord] = []
     counts: Counter[str] = Counter()
     ended: dict[str, Any] | None = None
     number = 0
@@ -230,6 +245,10 @@ def read_dump(lines: Iterable[str]) -> Dump:
                 tallies[key] = int(data["n"])
                 counts["count"] += 1
                 continue
+            if data.get("kind") == "refund":
+                refunds.append(RefundRecord.from_dict(data["record"]))
+                counts["refund"] += 1
+                continue
             item = decode_item(data)
         except (ValueError, KeyError, TypeError) as exc:
             raise DumpError(f"line {number}: {type(exc).__name__}: {exc}") from None
@@ -242,7 +261,7 @@ def read_dump(lines: Iterable[str]) -> Dump:
     expected = {kind: int(n) for kind, n in dict(ended.get("counts", {})).items() if n}
     if expected != dict(counts):
         raise DumpError(f"the end line counts {expected}, the input holds {dict(counts)}")
-    return Dump(items, tallies)
+    return Dump(items, tallies, refunds)
 
 
 async def holds_anything(store: PortableStore) -> str | None:
@@ -265,11 +284,16 @@ async def import_store(store: Store, lines: Iterable[str], *, clock: Clock) -> D
     dump = read_dump(lines)
     items = dump.items
     held = await holds_anything(target)
+    if held is None and keeps_refunds(store):
+        assert isinstance(store, RefundStore)
+        held = "refund" if await store.list_refunds(limit=1) else None
     if held is not None:
         raise DumpError(
             f"the {store.name} store is not empty (it holds at least one {held}); "
             "import into an empty store"
         )
+    if dump.refunds and not keeps_refunds(store):
+        raise DumpError(f"the {store.name} store keeps no refunds, and the dump holds some")
     counts: Counter[str] = Counter()
     for start in range(0, len(items), BATCH):
         batch = items[start : start + BATCH]
@@ -279,6 +303,11 @@ async def import_store(store: Store, lines: Iterable[str], *, clock: Clock) -> D
     for start in range(0, len(tallies), BATCH):
         await store.add_counts(dict(tallies[start : start + BATCH]), forget_before=0)
     counts["count"] += len(tallies)
+    if dump.refunds:
+        assert isinstance(store, RefundStore)
+        for start in range(0, len(dump.refunds), BATCH):
+            await store.import_refunds(dump.refunds[start : start + BATCH])
+        counts["refund"] += len(dump.refunds)
     return DumpCounts(dict(counts))
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "revenue",
     "settler_figures",
     "token_terms",
+    "tool_figures",
     "usd",
 ]
 
@@ -251,6 +252,30 @@ def settler_figures(counts: Counts) -> list[dict[str, Any]]:
                 "calls": calls,
                 "outcomes": dict(sorted(figures.items())),
                 "meanMs": round(ms / calls, 1) if calls else None,
+            }
+        )
+    return out
+
+
+def tool_figures(counts: Counts) -> list[dict[str, Any]]:
+    """Per MCP tool: calls by outcome and the credits they spent (``tool:`` counters)."""
+    tools: dict[str, dict[str, int]] = {}
+    for (_, name), n in counts.items():
+        if not name.startswith("tool:"):
+            continue
+        tool, _, outcome = name[len("tool:") :].rpartition(":")
+        figures = tools.setdefault(tool, {})
+        figures[outcome] = figures.get(outcome, 0) + n
+    out = []
+    for tool in sorted(tools):
+        figures = tools[tool]
+        credits = figures.pop("credits", 0)
+        out.append(
+            {
+                "name": tool,
+                "calls": sum(figures.values()),
+                "outcomes": dict(sorted(figures.items())),
+                "credits": credits,
             }
         )
     return out

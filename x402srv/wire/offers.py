@@ -31,9 +31,11 @@ from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.models import Config, Plan
 from x402srv.config.plans import wire_terms
 from x402srv.errors import ChallengeExpired
-from x402srv.interfaces import IssuedCredential
+from x402srv.interfaces import Clock, IssuedCredential, system_clock
 from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.networks import NetworkInfo
+from x402srv.wire.offer_receipt import OFFER_RECEIPT, OfferReceiptSigner
+from x402srv.wire.payment_identifier import PAYMENT_IDENTIFIER, declaration
 from x402srv.wire.protocol import encode_header, requirement
 
 __all__ = [
@@ -157,8 +159,14 @@ class AccessGranted:
 
 
 class OfferBuilder:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, clock: Clock = system_clock) -> None:
         self._config = config
+        #: Signs offers and receipts when ``[offer_receipt]`` is set (docs/offer-receipt.md).
+        self.signer = (
+            OfferReceiptSigner(config.offer_receipt, config.seller.agent_url, clock=clock)
+            if config.offer_receipt is not None
+            else None
+        )
         #: Each plan's bazaar metadata (docs/bazaar.md): in its challenges' 402s.
         self._discoveries = {p.plan_id: p.discovery for p in config.plans if p.discovery}
         #: The discovery 402 without a requestId: what every plan costs (the gateway's
@@ -180,6 +188,16 @@ class OfferBuilder:
             else "application/json",
         }
 
+    def extensions(self, discovery: DiscoveryConfig | None = None) -> dict[str, Any]:
+        """What every 402 declares: payment-identifier, and a plan's or route's bazaar metadata.
+
+        (Signed offers are added per answer: they carry a validity.)
+        """
+        declared = {PAYMENT_IDENTIFIER: declaration(self._config.payment_identifier.required)}
+        if discovery is not None:
+            declared.update(bazaar_extension(discovery))
+        return declared
+
     def _plan_discovery(self, plan_id: str) -> DiscoveryConfig | None:
         return self._discoveries.get(plan_id)
 
@@ -191,8 +209,13 @@ class OfferBuilder:
         purchase takes it as its requestId, which then proves it (``proof``).
         """
         ids = ',"requestId":' + _json_string(request_id or uuid4_str())
-        header = base64.b64encode(ids.join(self._discovery.header).encode()).decode("ascii")
-        return PaymentOffer(header=header, content=ids.join(self._discovery.body).encode())
+        required, body = ids.join(self._discovery.header), ids.join(self._discovery.body)
+        if self.signer is not None:
+            offers = self.signer.offers(self._config.access_url, self.catalog.body["accepts"])
+            required = _with_offers(required, offers, extended=True)
+            body = _with_offers(body, offers, extended=True)
+        header = base64.b64encode(required.encode()).decode("ascii")
+        return PaymentOffer(header=header, content=body.encode())
 
     def _build_discovery(self) -> tuple[PaymentOffer, _DiscoveryTemplate]:
         """Every plan's every option, plan by plan (a client pays the first it can)."""
@@ -226,6 +249,8 @@ class OfferBuilder:
         networks = config.resolved_networks
         if len(networks) > 1:
             body["networks"] = [network.caip2 for network in networks]
+        # Last in both documents, so signed offers can be added inside it (``_with_offers``).
+        required["extensions"] = body["extensions"] = self.extensions()
         catalog = PaymentOffer(body=body, header=encode_header(required))
         marked = [{**accept, "extra": {**accept["extra"], _IDS: True}} for accept in accepts]
         template = _DiscoveryTemplate(
@@ -235,7 +260,8 @@ class OfferBuilder:
         assert len(template.body) == len(template.header) == len(accepts) + 1
         return catalog, template
 
-    def _option(self, offer: Offer) -> NetworkInfo:
+    def option_of(self, offer: Offer) -> NetworkInfo:
+        """The network and token of one of a challenge's offers; 410 once no longer offered."""
         option = self._config.option(offer.network, offer.asset)
         if option is None:
             # The seller removed this network or token since the challenge was made.
@@ -255,7 +281,7 @@ class OfferBuilder:
         """
         offer = offer or Offer(record.network, record.asset, record.amount)
         return requirement(
-            network=self._option(offer),
+            network=self.option_of(offer),
             amount=offer.amount,
             pay_to=record.pay_to,
             max_timeout_seconds=record.max_timeout_seconds,
@@ -279,6 +305,10 @@ class OfferBuilder:
         # A discovery-first record (PENDING again after a refused settlement) says its
         # ids too: every 402 carries the requestId that proves its purchase.
         required = ids.join(template.parts)
+        if self.signer is not None:
+            accepts = [self.offered_requirement(record, offer) for offer in record.offers]
+            offers = self.signer.offers(self._config.access_url, accepts)
+            required = _with_offers(required, offers, extended=True)
         body = (
             required[:-1]
             + ids
@@ -310,7 +340,7 @@ class OfferBuilder:
         accepts = []
         for offer in record.offers:
             accepted = requirement(
-                network=self._option(offer),
+                network=self.option_of(offer),
                 amount=offer.amount,
                 pay_to=record.pay_to,
                 max_timeout_seconds=record.max_timeout_seconds,
@@ -330,9 +360,7 @@ class OfferBuilder:
             "resource": self._resource(description, self._plan_discovery(record.plan_id)),
             "accepts": accepts,
         }
-        discovery = self._plan_discovery(record.plan_id)
-        if discovery is not None:
-            required["extensions"] = bazaar_extension(discovery)
+        required["extensions"] = self.extensions(self._plan_discovery(record.plan_id))
         parts = tuple(_compact(required).split(_IDS_JSON))
         assert len(parts) == len(accepts) + 1
         members = f',"planId":{_compact(record.plan_id)},"resourceId":'
@@ -355,6 +383,11 @@ class OfferBuilder:
         explorer = self.explorer_url(record)
         if explorer:
             grant["explorerUrl"] = explorer
+        if self.signer is not None and record.payer is not None:
+            # Signed once, kept in the grant: every answer with it shows the same receipt.
+            grant["receipt"] = self.signer.receipt(
+                self._config.access_url, record.payer, record.network, record.tx_hash
+            )
         return grant
 
     def explorer_url(self, record: ChallengeRecord) -> str | None:
@@ -364,12 +397,15 @@ class OfferBuilder:
 
     def granted(self, record: ChallengeRecord) -> AccessGranted:
         assert record.grant is not None
-        receipt = {
+        receipt: dict[str, Any] = {
             "success": True,
             "transaction": record.tx_hash,
             "network": record.network,
             "payer": record.payer,
         }
+        signed = record.grant.get("receipt")
+        if isinstance(signed, dict):
+            receipt["extensions"] = {OFFER_RECEIPT: OfferReceiptSigner.receipt_extension(signed)}
         return AccessGranted(grant=record.grant, receipt=receipt)
 
 
@@ -454,3 +490,15 @@ def plan_offers(plan: Plan) -> tuple[Offer, ...]:
         Offer(option.network.caip2, option.network.asset, str(option.amount))
         for option in plan.options
     )
+
+
+def _with_offers(document: str, offers: dict[str, Any], *, extended: bool) -> str:
+    """``document`` (compact JSON ending in ``}``) with ``extensions["offer-receipt"]``.
+
+    ``extended``: the document already ends with its ``extensions`` object, so the
+    member goes inside it (``...}}``) rather than into a new one.
+    """
+    member = _json_string(OFFER_RECEIPT) + ":" + _compact(offers)
+    if extended:
+        return document[:-2] + "," + member + "}}"
+    return document[:-1] + ',"extensions":{' + member + "}}"
