@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.support.cli import x402srv
+from tests.support.problems import assert_problem
 from tests.support.purchase import HOURLY, buy
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
@@ -60,6 +62,21 @@ def refund(seller: Seller, purchase_id: str, *args: str, env: dict[str, str] | N
         seller.server.env.update(saved)
 
 
+async def test_a_full_refund_with_keep_grant_leaves_the_grant_standing(
+    start_seller: Callable[..., Seller], devchain: Devchain
+) -> None:
+    seller, _ = refunding_seller(start_seller, devchain, "facilitator")
+    buyer = devchain.new_account(eth=0, usdc_atomic=HOURLY)
+    grant = await buy(seller, buyer)
+    kept = refund(seller, grant["challengeId"], "--keep-grant")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["refund"]["state"] == "REFUNDED"
+    replay = httpx.post(
+        seller.access_url, json={"planId": "hourly", "requestId": grant["requestId"]}
+    )
+    assert replay.status_code == 200, replay.text
+
+
 @pytest.mark.parametrize("strategy", ["facilitator", "gas-wallet"])
 async def test_refunds_reach_the_buyer_once_and_never_past_what_was_paid(
     start_seller: Callable[..., Seller], devchain: Devchain, strategy: str
@@ -82,6 +99,14 @@ async def test_refunds_reach_the_buyer_once_and_never_past_what_was_paid(
     assert rest.returncode == 0, rest.stderr
     assert json.loads(rest.stdout)["left"] == "0"
     assert refund(seller, grant["challengeId"]).returncode == 1  # nothing left
+
+    # Everything went back: the grant is revoked, and its buyer is told why, with the txHash.
+    replay = httpx.post(
+        seller.access_url, json={"planId": "hourly", "requestId": grant["requestId"]}
+    )
+    problem = assert_problem(replay, 410, "GRANT_REFUNDED")
+    assert problem["txHash"] == json.loads(rest.stdout)["refund"]["tx_hash"]
+    assert [r["amount"] for r in problem["refunds"]] == ["40000", "60000"]
 
     transfers = devchain.transfer_logs(from_address=wallet.address, from_block=start_block)
     assert [t.value for t in transfers] == [40_000, 60_000]

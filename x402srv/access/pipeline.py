@@ -93,6 +93,7 @@ from x402srv.interfaces import (
     TransitionResult,
     system_clock,
 )
+from x402srv.refunds.answers import refunded_answer
 from x402srv.server.metrics import Metrics
 from x402srv.server.metrics import current as current_metrics
 from x402srv.settlement.chain import ChainReader
@@ -362,7 +363,8 @@ class AccessPipeline:
         if state is State.DELIVERED:
             self.proof.prove(record, caller)
             if record.revoked_at is not None:
-                raise GrantRevoked(
+                # A grant revoked because its money went back says so (docs/refunds.md).
+                raise await refunded_answer(self.store, record.challenge_id) or GrantRevoked(
                     f"the grant of challenge {record.challenge_id} was revoked by the seller"
                 )
             return self.offers.granted(record)
@@ -370,7 +372,7 @@ class AccessPipeline:
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
         if state is State.OWED:
             self.proof.prove(record, caller)
-            raise GrantRevoked(
+            raise await refunded_answer(self.store, record.challenge_id) or GrantRevoked(
                 "the grant this top-up was for was revoked or expired before the top-up "
                 f"could be credited; its payment ({record.tx_hash}) is recorded as owed to you"
             )
