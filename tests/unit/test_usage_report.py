@@ -84,3 +84,11 @@ def test_a_route_cost_is_a_number_or_a_usage_table() -> None:
 def test_a_bad_usage_table_is_refused(cost: object) -> None:
     with pytest.raises(ValidationError):
         _route(cost)
+
+
+def test_a_stream_that_stops_inside_an_event_says_so() -> None:
+    sse = SseUsage()
+    sse.feed(b"event: token\ndata: hi\n\n")
+    assert not sse.mid_event
+    sse.feed(b"event: token\ndata: cut")
+    assert sse.mid_event
