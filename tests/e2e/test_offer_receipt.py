@@ -90,7 +90,7 @@ def accepted(result: dict[str, Any], signed: dict[str, Any]) -> bool:
     """What a verifier accepting it means: valid, and (EIP-712) recovered to our key."""
     if not result["ok"]:
         return False
-    return signed["format"] == "jws" or result["signer"] == SIGNING_KEY.address
+    return bool(signed["format"] == "jws" or result["signer"] == SIGNING_KEY.address)
 
 
 def test_offer_receipt_every_402_offer_verifies_and_a_tampered_one_does_not(
