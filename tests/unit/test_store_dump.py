@@ -43,7 +43,7 @@ async def test_a_dump_round_trips_through_the_format() -> None:
     }
     target = MemoryStore()
     counts = await import_store(target, lines, clock=_clock)
-    assert str(counts) == "3 challenge, 1 task, 0 credits, 0 lease, 2 count"
+    assert str(counts) == "3 challenges, 1 task, 0 credit accounts, 0 leases, 2 analytics counters"
     assert await target.read_counts(start=0, end=3 * HOUR) == {
         (HOUR, "paid:hourly"): 3,
         (2 * HOUR, "402"): 40,

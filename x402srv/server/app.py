@@ -36,6 +36,7 @@ from x402srv.gateway.install import install_gateway
 from x402srv.interfaces import Clock, system_clock
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
+from x402srv.server.index import index_document, index_html, wants_html
 from x402srv.server.logs import REQUEST_ID_HEADER, http_request_id
 from x402srv.server.problems import problem_response
 from x402srv.server.registry import Built, Registry
@@ -121,6 +122,8 @@ def create_app(
         built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    if not any(route.prefix == "/" for route in config.routes):
+        _index(app, config)  # GET /: x402srv/server/index.py
     sources = [revocations]
     if config.revocation.publish:
         sources.append(_revocation_list(app, config, built, clock))
@@ -131,6 +134,17 @@ def create_app(
         install_admin(app, pipeline, ready)
     _errors(app)
     return app
+
+
+def _index(app: Sanic[Any, Any], config: Config) -> None:
+    document, page = _json(index_document(config)), index_html(config).encode()
+
+    @app.get("/", name="index")
+    async def index(request: Request) -> HTTPResponse:
+        vary = {"Vary": "Accept"}
+        if wants_html(request.headers.get("accept")):
+            return HTTPResponse(page, headers=vary, content_type="text/html; charset=utf-8")
+        return HTTPResponse(document, headers=vary, content_type=_JSON)
 
 
 def _request_ids(app: Sanic[Any, Any]) -> None:
