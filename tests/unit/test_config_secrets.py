@@ -161,9 +161,11 @@ def test_missing_secret_file_names_the_key_path(section: str, key: str, tmp_path
     assert str(tmp_path / "absent.txt") in message
 
 
-def test_empty_env_var_counts_as_not_set() -> None:
+def test_an_empty_env_var_is_refused_and_called_empty() -> None:
+    """Refused as before, and said as it is (issue 30): "not set" sent sellers looking for a
+    missing export when the variable was there, empty."""
     document = config_dict(credentials={"secret": {"env": "EMPTY"}})
-    assert "credentials.secret: environment variable EMPTY is not set" in config_error(
+    assert "credentials.secret: environment variable EMPTY is set but empty" in config_error(
         document, env={"EMPTY": ""}
     )
 
