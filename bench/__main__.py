@@ -1,12 +1,13 @@
 """``python -m bench``: x402srv against the official x402 middleware, on this machine.
 
-    .venv/bin/python -m bench [--quick] [--duration S] [--connections C] [--only NAME,...]
+    .venv/bin/python -m bench [--quick] [--duration S] [--connections C] [--runs N]
+        [--purchases N] [--only NAME,...]
     ./run bench [same options]      (installs everything first, then runs this)
 
 Starts anvil with our token, a local facilitator (official SDK), Redis,
 PostgreSQL, and the servers as real processes; runs every scenario with the same load generator
 (``wrk``) and prints one table with the machine's core count, what each figure
-measured, and every target with PASS/FAIL. Progress goes to stderr, the table
+measured, and every target with PASS/MISS. Progress goes to stderr, the table
 to stdout. Everything started is stopped by PID on the way out.
 """
 
@@ -18,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 
 from .scenarios import (
     calls,
@@ -26,12 +28,13 @@ from .scenarios import (
     failover,
     guard,
     metering,
+    paid,
     purchase,
     reconciler,
     roundtrips,
 )
 from .stack import started_stack
-from .table import Row, render
+from .table import Row, failed, load_average, render
 from .wrk import Load, ensure_wrk
 
 
@@ -46,6 +49,13 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _load_averages() -> str:
+    try:
+        return ", ".join(f"{n:.1f}" for n in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
@@ -53,6 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--connections", type=int, default=50, help="wrk connections")
     parser.add_argument(
         "--records", type=int, help="records of the reconciler pass (default 100000)"
+    )
+    parser.add_argument(
+        "--runs", type=int, help="runs per measure, for its spread (default 3; --quick 2)"
+    )
+    parser.add_argument(
+        "--purchases",
+        type=int,
+        help="paid purchases in a row per server and run (default 60; --quick 20)",
     )
     parser.add_argument(
         "--only",
@@ -63,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 
 SCENARIOS = (
     "challenge",
+    "paid",
     "purchase",
     "reconciler",
     "guard",
@@ -88,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     ensure_wrk()
     started = time.monotonic()
+    started_load = _load_averages()
+    paid_samples = args.purchases or (20 if args.quick else 60)
     rows: list[Row] = []
 
     def step(name: str) -> None:
@@ -100,47 +121,76 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if "reconciler" in chosen:
         chosen.add("challenge")  # the reconciler's figure is judged against its rate
+    args.runs = args.runs or (2 if args.quick else 3)
     stores = not chosen <= {"failover", "guard"}  # those two run on sqlite alone
     with started_stack(with_redis=stores, with_postgres=stores) as stack:
         if stack.redis_url is None:
             step("redis-server not found: the Redis rows are skipped")
         if stack.postgres_dsn is None:
             step("PostgreSQL not found: the PostgreSQL rows are skipped")
-        if "challenge" in chosen:
-            step(f"challenge issuance (official; {', '.join(stack.stores)}; 1 and N workers)")
-            figures, found = challenge.run(stack, load, cores)
-            rows += found
-        if "purchase" in chosen:
-            step("paid purchases (official; gas wallet on every store, facilitator on sqlite)")
-            rows += purchase.run(stack, samples, each)[1]
-        if "reconciler" in chosen:
-            step(f"reconciler pass over {records:,} records per store")
-            rows += reconciler.run(stack, figures.official.requests_per_second, records)
-        if "guard" in chosen:
-            step("guarded route")
-            rows += guard.run(stack, load)
-        if "metering" in chosen:
-            step("metered vs unmetered gateway calls (sqlite, redis)")
-            rows += metering.run(stack, load)
-        if "calls" in chosen:
-            step("100 calls: pay once vs pay every call")
-            rows += calls.run(stack)
-        if "roundtrips" in chosen:
-            step("store round trips")
-            rows += roundtrips.run(stack)
-        if "failover" in chosen:
-            step("a purchase past a failing first facilitator (refused, 500)")
-            rows += failover.run(stack, samples * 3)  # small differences: more samples
-        if "console" in chosen:
-            step(f"the console's admin API on {records:,} purchases per store")
-            rows += console.run(stack, records)
+        official_rate: list[float] = []
+
+        def challenges() -> list[Row]:
+            figures, found = challenge.run(stack, load, args.runs)
+            official_rate.append(figures.official.requests_per_second)
+            return found
+
+        def reconciled() -> list[Row]:
+            if not official_rate:
+                raise RuntimeError("the challenge scenario, its reference, did not finish")
+            return reconciler.run(stack, official_rate[0], records)
+
+        plan: list[tuple[str, str, Callable[[], list[Row]]]] = [
+            (
+                "challenge",
+                f"unpaid 402s (official; {', '.join(stack.stores)}; {args.runs} runs each)",
+                challenges,
+            ),
+            (
+                "paid",
+                f"paid purchases in a row, {paid_samples} per server per run, {args.runs} runs",
+                lambda: paid.run(stack, paid_samples, args.runs),
+            ),
+            (
+                "purchase",
+                "paid purchases (official; gas wallet on every store, facilitator on sqlite)",
+                lambda: purchase.run(stack, samples, each)[1],
+            ),
+            ("reconciler", f"reconciler pass over {records:,} records per store", reconciled),
+            ("guard", "guarded route", lambda: guard.run(stack, load)),
+            ("metering", "metered vs unmetered gateway calls", lambda: metering.run(stack, load)),
+            ("calls", "100 calls: pay once vs pay every call", lambda: calls.run(stack)),
+            ("roundtrips", "store round trips", lambda: roundtrips.run(stack)),
+            (
+                "failover",
+                "a purchase past a failing first facilitator (refused, 500)",
+                lambda: failover.run(stack, samples * 3),  # small differences: more samples
+            ),
+            (
+                "console",
+                f"the console's admin API on {records:,} purchases per store",
+                lambda: console.run(stack, records),
+            ),
+        ]
+        for name, label, scenario in plan:
+            if name not in chosen:
+                continue
+            step(f"{label}  [load {load_average():.1f}]")
+            try:
+                rows += scenario()
+            except Exception as exc:  # one scenario failing must not lose the others' rows
+                step(f"{name} failed: {type(exc).__name__}: {exc}")
+                rows.append(failed(name, f"scenario {name}", exc))
     header = (
         f"x402srv bench  {datetime.date.today()}  {cores} cores ({_cpu_model()}), "
         f"Python {platform.python_version()}\n"
         f"load: wrk -t{load.threads} -c{load.connections}, {load.seconds:g} s per run after "
         f"{load.warmup_seconds:g} s warm-up, on the same machine as the servers; "
         f"N workers = {cores}\n"
-        f"purchases: {samples} one at a time, then 20 buyers x {each} at once"
+        f"purchases: {samples} one at a time, then 20 buyers x {each} at once; "
+        f"every spread is median (min-max) over {args.runs} runs\n"
+        f"load average (1, 5, 15 min) at the start {started_load}, at the end "
+        f"{_load_averages()}; each row ends with the 1-minute figure when it was measured"
     )
     print(render(rows, header))
     step("done")

@@ -43,6 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: x402srv's "hourly" plan ($0.10 at 6 decimals); the official route costs the same.
 HOURLY_AMOUNT = 100_000
 GAS_KEY_ENV = "BENCH_GAS_WALLET_KEY"
+#: web3's default pause between receipt polls, which the official SDK's facilitator keeps.
+SDK_RECEIPT_POLL_SECONDS = 0.1
 
 
 def _key(account: LocalAccount) -> str:
@@ -60,6 +62,19 @@ class Stack:
     apps: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     servers: list[ServerProcess] = field(default_factory=list)
     configs: int = 0
+    sdk_paced: FacilitatorProcess | None = None  # started by ``sdk_paced_facilitator``
+
+    def sdk_paced_facilitator(self) -> FacilitatorProcess:
+        """A second local facilitator that polls for receipts at the SDK's own 100 ms."""
+        if self.sdk_paced is None:
+            signer = self.chain.new_account(eth=10_000, usdc_atomic=0)
+            self.sdk_paced = FacilitatorProcess(
+                self.chain,
+                _key(signer),
+                self.directory / "facilitator-sdk-paced.log",
+                receipt_poll=SDK_RECEIPT_POLL_SECONDS,
+            )
+        return self.sdk_paced
 
     @property
     def stores(self) -> list[str]:
@@ -82,6 +97,7 @@ class Stack:
         settlement: str,
         pay_to: str | None = None,
         store_options: Mapping[str, Any] | None = None,
+        facilitator_url: str | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
         """A seller config for this chain: sqlite, redis or postgres; gas-wallet or facilitator."""
@@ -104,7 +120,10 @@ class Stack:
                 "strategy": "gas-wallet",
                 "gas_wallet_private_key": {"env": GAS_KEY_ENV},
             },
-            "facilitator": {"strategy": "facilitator", "facilitator_url": self.facilitator.url},
+            "facilitator": {
+                "strategy": "facilitator",
+                "facilitator_url": facilitator_url or self.facilitator.url,
+            },
         }
         # The unpaid-request limit stays on (its cost is part of every 402 measured), with
         # a limit no benchmark reaches: they all load from one client address.
@@ -130,13 +149,13 @@ class Stack:
         self.servers.append(server)
         return server.start(timeout=60)
 
-    def official(self, pay_to: str) -> str:
+    def official(self, pay_to: str, facilitator_url: str | None = None) -> str:
         """The official middleware app on a free port; returns its base URL."""
         port = free_port()
         command = [
             sys.executable, "-m", "bench.official_app",
             "--port", str(port),
-            "--facilitator", self.facilitator.url,
+            "--facilitator", facilitator_url or self.facilitator.url,
             "--network", self.chain.network,
             "--asset", self.chain.token.address,
             "--pay-to", pay_to,
@@ -186,6 +205,8 @@ class Stack:
         for url in list(self.apps):
             self.stop_app(url)
         self.facilitator.stop()
+        if self.sdk_paced is not None:
+            self.sdk_paced.stop()
 
 
 @contextlib.contextmanager

@@ -112,13 +112,15 @@ def run_wrk(
         script.write_text(_script(method, body, headers or {}))
         base = [binary, f"-t{load.threads}", f"-c{load.connections}", "-s", str(script)]
         if load.warmup_seconds > 0:
-            subprocess.run(
-                [*base, f"-d{load.warmup_seconds:g}s", url], check=True, capture_output=True
-            )
-        done = subprocess.run(
-            [*base, f"-d{load.seconds:g}s", "--latency", url],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+            _wrk([*base, f"-d{load.warmup_seconds:g}s", url])
+        done = _wrk([*base, f"-d{load.seconds:g}s", "--latency", url])
     return parse(done.stdout, expect_status)
+
+
+def _wrk(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run wrk; a failure says what wrk said (the bench prints it in the scenario's row)."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(f"wrk exited {done.returncode}: {said[-1] if said else 'no output'}")
+    return done

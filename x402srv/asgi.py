@@ -68,7 +68,7 @@ __all__ = [
 STATE_KEY: Final = "x402"
 #: The key of ``scope["state"]`` (``request.state.x402_usage``) of a metered call's ``Usage``.
 USAGE_KEY: Final = "x402_usage"
-#: Where the agent card is served (SPEC 4.1: both spellings).
+#: Where the agent card is served (docs/protocol/wire.md: both spellings).
 CARD_PATHS: Final = frozenset({"/.well-known/agent.json", "/.well-known/agent-card.json"})
 #: RFC 6455 "policy violation": the websocket counterpart of a 401.
 _WS_POLICY_VIOLATION: Final = 1008

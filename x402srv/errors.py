@@ -1,4 +1,4 @@
-"""One exception tree for x402srv, with stable problem codes (SPEC 4.4).
+"""One exception tree for x402srv, with stable problem codes (docs/errors.md).
 
 Two families are kept apart on purpose (as pyjwt keeps ``InvalidKeyError``
 apart from ``InvalidTokenError``): the *seller* misconfigured something, or a

@@ -1,4 +1,4 @@
-"""Token guard for the seller's Sanic routes (SPEC 6; the seed's ``fastifyValidateAccessToken``).
+"""Token guard for the seller's Sanic routes (docs/protocol/wire.md, "Access tokens").
 
 Two ways to put it in front of a route, both checking the same thing:
 
@@ -58,7 +58,6 @@ __all__ = [
     "RequestCost",
     "access_claims",
     "access_guard",
-    "bearer_token",
     "require_access",
 ]
 
@@ -76,11 +75,6 @@ RequestCost = Callable[[Request], int]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def bearer_token(request: Request) -> str:
-    """The token of the request's one ``Authorization: Bearer`` header, else ``InvalidToken``."""
-    return admission.bearer_token(request.headers.getall("authorization", []))
 
 
 def access_claims(request: Request) -> AccessClaims:

@@ -227,7 +227,7 @@ class Store(Protocol):
         The caller names one key per client and time window; a counter lives
         until ``window_end`` and the store may forget any counter whose
         ``window_end`` is before ``now``. Atomic per key across every process
-        that shares the store (the unpaid-request limit, SPEC 4.4 ``RATE_LIMITED``).
+        that shares the store (the unpaid-request limit, ``RATE_LIMITED``).
         """
 
     async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
@@ -246,7 +246,7 @@ class Store(Protocol):
     ) -> list[ChallengeRecord]:
         """Records newest first, in ``(updated_at, challenge_id)`` order (the seller's console).
 
-        ``payer`` keeps the records whose payer (``store_rules.payer_of``: the
+        ``payer`` keeps the records whose payer (``payer_of`` in ``x402srv.plugin``: the
         settled payer, else the payer of the payment being settled) is that
         address, compared in lowercase, through an index of its own: a payer's
         purchases are found without reading anyone else's. ``before`` is a
@@ -597,7 +597,7 @@ class Settler(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GrantRequest:
-    """What an issuer learns about a paid challenge (SPEC 4.2 step 10)."""
+    """What an issuer learns about a paid challenge (docs/protocol/flow.md, step 10)."""
 
     request_id: str
     challenge_id: str

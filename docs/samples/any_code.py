@@ -4,9 +4,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from x402srv.errors import InvalidToken, KeySourceUnavailable
-from x402srv.tokens.admission import bearer_token
-from x402srv.tokens.verify import HS256KeySource, verify_access_token, verify_access_token_sync
+from x402srv import (
+    HS256KeySource,
+    InvalidToken,
+    KeySourceUnavailable,
+    bearer_token,
+    verify_access_token,
+    verify_access_token_sync,
+)
 
 KEYS = HS256KeySource(os.environ["X402SRV_JWT_SECRET"])  # or Ed25519KeySource, JWKSKeySource
 ISSUER = AUDIENCE = "https://api.example.com"  # seller.agent_url (credentials.audience)

@@ -4,10 +4,14 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI
 
-from x402srv.asgi import AccessMiddleware, access_claims
-from x402srv.config.models import load_config
-from x402srv.tokens.verify import AccessClaims, TokenVerifier
-from x402srv.wire.card import agent_card
+from x402srv import (
+    AccessClaims,
+    AccessMiddleware,
+    TokenVerifier,
+    agent_card,
+    asgi_access_claims,
+    load_config,
+)
 
 config = load_config("seller.toml")  # the same file x402srv serves
 app = FastAPI()
@@ -20,5 +24,5 @@ app.add_middleware(
 
 
 @app.get("/api/weather")
-async def weather(claims: Annotated[AccessClaims, Depends(access_claims)]) -> dict[str, Any]:
+async def weather(claims: Annotated[AccessClaims, Depends(asgi_access_claims)]) -> dict[str, Any]:
     return {"plan": claims.plan_id, "buyer": claims.payer}  # also request.state.x402

@@ -1,7 +1,6 @@
 """Verify x402srv's EdDSA tokens with its published public keys: nothing secret here."""
 
-from x402srv.tokens.jwks import JWKSKeySource
-from x402srv.tokens.verify import TokenVerifier
+from x402srv import JWKSKeySource, TokenVerifier
 
 verifier = TokenVerifier(
     JWKSKeySource("https://pay.example.com/.well-known/jwks.json"),  # https (http: loopback only)

@@ -13,10 +13,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, Field
 from starlette.types import Scope
 
-from x402srv.asgi import AccessMiddleware
-from x402srv.config.models import load_config
-from x402srv.tokens.verify import TokenVerifier
-from x402srv.usage.credits import Meter, Usage
+from x402srv import AccessMiddleware, Meter, TokenVerifier, Usage, load_config
 
 config = load_config("seller.toml")  # the same file x402srv serves
 meter = Meter.from_config(config)  # the store x402srv credits: the sqlite file, or Redis

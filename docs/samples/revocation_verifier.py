@@ -1,8 +1,6 @@
 """The seller's own API refuses revoked grants too: x402srv's published list, nothing secret."""
 
-from x402srv.tokens.jwks import JWKSKeySource
-from x402srv.tokens.revocation import RevocationList
-from x402srv.tokens.verify import TokenVerifier
+from x402srv import JWKSKeySource, RevocationList, TokenVerifier
 
 verifier = TokenVerifier(
     JWKSKeySource("https://pay.example.com/.well-known/jwks.json"),

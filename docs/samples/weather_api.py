@@ -3,9 +3,7 @@
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
-from x402srv.config.models import load_config
-from x402srv.guard import access_claims, access_guard, require_access
-from x402srv.tokens.verify import TokenVerifier
+from x402srv import TokenVerifier, access_claims, access_guard, load_config, require_access
 
 app = Sanic("weather_api")
 verifier = TokenVerifier.from_config(load_config("seller.toml"))  # fails at start if no usable key

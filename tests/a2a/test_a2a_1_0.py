@@ -7,10 +7,15 @@ SDK client buying in native 1.0 mode is in ``test_sdk_client``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
+from a2a.compat.v0_3.types import AgentCard as AgentCard03
+from a2a.types import a2a_pb2
 from eth_account.signers.local import LocalAccount
+from google.protobuf.json_format import ParseDict
 
 from tests.support.a2a_jsonrpc import (
     PAYLOAD,
@@ -21,6 +26,7 @@ from tests.support.a2a_jsonrpc import (
     call,
     error_of,
     message,
+    result,
     task_of,
     v10_call,
     v10_message,
@@ -204,4 +210,103 @@ def test_a2a_1_0_s3_3_4_push_notifications_are_not_supported(seller: Seller, met
 
 def test_a2a_1_0_s3_3_4_no_extended_card(seller: Seller) -> None:
     error = error_of(call(a2a_url(seller), "GetExtendedAgentCard", {}, headers=V10), -32004)
-    assert "extendedAgentCard" in error["data"]["detail"]
+    assert "extendedAgentCard" in error["data"][0]["metadata"]["detail"]
+
+
+# ------------------------------------------------------------------ the A2A kit's 1.0-dev findings
+
+
+def test_a2a_1_0_agent_card_parses_as_a_1_0_card_with_no_unknown_field(seller: Seller) -> None:
+    """The kit's CARD-STRUCT-001: the 1.0 schema allows no 0.3 field (url, protocolVersion ...)."""
+    response = httpx.get(f"{seller.server.url}/.well-known/agent-card.json")
+    card = response.json()
+    ParseDict(card, a2a_pb2.AgentCard())  # unknown fields refused
+    assert not {"url", "preferredTransport", "additionalInterfaces", "protocolVersion"} & set(card)
+    assert "stateTransitionHistory" not in card["capabilities"]
+    assert response.headers["vary"] == "A2A-Version"
+    assert response.headers["etag"] and response.headers["last-modified"]
+    again = httpx.get(response.url, headers={"If-None-Match": response.headers["etag"]})
+    assert again.status_code == 304
+
+
+@pytest.mark.parametrize(
+    ("path", "header", "version"),
+    [
+        ("agent-card.json", None, "1.0"),
+        ("agent-card.json", "1.0", "1.0"),
+        ("agent-card.json", "0.3", "0.3"),
+        ("agent.json", None, "0.3"),
+        ("agent.json", "1.0", "1.0"),
+        ("agent-card.json", "7.1", "1.0"),  # a version we do not serve: the path decides
+    ],
+)
+def test_a2a_0_3_clients_get_a_0_3_card_by_path_or_header(
+    seller: Seller, path: str, header: str | None, version: str
+) -> None:
+    headers = {} if header is None else {"A2A-Version": header}
+    card = httpx.get(f"{seller.server.url}/.well-known/{path}", headers=headers).json()
+    assert ("protocolVersion" in card) is (version == "0.3")
+    if version == "0.3":
+        assert AgentCard03.model_validate(card).protocol_version == "0.3.0"
+
+
+@pytest.mark.parametrize("code", [-32001, -32004, -32005])
+def test_a2a_1_0_s9_5_a2a_errors_carry_error_info_in_a_data_array(
+    seller: Seller, code: int
+) -> None:
+    """The kit's JSONRPC-ERR-003: data is a list of ProtoJSON Any, ErrorInfo for A2A errors."""
+    url = a2a_url(seller)
+    calls = {
+        -32001: ("GetTask", {"id": "unknown"}),
+        -32004: ("GetExtendedAgentCard", {}),
+        -32005: ("SendMessage", {"message": v10_message({"raw": "dGNr", "mediaType": "x/y"})}),
+    }
+    method, params = calls[code]
+    (info,) = error_of(v10_call(url, method, params), code)["data"]
+    assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert info["domain"] == "a2a-protocol.org"
+    assert (
+        info["reason"]
+        == {
+            -32001: "TASK_NOT_FOUND",
+            -32004: "UNSUPPORTED_OPERATION",
+            -32005: "CONTENT_TYPE_NOT_SUPPORTED",
+        }[code]
+    )
+    assert all(isinstance(value, str) for value in info["metadata"].values())
+
+
+def test_a2a_1_0_s9_5_standard_errors_carry_a_struct_and_0_3_keeps_its_object(
+    seller: Seller,
+) -> None:
+    url = a2a_url(seller)
+    (detail,) = error_of(v10_call(url, "SendMessage", {"message": {"kind": "x"}}), -32602)["data"]
+    assert detail["@type"] == "type.googleapis.com/google.protobuf.Struct"
+    assert isinstance(detail["value"], dict)
+    garbled = httpx.post(url, content=b"{", headers=V10).json()
+    assert garbled["error"]["code"] == -32700 and "data" not in garbled["error"]
+    assert isinstance(error_of(call(url, "tasks/get", {"id": "unknown"}), -32001)["data"], dict)
+
+
+def test_a2a_1_0_s3_1_6_subscribe_follows_the_task_to_its_terminal_state(seller: Seller) -> None:
+    """The kit's STREAM-SUB-002: a SubscribeToTask stream closes with the terminal state.
+
+    The subscription starts on a task waiting for a plan (input-required, where a
+    0.3 resubscribe ends) and stays open until the task is canceled from another call.
+    """
+    url = a2a_url(seller)
+    task = v10_task(v10_call(url, "SendMessage", {"message": v10_message()}))
+    params = {"id": task["id"]}
+    envelope = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": params}
+    events: list[dict[str, Any]] = []
+    with httpx.stream("POST", url, json=envelope, headers=V10, timeout=60) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(result(json.loads(line[6:])))
+            if len(events) == 1:  # subscribed: now the task ends elsewhere
+                v10_call(url, "CancelTask", {"id": task["id"]})
+    assert events[0]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    for event in events:
+        ParseDict(event, a2a_pb2.StreamResponse())

@@ -8,7 +8,7 @@ on-chain and no challenge may change. Verification failures (HTTP 402) answer
 ``input-required`` with the same PaymentRequired; malformed payments (HTTP 400)
 answer -32602 and leave even the task as it was. A payment naming a challenge
 that is not the task's (HTTP 400 for an unknown one) is a payment for another
-payment request: ``payment-failed`` too, never a JSON-RPC error (SPEC 4.3).
+payment request: ``payment-failed`` too, never a JSON-RPC error (docs/protocol/a2a.md).
 Both settlement strategies.
 """
 
@@ -43,7 +43,7 @@ from tests.support.problems import snapshot
 from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment
 
-#: What the extension calls each attack that fails verification (SPEC 4.2 step 5).
+#: What the extension calls each attack that fails verification (docs/protocol/flow.md, step 5).
 EXPECTED_CODES = {
     "wrong payTo": "INVALID_AMOUNT",
     "amount under": "INVALID_AMOUNT",

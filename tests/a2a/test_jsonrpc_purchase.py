@@ -207,7 +207,7 @@ async def test_a_refused_settlement_can_be_paid_again_on_the_same_task(
 
 def test_base_path_and_a2a_path_are_honoured(start_seller: Callable[..., Seller]) -> None:
     seller = start_seller("gas-wallet", server={"base_path": "/shop", "a2a_path": "/agent"})
-    card = httpx.get(f"{seller.server.url}/.well-known/agent-card.json").json()
+    card = httpx.get(f"{seller.server.url}/.well-known/agent.json").json()  # the 0.3 card
     paths = [urlsplit(i["url"]).path for i in card["additionalInterfaces"]]
     assert paths == ["/shop/x402/access", "/shop/agent"]
     url = a2a_url(seller)

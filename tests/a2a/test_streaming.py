@@ -38,6 +38,7 @@ from tests.support.a2a_jsonrpc import (
     V10,
     a2a_url,
     call,
+    error_data,
     get,
     grant_of,
     message,
@@ -185,7 +186,7 @@ def test_a2a_1_0_s3_1_6_subscribing_to_a_final_task_is_unsupported(seller: Selle
     for method, headers in (("tasks/resubscribe", {}), ("SubscribeToTask", V10)):
         [document] = sse(url, method, {"id": task["id"]}, **headers)
         assert document["error"]["code"] == -32004
-        assert "canceled" in document["error"]["data"]["detail"]
+        assert "canceled" in error_data(document["error"])["detail"]
 
 
 # ------------------------------------------------------------------ nothing lost

@@ -100,7 +100,7 @@ def test_completed_is_final() -> None:
 
 
 def test_a_transfer_wins_over_a_cancel_that_raced_it() -> None:
-    """SPEC 5.2 through A2A: a payment the chain shows always ends in a grant on its task."""
+    """A payment the chain shows always ends in a grant on its task (docs/protocol/states.md)."""
     for state in (TaskState.CANCELED, TaskState.FAILED):
         done = apply(_task(state), GRANTED, 2.0)
         assert done is not None

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from eth_account.signers.local import LocalAccount
@@ -51,10 +52,17 @@ def llm_app(llm_seller: Seller, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def _run(
-    command: list[str], seller: Seller, app: AppProcess, devchain: Devchain, buyer: LocalAccount
+    command: list[str],
+    seller: Seller,
+    app: AppProcess,
+    devchain: Devchain,
+    buyer: LocalAccount,
+    tmp: Path | None = None,
 ) -> list[str]:
     env = {
         **os.environ,
+        # tsx keeps its cache and IPC pipes in <tmpdir>/tsx-<uid> and never removes them.
+        **({"TMPDIR": str(tmp)} if tmp is not None else {}),
         "ACCESS_URL": seller.access_url,
         "LLM_URL": app.url,
         "PAY_TO": seller.wallet,
@@ -99,11 +107,10 @@ def test_the_python_buyer_buys_uses_and_tops_up(
 
 
 def test_the_typescript_buyer_buys_uses_and_tops_up(
-    llm_seller: Seller, llm_app: AppProcess, devchain: Devchain
+    llm_seller: Seller, llm_app: AppProcess, devchain: Devchain, tmp_path: Path
 ) -> None:
     buyer = devchain.new_account(eth=0)
-    lines = _run(
-        [str(NODE_BIN / "tsx"), str(SAMPLES / "llm_buyer.ts")], llm_seller, llm_app, devchain, buyer
-    )
+    command = [str(NODE_BIN / "tsx"), str(SAMPLES / "llm_buyer.ts")]
+    lines = _run(command, llm_seller, llm_app, devchain, buyer, tmp_path)
     _check(lines)
     assert _paid(devchain, llm_seller, buyer) == [ONE_DOLLAR, ONE_DOLLAR]

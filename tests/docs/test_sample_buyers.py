@@ -12,6 +12,7 @@ import os
 import runpy
 import subprocess
 import sys
+from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 
@@ -62,7 +63,9 @@ def test_the_python_buyer_program(docs_seller: Seller, devchain: Devchain) -> No
     assert paid_by(devchain, docs_seller, buyer) == [100_000, 100_000]  # two purchases, once each
 
 
-def test_the_typescript_buyer_program(docs_seller: Seller, devchain: Devchain) -> None:
+def test_the_typescript_buyer_program(
+    docs_seller: Seller, devchain: Devchain, tmp_path: Path
+) -> None:
     checked = subprocess.run(
         [str(NODE_BIN / "tsc"), "-p", str(SAMPLES / "tsconfig.json")],
         capture_output=True,
@@ -74,7 +77,8 @@ def test_the_typescript_buyer_program(docs_seller: Seller, devchain: Devchain) -
     buyer = devchain.new_account(eth=0)
     result = subprocess.run(
         [str(NODE_BIN / "tsx"), str(SAMPLES / "buy.ts")],
-        env=buyer_env(docs_seller, devchain, buyer),
+        # tsx keeps its cache and IPC pipes in <tmpdir>/tsx-<uid> and never removes them.
+        env={**buyer_env(docs_seller, devchain, buyer), "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=120,

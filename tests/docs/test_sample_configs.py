@@ -7,6 +7,7 @@ quickstart's) and the result must load and build every plugin it selects.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ ENV = {
     "X402SRV_GAS_WALLET_KEY": "0x" + "11" * 32,
     "X402SRV_RPC_URL": "https://sepolia.base.org",
     "X402SRV_ADMIN_TOKEN": "docs-admin-token-" + "a" * 24,
+    "X402SRV_OFFER_RECEIPT_KEY": "0x" + "22" * 32,
 }
 
 
@@ -64,6 +66,9 @@ def test_each_sample_loads_over_the_quickstart(fragment: Path, tmp_path: Path) -
         )
         (tmp_path / "secrets").mkdir(exist_ok=True)
         (tmp_path / "secrets" / name).write_bytes(key)
+    (tmp_path / "schemas").mkdir()  # bazaar.toml's output schema file
+    schema = {"properties": {"temperature": {"type": "number"}}, "required": ["temperature"]}
+    (tmp_path / "schemas" / "forecast-out.json").write_text(json.dumps(schema))
     described = checked(document, tmp_path).describe()
     for table in shown:  # what the sample shows is what the server runs with
         assert table in described, table

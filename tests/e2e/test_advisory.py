@@ -1,6 +1,6 @@
 """Security regressions of the access endpoint, one named test each (as pyjwt's test_advisory.py).
 
-A grant is a bearer credential (SPEC 4.2): it is handed out only to a caller
+A grant is a bearer credential (docs/protocol/proof.md): it is handed out only to a caller
 that proves the purchase, with its requestId or with the exact signed
 authorization stored on the challenge. Each test below is an attack that once
 worked against a running server, by someone who reads the chain (from, nonce,

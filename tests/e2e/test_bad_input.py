@@ -126,7 +126,7 @@ def test_payment_header_without_a_plan(seller: Seller, buyer: LocalAccount) -> N
 
 
 def test_base64url_unpadded_header_is_accepted(seller: Seller, buyer: LocalAccount) -> None:
-    """SPEC 4.2 step 1: base64url or standard, padded or not."""
+    """docs/protocol/wire.md: base64url or standard, padded or not."""
     challenge = seller.challenge("hourly")
     payload = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
     response = httpx.post(

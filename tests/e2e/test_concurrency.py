@@ -1,4 +1,4 @@
-"""Many buyers at once, and one payment sent many times at once (SPEC 4.2 steps 6-7)."""
+"""Many buyers at once, and one payment sent many times at once (docs/protocol/flow.md, 6-7)."""
 
 from __future__ import annotations
 

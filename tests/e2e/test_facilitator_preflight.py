@@ -9,6 +9,7 @@ paths were asked (it forwards every request unchanged).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -190,3 +191,37 @@ async def test_rpc_down_falls_back_to_verify(
     # settled, but not confirmable on our RPC: Unknown with its txHash, decided later
     assert isinstance(outcome, Unknown) and outcome.tx_hash is not None
     assert devchain.balance_of(seller) == PRICE
+
+
+@pytest.mark.parametrize("watch", [True, False])
+async def test_a_transfer_the_chain_shows_does_not_wait_for_a_late_answer(
+    devchain: Devchain,
+    facilitator: Callable[..., FacilitatorProcess],
+    chain: ChainReader,
+    watch: bool,
+) -> None:
+    """The 100 ms stall of issue 25: a facilitator answers /settle only once it sees its
+    receipt (the official SDK's polls every 100 ms), long after the block was mined. With
+    the chain watched the buyer's wait ends when the chain shows the transfer; without, it
+    ends with the answer. Here the answer comes 3 s after a transfer mined at once."""
+    process = facilitator("settle-answer-late", delay=3.0)
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    hooks = Hooks()
+    after = 0.02 if watch else 0.0
+    async with _settler(config, chain, watch_chain_after_seconds=after) as (settler, recorder):
+        started = time.monotonic()
+        outcome = await settler.settle(request, hooks)
+        took = time.monotonic() - started
+    assert isinstance(outcome, Settled), outcome
+    assert outcome.payer.lower() == payer.address.lower()
+    assert hooks.noted == [outcome.tx_hash]
+    assert recorder.paths == ["/supported", "/settle"]
+    assert devchain.balance_of(seller) == PRICE
+    receipt = await chain.receipt(outcome.tx_hash)
+    assert receipt is not None and receipt.status == 1
+    if watch:
+        assert took < 1.5, f"waited {took:.2f} s for an answer the chain had made moot"
+    else:
+        assert took >= 3.0

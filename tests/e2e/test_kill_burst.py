@@ -1,6 +1,6 @@
 """SIGKILL a real server in the middle of a burst of purchases, restart it, retry once.
 
-The promise under test (SPEC 5.2): a buyer whose transfer reached the chain gets
+The promise under test (docs/protocol/states.md): a buyer whose transfer reached the chain gets
 its grant on its FIRST retry after the restart, with no operator step (no
 ``x402srv reconcile``) and whatever lease the dead process left behind. Every
 round kills the server at a random moment (seeded, so a failure replays)

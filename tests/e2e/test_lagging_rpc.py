@@ -4,7 +4,7 @@ A fault proxy sits between x402srv and anvil and answers every
 ``eth_getTransactionReceipt`` with ``null`` while the test says so, the way a
 node behind the one that mined the transaction answers. Everything else reaches
 the chain, so ``authorizationState`` already says "used". Nothing may be
-released on that evidence (SPEC 5.2: a missing receipt means "not decided
+released on that evidence (docs/protocol/states.md: a missing receipt means "not decided
 yet"): the buyer gets 502 SETTLEMENT_PENDING, a reconciler pass changes
 nothing, and once the receipts show, the same retry gets the grant. The proxy
 hides and shows receipts when the test flips its switch; nothing here waits on

@@ -230,7 +230,7 @@ async def test_body_over_the_route_limit_is_refused(gateway: Seller) -> None:
 async def test_x402srv_own_routes_are_not_forwarded(gateway: Seller) -> None:
     card = httpx.get(f"{gateway.server.url}/.well-known/agent-card.json")
     assert card.status_code == 200
-    assert card.json()["url"].endswith("/x402/access")
+    assert card.json()["supportedInterfaces"][0]["url"].endswith("/x402/access")
     discovery = httpx.post(gateway.access_url, json={})
     assert discovery.status_code == 402
 

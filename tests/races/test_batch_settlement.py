@@ -1,6 +1,6 @@
 """One transaction that settles two authorizations (a batching facilitator, a multicall).
 
-SPEC 5.2: a challenge is matched by its own authorization's ``AuthorizationUsed``
+docs/protocol/states.md: a challenge is matched by its own authorization's ``AuthorizationUsed``
 and ``Transfer`` in the transaction, never by the transaction hash alone. The
 batch really happens on anvil, through our BatchSettle contract; the facilitator
 around it is scripted.

@@ -1,4 +1,4 @@
-"""A grant is a bearer credential: only proof fetches it (SPEC 4.2), in every state.
+"""A grant is a bearer credential: only proof fetches it (docs/protocol/proof.md), in every state.
 
 Proof is the requestId, or a payment that echoes it in ``accepted.extra``,
 whose signature verifies and whose authorization is byte for byte the one
@@ -212,7 +212,7 @@ async def test_the_exact_stored_authorization_is_proof_after_its_valid_before(
 ) -> None:
     """Proof is the signature and the authorization, not its validity window: the buyer whose
     settlement was pending retries with the same header after validBefore and gets the grant
-    (SPEC 4.2: "502 ... retry later returns the grant")."""
+    (docs/protocol/states.md: a 502 SETTLEMENT_PENDING is retried for the grant)."""
     rig = purchase.rig
     valid_before = int(purchase.payment.authorization["validBefore"])
     rig.clock.advance(valid_before - rig.clock() + 1)

@@ -109,6 +109,15 @@ def error_of(document: dict[str, Any], code: int) -> dict[str, Any]:
     return error
 
 
+def error_data(error: dict[str, Any]) -> dict[str, Any]:
+    """An error's data read alike in 0.3 (an object) and 1.0 (ErrorInfo metadata or a Struct)."""
+    data = error["data"]
+    if isinstance(data, dict):
+        return data
+    [detail] = data
+    return dict(detail["metadata"] if "metadata" in detail else detail["value"])
+
+
 def send(url: str, msg: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     return call(url, "message/send", {"message": msg}, **kwargs)
 

@@ -65,7 +65,9 @@ async def sdk_client(
 ) -> AsyncIterator[tuple[Client, Recorder]]:
     recorder = Recorder()
     async with httpx.AsyncClient(transport=recorder, timeout=60) as http:
-        card = (await http.get(f"{seller.server.url}/.well-known/agent-card.json")).json()
+        # The card is negotiated by A2A-Version (docs/a2a.md, "Two agent cards").
+        card_url = f"{seller.server.url}/.well-known/agent-card.json"
+        card = (await http.get(card_url, headers={"A2A-Version": version})).json()
         if version == "0.3":
             del card["supportedInterfaces"]
         config = ClientConfig(httpx_client=http, streaming=streaming)

@@ -10,9 +10,11 @@ artefacts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from types import TracebackType
@@ -73,10 +75,13 @@ class Browser:
             try:
                 assert process.stdin is not None
                 process.stdin.write(json.dumps({"op": "close"}) + "\n")
-                process.stdin.flush()
+                # (and end of input: node keeps running while its stdin is open, so without
+                # this every close waited out the 20 s below)
+                process.stdin.close()
                 process.wait(20)
             except (OSError, subprocess.TimeoutExpired):
-                process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)  # node and the Chromium it started
                 process.wait(5)
             for pipe in (process.stdin, process.stdout):
                 if pipe is not None:

@@ -24,7 +24,7 @@ from x402srv.wire.protocol import requirement
 AGENT_URL = "https://api.example.com"
 WALLET = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
 JWT_SECRET = "unit-test-jwt-secret-" + "k" * 32
-#: Base Sepolia USDC (SPEC 2.1).
+#: Base Sepolia USDC (docs/networks.md).
 SEPOLIA_USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 #: A custom (anvil-like) chain and its token.
 CUSTOM_CHAIN_ID = 31337

@@ -168,7 +168,7 @@ def guarded_app(verifier: TokenVerifier, style: str) -> Sanic[Any, Any]:
 
 
 def assert_refused(response: Any, code: str = "INVALID_TOKEN") -> dict[str, Any]:
-    """A 401 problem document (SPEC 4.4, 6) that the handler never saw."""
+    """A 401 problem document (docs/errors.md) that the handler never saw."""
     assert response.status == 401, response.text
     assert response.headers["content-type"] == "application/problem+json"
     assert response.headers["www-authenticate"] == 'Bearer error="invalid_token"'

@@ -1,4 +1,4 @@
-"""The agent card (SPEC 4.1): a2a-sdk reads it as a 0.3 card and as a 1.0 one; our fields only."""
+"""The agent card (docs/protocol/wire.md): a2a-sdk reads it as 0.3 and as 1.0; our fields only."""
 
 from __future__ import annotations
 

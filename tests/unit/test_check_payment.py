@@ -1,4 +1,4 @@
-"""``check_payment``: SPEC 4.2 step 5, one test per rule, with the x402 reason strings.
+"""``check_payment``: docs/protocol/flow.md step 5, one test per rule, with the x402 reason strings.
 
 Payments are signed for real (``sign_transfer_authorization``) for a token
 described by hand, so the rules run against genuine signatures without a chain.
@@ -106,7 +106,7 @@ def test_other_plan_is_checked_against_its_own_amount() -> None:
 
 
 def test_extra_is_not_compared() -> None:
-    """``accepted`` must equal the offer in every field but ``extra`` (SPEC 4.2 step 5)."""
+    """``accepted`` must equal the offer in every field but ``extra`` (docs/protocol/wire.md)."""
     document = signed_payment(offered(), TOKEN)
     document["accepted"]["extra"] = {"planId": "something-else", "note": 1}
     check(document)

@@ -1,4 +1,4 @@
-"""The ``x402srv`` command (SPEC 3), run for real: ``python -m x402srv`` in a subprocess.
+"""The ``x402srv`` command (docs/cli.md), run for real: ``python -m x402srv`` in a subprocess.
 
 Exit codes: 0 ok, 2 bad usage or config. ``check`` output is grepped for the
 secret values it was given. One real ``serve`` of ``config.example.toml``
@@ -221,9 +221,9 @@ def stored_record(directory: Path, challenge_id: str) -> dict[str, object]:
 def test_serve_the_example_config(served: str, example_dir: Path) -> None:
     with httpx.Client(base_url=served, timeout=10) as client:
         card = client.get("/.well-known/agent.json")
-        card2 = client.get("/.well-known/agent-card.json")
+        card2 = client.get("/.well-known/agent-card.json", headers={"A2A-Version": "0.3"})
         assert card.status_code == card2.status_code == 200
-        assert card.content == card2.content
+        assert card.content == card2.content  # the 0.3 card, by path or by header
         assert card.json()["url"] == "http://127.0.0.1:8402/x402/access"
 
         discovery = client.post("/x402/access", json={})

@@ -1,4 +1,4 @@
-"""SPEC 2: every key, its default, and the errors that name the key path.
+"""docs/configuration.md: every key, its default, and the errors that name the key path.
 
 The config is the seller's only interface before the server starts, so a
 wrong key must stop it with the exact path (``plans[1].foo: unknown key``)

@@ -1,4 +1,4 @@
-"""SPEC 2.1 networks and the conversion of ``$`` prices to the token's atomic units.
+"""Networks (docs/protocol/config.md), and ``$`` prices converted to the token's atomic units.
 
 The EIP-712 domain and the amount a buyer signs come from here, so a wrong
 table entry or a rounded price would make every payment fail or misprice it.

@@ -1,4 +1,4 @@
-"""Secrets in the config (SPEC 2): a string, ``{env = ...}`` or ``{file = ...}``.
+"""Secrets in the config (docs/protocol/config.md): a string, ``{env = ...}`` or ``{file = ...}``.
 
 Security regressions are named tests: a secret value must never show in
 ``repr``/``str``, ``describe()`` (what ``x402srv check`` prints),

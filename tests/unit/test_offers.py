@@ -1,4 +1,4 @@
-"""The 402 offers (SPEC 4.2): discovery, challenge, and the requirement a record was offered."""
+"""402 offers (docs/protocol/wire.md): discovery, a challenge, the requirement it was offered."""
 
 from __future__ import annotations
 

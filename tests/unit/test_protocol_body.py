@@ -1,4 +1,4 @@
-"""``parse_access_body``: the JSON body of ``POST /x402/access`` (SPEC 4.2).
+"""``parse_access_body``: the JSON body of ``POST /x402/access`` (docs/protocol/wire.md).
 
 Bad input is always ``InvalidRequest`` (400) or ``UnsupportedMediaType`` (415),
 never a Python exception that would become a 500.

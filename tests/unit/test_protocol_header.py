@@ -1,4 +1,4 @@
-"""``PAYMENT-SIGNATURE`` decoding (SPEC 4.2 step 1), ``encode_header`` and ``requirement``.
+"""``PAYMENT-SIGNATURE`` decoding (docs/protocol/wire.md), ``encode_header`` and ``requirement``.
 
 Every malformed header is ``InvalidRequest`` whose detail names the field but
 never echoes what the client sent.

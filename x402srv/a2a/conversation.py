@@ -16,7 +16,7 @@
 
 Every pipeline call sends the task's own purchase (planId, requestId,
 resourceId) as the body, so a task is linked to its challenge by requestId and
-the SPEC 4.2 rules for replays, duplicates and idempotency hold exactly as over
+the rules of docs/protocol/flow.md for replays, duplicates and idempotency hold exactly as over
 HTTP. A payment is settled in a task of its own, which a client that hangs up
 cannot cancel: what it pays for always ends on the task. A payment that fails
 counts against the client's unpaid-request limit, as over HTTP; past it the

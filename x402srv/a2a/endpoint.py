@@ -27,7 +27,7 @@ from sanic.response import HTTPResponse
 from x402srv.a2a.extension import EXTENSION_HEADERS, activated_extensions
 from x402srv.a2a.jsonrpc import INVALID_REQUEST, RpcError, error_response
 from x402srv.a2a.service import A2AService, Answer
-from x402srv.a2a.versions import VERSION_HEADER
+from x402srv.a2a.versions import VERSION_HEADER, errors_in_v1
 from x402srv.usage.unpaid_limit import client_of
 
 __all__ = ["A2AEndpoint"]
@@ -75,7 +75,8 @@ class A2AEndpoint:
     def too_large(self, limit: int, headers: Mapping[str, str]) -> HTTPResponse:
         """The framework refused an oversized body before any handler ran."""
         error = RpcError(INVALID_REQUEST, {"detail": f"the body is larger than {limit} bytes"})
-        body = _compact(error_response(error))
+        v10 = errors_in_v1(headers.get(VERSION_HEADER), None)
+        body = _compact(error_response(error, v10=v10))
         return HTTPResponse(body, 413, {**_HEADERS, **_echo(headers)}, "application/json")
 
     async def _send(self, request: Request, answer: Answer) -> HTTPResponse | None:

@@ -16,6 +16,12 @@ body can only ever be answered with -32700 or -32600, never with a 500.
     -32603 Internal error
     -32001 .. -32009         A2A errors (0.3 spec 8.2; -32009 is 1.0's VersionNotSupported)
 
+``data`` is an object in 0.3 and, in 1.0 (docs/protocol/a2a.md), an array of
+ProtoJSON ``Any`` messages: a ``google.rpc.ErrorInfo`` (``reason`` in
+UPPER_SNAKE_CASE, ``domain`` ``a2a-protocol.org``, the object's fields as its
+string ``metadata``) for an A2A error, a ``google.protobuf.Struct`` holding the
+object for a standard JSON-RPC one.
+
 The ``id`` is echoed whenever it could be read as a string or integer, else it
 is ``null`` (spec 6.11.2: "if there was an error in detecting the id").
 
@@ -28,6 +34,7 @@ has an answer, so none is a JSON-RPC notification.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Final
@@ -50,6 +57,7 @@ __all__ = [
     "RequestId",
     "RpcCall",
     "RpcError",
+    "details_v1",
     "error_response",
     "missing_id",
     "parse_body",
@@ -87,7 +95,43 @@ MESSAGES: Final[dict[int, str]] = {
     VERSION_NOT_SUPPORTED: "Version not supported",
 }
 
+#: ErrorInfo ``reason`` of each A2A error (1.0: the error's name without "Error").
+REASONS: Final[dict[int, str]] = {
+    TASK_NOT_FOUND: "TASK_NOT_FOUND",
+    TASK_NOT_CANCELABLE: "TASK_NOT_CANCELABLE",
+    PUSH_NOT_SUPPORTED: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    UNSUPPORTED_OPERATION: "UNSUPPORTED_OPERATION",
+    CONTENT_TYPE_NOT_SUPPORTED: "CONTENT_TYPE_NOT_SUPPORTED",
+    EXTENDED_CARD_NOT_CONFIGURED: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    VERSION_NOT_SUPPORTED: "VERSION_NOT_SUPPORTED",
+}
+ERROR_DOMAIN: Final = "a2a-protocol.org"
+ERROR_INFO_TYPE: Final = "type.googleapis.com/google.rpc.ErrorInfo"
+STRUCT_TYPE: Final = "type.googleapis.com/google.protobuf.Struct"
+
 RequestId = str | int | None
+
+
+def _metadata(data: Any) -> dict[str, str]:
+    """ErrorInfo metadata is a map of strings: other values are written as JSON."""
+    if not isinstance(data, dict):
+        return {} if data is None else {"detail": json.dumps(data, separators=(",", ":"))}
+    return {
+        str(key): value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        for key, value in data.items()
+    }
+
+
+def details_v1(code: int, data: Any) -> list[dict[str, Any]]:
+    """1.0's ``data``: ErrorInfo for an A2A error, the object as a Struct for the rest."""
+    reason = REASONS.get(code)
+    if reason is not None:
+        info = {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ERROR_DOMAIN}
+        return [{**info, "metadata": _metadata(data)}]
+    if data is None:
+        return []
+    value = data if isinstance(data, dict) else {"detail": data}
+    return [{"@type": STRUCT_TYPE, "value": value}]
 
 
 class RpcError(Exception):
@@ -110,9 +154,13 @@ class RpcError(Exception):
         self.request_id = request_id
         super().__init__(f"{code} {self.message}")
 
-    def to_error(self) -> dict[str, Any]:
+    def to_error(self, *, v10: bool = False) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
+        if v10:
+            details = details_v1(self.code, self.data)
+            if details:
+                error["data"] = details
+        elif self.data is not None:
             error["data"] = self.data
         return error
 
@@ -224,7 +272,9 @@ def result_response(request_id: RequestId, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-def error_response(error: RpcError, request_id: RequestId | None = None) -> dict[str, Any]:
+def error_response(
+    error: RpcError, request_id: RequestId | None = None, *, v10: bool = False
+) -> dict[str, Any]:
     """The error document; the id is the call's when known, else what the parser could read."""
     echo = request_id if request_id is not None else error.request_id
-    return {"jsonrpc": "2.0", "id": echo, "error": error.to_error()}
+    return {"jsonrpc": "2.0", "id": echo, "error": error.to_error(v10=v10)}

@@ -1,4 +1,6 @@
-"""Pipeline answers -> task updates: the one table from SPEC 4.2 outcomes to A2A.
+"""Pipeline answers -> task updates: the one table from the flow's answers to A2A.
+
+The mapping as a whole: docs/protocol/a2a.md.
 
 The pipeline decides; this module only says how each of its answers looks on a
 task. ``Update`` is that look; ``apply`` folds it into the stored task (pure, so
@@ -130,7 +132,7 @@ def submitted() -> Update:
 
 
 def settling(tx_hash: str | None) -> Update:
-    """The pipeline claimed the payment and is settling it (SPEC 4.2 steps 7-9)."""
+    """The pipeline claimed the payment and is settling it (docs/protocol/flow.md, steps 7-9)."""
     if tx_hash is None:
         text = "Payment verified; settling it on-chain."
     else:

@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from x402srv.a2a import v1
+import x402srv.a2a.v1 as v1
 from x402srv.a2a.conversation import Conversation, Reply
 from x402srv.a2a.documents import TERMINAL_STATES
 from x402srv.a2a.intent import is_payment_submission
@@ -54,7 +54,7 @@ from x402srv.a2a.outcomes import rpc_error
 from x402srv.a2a.render import render_task
 from x402srv.a2a.repository import TaskRepository
 from x402srv.a2a.streams import TaskStreams
-from x402srv.a2a.versions import Op, Version, operation, version_of
+from x402srv.a2a.versions import Op, Version, errors_in_v1, operation, version_of
 from x402srv.a2a.wire import (
     FilePart,
     ListTasksParams,
@@ -113,7 +113,7 @@ class A2AService:
         try:
             document = parse_body(raw)
         except RpcError as error:
-            return error_response(error)
+            return error_response(error, v10=errors_in_v1(version, None))
         return await self.handle_document(document, version, client=client)
 
     async def handle_document(
@@ -130,6 +130,8 @@ class A2AService:
         """
         request_id: RequestId = None
         streaming = False
+        method = document.get("method") if isinstance(document, dict) else None
+        v10 = errors_in_v1(version_header, method)
         try:
             call = read_call(document)
             request_id = call.request_id
@@ -153,20 +155,20 @@ class A2AService:
         except RateLimited:
             raise
         except Exception as error:  # every other failure is answered in JSON-RPC
-            answer = error_response(_as_rpc_error(error), request_id)
+            answer = error_response(_as_rpc_error(error), request_id, v10=v10)
             # A streaming method answers in SSE even when it fails at once (the A2A
             # TCK expects the stream; the a2a-sdk client reads either).
             return Stream(_one(answer)) if streaming else answer
         if isinstance(result, dict):
             return result_response(request_id, result)
-        return Stream(self._documents(request_id, result))
+        return Stream(self._documents(request_id, result, v10))
 
-    async def _documents(self, request_id: RequestId, events: Events) -> Events:
+    async def _documents(self, request_id: RequestId, events: Events, v10: bool) -> Events:
         try:
             async for event in events:
                 yield result_response(request_id, event)
         except Exception as error:  # the last event says what went wrong
-            yield error_response(_as_rpc_error(error), request_id)
+            yield error_response(_as_rpc_error(error), request_id, v10=v10)
         finally:
             await events.aclose()
 
@@ -250,8 +252,11 @@ class A2AService:
                 UNSUPPORTED_OPERATION,
                 {"detail": f"the task is {record.state.value}; tasks/get shows it"},
             )
-        events = self._streams.events(record)
-        return _translated(events) if v10 else events
+        if not v10:
+            return self._streams.events(record)
+        # 1.0 (docs/protocol/a2a.md): the stream follows the task through input-required
+        # and closes with the event that carries its terminal state.
+        return _translated(self._streams.events(record, ends=TERMINAL_STATES))
 
     async def _list(self, listing: ListTasksParams) -> Result:
         """No caller is authenticated here, so no caller may list any task (A2A 1.0 13.1).

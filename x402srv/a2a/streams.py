@@ -58,8 +58,13 @@ class TaskStreams:
         shown: TaskRecord,
         settling: asyncio.Task[TaskRecord] | None = None,
         history_length: int | None = None,
+        *,
+        ends: frozenset[TaskState] = STREAM_ENDS,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The Task as ``shown``, then what happens to it (0.3 JSON, one dict per event).
+
+        The stream closes once the task is in one of ``ends``: final or waiting for
+        the client by default; 1.0's SubscribeToTask passes the final states only.
 
         ``settling`` is the payment this worker is settling for the task: the
         stream does not end on the ``input-required`` the task still shows
@@ -70,7 +75,7 @@ class TaskStreams:
         sent = {artifact["artifactId"] for artifact in artifacts(shown)}
         started = last_asked = time.monotonic()
         record, decided = shown, settling is None
-        while not (decided and record.state in STREAM_ENDS):
+        while not (decided and record.state in ends):
             if time.monotonic() - started >= self._limit:
                 return
             await self._wait(settling)
@@ -88,13 +93,13 @@ class TaskStreams:
                 last_asked = time.monotonic()
             fresh = [s for s in timeline(record) if s["message"]["messageId"] not in seen]
             granted = [a for a in artifacts(record) if a["artifactId"] not in sent]
-            ends = decided and record.state in STREAM_ENDS
+            closing = decided and record.state in ends
             for n, status in enumerate(fresh, start=1):
                 if n == len(fresh):  # the grant came with the latest status: just before it
                     for artifact in granted:
                         yield artifact_event(record, artifact)
                 seen.add(status["message"]["messageId"])
-                yield status_event(record, status, final=ends and n == len(fresh))
+                yield status_event(record, status, final=closing and n == len(fresh))
             if not fresh:
                 for artifact in granted:
                     yield artifact_event(record, artifact)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from x402srv.a2a.jsonrpc import VERSION_NOT_SUPPORTED, RpcError
 
-__all__ = ["VERSION_HEADER", "Op", "Version", "operation", "version_of"]
+__all__ = ["VERSION_HEADER", "Op", "Version", "errors_in_v1", "operation", "version_of"]
 
 VERSION_HEADER: Final = "A2A-Version"
 
@@ -97,3 +97,15 @@ def version_of(header: str | None, method: str) -> Version:
 
 def operation(version: Version, method: str) -> Op | None:
     return METHODS[version].get(method)
+
+
+def errors_in_v1(header: str | None, method: Any) -> bool:
+    """Whether an error answer takes 1.0's form, also for a call too broken to be read.
+
+    The header decides when it can; a version we do not serve is answered by the
+    newest (its -32009 is a 1.0 error); without a header, a 1.0 method name.
+    """
+    try:
+        return version_of(header, method if isinstance(method, str) else "") is Version.V10
+    except RpcError:
+        return True

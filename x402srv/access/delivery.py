@@ -52,7 +52,7 @@ from x402srv.interfaces import (
 )
 from x402srv.server.logs import fingerprint
 from x402srv.server.metrics import Metrics
-from x402srv.wire.offers import OfferBuilder
+from x402srv.wire.offers import AccessGranted, OfferBuilder
 
 __all__ = ["DELIVERY_LEASE_SECONDS", "Delivery"]
 
@@ -81,6 +81,13 @@ class Delivery:
         self.metrics = metrics
         self.clock = clock
         self.exclusive = bool(getattr(issuer, "exclusive", True))
+
+    async def answer(self, record: ChallengeRecord) -> AccessGranted | ChallengeRecord:
+        """Steps 10-11 for a PAID record: its grant, or the record as it is now to follow."""
+        delivered = await self.deliver(record)
+        if delivered.state is State.DELIVERED:
+            return self.offers.granted(delivered)
+        return delivered
 
     async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
         """Issue, store the grant, PAID -> DELIVERED; the record as it is now.

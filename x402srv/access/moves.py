@@ -1,4 +1,6 @@
-"""The compare-and-set moves of the state machine (SPEC 5.1), built and applied in one place.
+"""The compare-and-set moves of the state machine, built and applied in one place.
+
+The moves and who makes them: docs/protocol/states.md.
 
 ``Mover.apply`` is the only way a record changes state: the store applies the
 move atomically, then each applied move gets one log line and is shown to the
@@ -22,17 +24,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
+from x402srv.access.progress import CheckedPayment
 from x402srv.access.records import (
     ChallengeRecord,
-    Offer,
     PaymentDetails,
-    PaymentKey,
     RecordChanges,
     State,
 )
 from x402srv.errors import InternalError
 from x402srv.interfaces import (
-    Authorization,
     Clock,
     StateMismatch,
     Store,
@@ -126,19 +126,18 @@ class AttemptHooks:
 
 def settle(
     record: ChallengeRecord,
-    auth: Authorization,
-    key: PaymentKey,
+    payment: CheckedPayment,
     at: float,
     *,
     attempt_id: str,
     lease_seconds: float,
-    offer: Offer | None = None,
 ) -> TransitionRequest:
     """PENDING -> SETTLING with the payment persisted and claimed, before anything is sent.
 
-    ``offer`` is the challenge's offer the payment chose (its network, token and
-    amount become the record's own).
+    The challenge's offer the payment chose (its network, token and amount)
+    becomes the record's own.
     """
+    auth = payment.authorization
     details = PaymentDetails(
         payer=auth.payer,
         nonce=auth.nonce,
@@ -146,7 +145,7 @@ def settle(
         valid_after=auth.valid_after,
         valid_before=auth.valid_before,
         signature=auth.signature,
-        key=str(key),
+        key=str(payment.key),
         attempt_id=attempt_id,
         lease_until=at + lease_seconds,
     )
@@ -156,8 +155,8 @@ def settle(
         to=State.SETTLING,
         at=at,
         reason="settlement started",
-        changes=RecordChanges(payment=details, offer=offer),
-        claim_payment=key,
+        changes=RecordChanges(payment=details, offer=payment.offer),
+        claim_payment=payment.key,
     )
 
 

@@ -1,4 +1,6 @@
-"""Who is asking, and whether they bought the challenge they ask about (SPEC 4.2).
+"""Who is asking, and whether they bought the challenge they ask about.
+
+The rules: docs/protocol/proof.md.
 
 A grant is a bearer credential, so it goes only to a caller with proof of the
 purchase (docs/design.md, "Who gets a grant"): the ``requestId`` in the body
@@ -17,45 +19,23 @@ TX_ALREADY_REDEEMED, as any payment that is already claimed: the answer never
 depends on how close a guess came. A challenge may offer several networks and
 tokens: a payment is checked against the offer it claims (``accepted.network``
 and ``accepted.asset``), with that token's amount and EIP-712 domain; once a
-payment is claimed, only the offer it chose. The window of validity is no part of the
-proof (a paid buyer may come back after ``validBefore``); it is checked when a
-payment is about to be settled (``Verifier.checked``).
+payment is claimed, only the offer it chose (``payment_check``). The window of
+validity is no part of the proof (a paid buyer may come back after
+``validBefore``); it is checked when a payment is about to be settled
+(``PaymentCheck.check``).
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from x402srv.access.records import ChallengeRecord, Offer, PaymentDetails, PaymentKey, State
-from x402srv.errors import PaymentFailed, TxAlreadyRedeemed
-from x402srv.interfaces import Authorization, Clock
-from x402srv.wire.eip712 import Eip3009Domain
-from x402srv.wire.networks import NetworkInfo
-from x402srv.wire.offers import OfferBuilder
-from x402srv.wire.protocol import AccessBody, PaymentPayload, check_payment
-from x402srv.wire.reasons import Reason
+from x402srv.access.payment_check import PaymentCheck
+from x402srv.access.progress import Caller
+from x402srv.access.records import ChallengeRecord, PaymentDetails, PaymentKey
+from x402srv.errors import TxAlreadyRedeemed
+from x402srv.interfaces import Authorization
 
-__all__ = ["Caller", "Verifier", "replays"]
-
-
-@dataclass(slots=True)
-class Caller:
-    """One request: its body, its payment if any, and what was verified of it so far."""
-
-    body: AccessBody
-    payment: PaymentPayload | None = None
-    key: PaymentKey | None = None
-    #: The payment passed step 5 against this challenge (its window included).
-    checked: tuple[str, Authorization] | None = None
-    #: Its signature verified against this challenge (window aside: a proof, not a payment).
-    verified: tuple[str, Authorization] | None = None
-    #: The challenge's offer it pays (network, token, amount), once checked.
-    offer: Offer | None = None
-    #: That offer's network and token.
-    option: NetworkInfo | None = None
+__all__ = ["PurchaseProof", "replays"]
 
 
 def replays(record: ChallengeRecord, key: PaymentKey) -> bool:
@@ -85,76 +65,11 @@ def same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
     )
 
 
-class Verifier:
-    """Step 5 and the proof of purchase, against the requirement a challenge was offered."""
+class PurchaseProof:
+    """Whether a caller bought the challenge it asks about: nobody gets someone else's grant."""
 
-    def __init__(
-        self,
-        offers: OfferBuilder,
-        options: Callable[[str, str], NetworkInfo | None],
-        clock: Clock,
-    ) -> None:
-        self.offers = offers
-        self.options = options
-        self.clock = clock
-        self._domains: dict[tuple[str, str], Eip3009Domain] = {}
-
-    def _domain(self, option: NetworkInfo) -> Eip3009Domain:
-        """The token's EIP-712 domain, from config, never from a payload (SPEC 2.1)."""
-        key = (option.caip2, option.asset)
-        domain = self._domains.get(key)
-        if domain is None:
-            domain = self._domains[key] = Eip3009Domain(
-                name=option.asset_name,
-                version=option.asset_version,
-                chain_id=option.chain_id,
-                verifying_contract=option.asset,
-            )
-        return domain
-
-    def _claimed(
-        self, record: ChallengeRecord, payment: PaymentPayload
-    ) -> tuple[Offer, NetworkInfo, dict[str, Any]]:
-        """The offer the payment claims: one of a PENDING challenge's, else the one it chose."""
-        accepted = payment.accepted
-        if record.state is State.PENDING:
-            offers = record.offers
-        else:
-            offers = (Offer(record.network, record.asset, record.amount),)
-        offer = next(
-            (
-                o
-                for o in offers
-                if o.network == accepted.network and o.asset.lower() == accepted.asset.lower()
-            ),
-            None,
-        )
-        if offer is None:
-            if all(o.network != accepted.network for o in offers):
-                networks = ", ".join(sorted({o.network for o in offers}))
-                raise PaymentFailed(
-                    Reason.INVALID_NETWORK, f"this challenge is paid on {networks} only"
-                )
-            raise PaymentFailed(
-                Reason.INVALID_PAYMENT_REQUIREMENTS,
-                f"accepted.asset is not a token this challenge accepts on {accepted.network}",
-            )
-        offered = self.offers.offered_requirement(record, offer)  # 410 if no longer offered
-        option = self.options(offer.network, offer.asset)
-        assert option is not None  # offered_requirement found it
-        return offer, option, offered
-
-    def checked(self, record: ChallengeRecord, caller: Caller) -> Authorization:
-        """Step 5: the caller's payment against this challenge's requirement, window included."""
-        assert caller.payment is not None
-        if caller.checked is None or caller.checked[0] != record.challenge_id:
-            offer, option, offered = self._claimed(record, caller.payment)
-            auth = check_payment(
-                caller.payment, offered, option, self._domain(option), self.clock()
-            )
-            caller.checked = caller.verified = (record.challenge_id, auth)
-            caller.offer, caller.option = offer, option
-        return caller.checked[1]
+    def __init__(self, payments: PaymentCheck) -> None:
+        self.payments = payments
 
     def proves(self, record: ChallengeRecord, caller: Caller) -> bool:
         """Whether the caller bought this challenge; raises 402 for a payment that fails.
@@ -168,19 +83,9 @@ class Verifier:
         stored = record.payment
         if caller.payment is None or stored is None:
             return False
-        if caller.verified is None or caller.verified[0] != record.challenge_id:
-            _, option, offered = self._claimed(record, caller.payment)
-            auth = check_payment(
-                caller.payment,
-                offered,
-                option,
-                self._domain(option),
-                self.clock(),
-                window=False,
-            )
-            caller.verified = (record.challenge_id, auth)
-        return same_secret(caller.payment.request_id, record.request_id) and same_authorization(
-            caller.verified[1], stored
+        verified = self.payments.verify(record, caller.payment)
+        return same_secret(verified.payload.request_id, record.request_id) and same_authorization(
+            verified.authorization, stored
         )
 
     def prove(self, record: ChallengeRecord, caller: Caller) -> None:

@@ -1,4 +1,6 @@
-"""The reconciler: finishes what requests left behind (SPEC 5.2), then tidies up.
+"""The reconciler: finishes what requests left behind, then tidies up.
+
+What it decides, and why nothing is lost: docs/protocol/states.md.
 
 One pass, in this order, each step a compare-and-set through the pipeline's own
 code (``AccessPipeline.resolve`` and ``deliver``), so a pass running beside live

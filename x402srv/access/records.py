@@ -1,4 +1,4 @@
-"""Challenge records and their state machine (SPEC 5).
+"""Challenge records and their state machine (docs/protocol/states.md).
 
     PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
        │  ▲         │         │             ▲        │ revoked by the seller

@@ -1,4 +1,6 @@
-"""Deciding a SETTLING record from the chain (SPEC 5.2), for the pipeline and the reconciler.
+"""Deciding a SETTLING record from the chain, for the pipeline and the reconciler.
+
+The rule, and why nothing is lost: docs/protocol/states.md.
 
 A SETTLING record is looked at by a buyer's retry, by the request whose
 settler could not tell the outcome, and by every reconciler pass. All of them

@@ -1,7 +1,7 @@
 """Top-ups: a payment that adds its plan's calls to a grant the buyer holds, token unchanged.
 
 A top-up is a challenge of its own (its own ``challengeId``, ``requestId``,
-payment claim and settlement, every rule of SPEC 4.2), bound when it is
+payment claim and settlement, every rule of docs/protocol/flow.md), bound when it is
 created to the grant it tops up (``ChallengeRecord.top_up_of``: the grant's
 challengeId, the token's ``jti``), so a payment can never be credited to
 another grant. The buyer names the grant with its proof of ownership:

@@ -35,7 +35,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, redirect
 
-from x402srv import __version__
+from x402srv._version import __version__
 from x402srv.access.records import State
 from x402srv.admin.auth import COOKIE, CSRF_HEADER, Admin
 from x402srv.admin.chart import funnel_steps, revenue_chart
@@ -280,6 +280,7 @@ def install_console(
             settled=stages["settled"],
             unpaid=stages["unpaid"],
             settlers=document["settlers"],
+            tools=document.get("tools"),
             reconciler=reconciler,
         )
 

@@ -37,9 +37,9 @@ from x402srv.interfaces import (
 )
 from x402srv.server.health import Readiness
 from x402srv.tokens.revocation import revoke_grant
-from x402srv.usage import figures as analytics
-from x402srv.usage import sales as export
+from x402srv.usage import figures, sales
 from x402srv.usage.counters import HOUR
+from x402srv.wire.offers import rfc3339
 
 __all__ = ["MAX_LIMIT", "AdminService", "Page"]
 
@@ -82,7 +82,7 @@ class AdminService:
     def _now(self) -> float:
         return self.pipeline.clock()
 
-    async def _counts(self, window: analytics.Period) -> dict[tuple[int, str], int]:
+    async def _counts(self, window: figures.Period) -> dict[tuple[int, str], int]:
         # This process's own counts first, so what it answered shows at once.
         await self.pipeline.tally.flush()
         return await self.store.read_counts(start=window.start, end=window.end)
@@ -90,28 +90,31 @@ class AdminService:
     # ------------------------------------------------------------ figures
 
     async def revenue(self, start: str | None, end: str | None, bucket: str | None) -> Page:
-        window = analytics.period(self._now(), start, end, bucket)
-        return analytics.revenue(await self._counts(window), window, self.config)
+        window = figures.period(self._now(), start, end, bucket)
+        return figures.revenue(await self._counts(window), window, self.config)
 
     async def funnel(self, start: str | None, end: str | None) -> Page:
-        window = analytics.period(self._now(), start, end, "hour" if start is None else None)
-        return {**window.describe(), **analytics.funnel(await self._counts(window))}
+        window = figures.period(self._now(), start, end, "hour" if start is None else None)
+        return {**window.describe(), **figures.funnel(await self._counts(window))}
 
     async def overview(self, start: str | None, end: str | None, bucket: str | None) -> Page:
-        """Revenue over time, the funnel and settler health: one read of the counters."""
-        window = analytics.period(self._now(), start, end, bucket)
+        """Revenue over time, the funnel, settler health and the MCP tools sold (if any)."""
+        window = figures.period(self._now(), start, end, bucket)
         counts = await self._counts(window)
-        return {
-            "revenue": analytics.revenue(counts, window, self.config),
-            "funnel": {**window.describe(), **analytics.funnel(counts)},
+        page: Page = {
+            "revenue": figures.revenue(counts, window, self.config),
+            "funnel": {**window.describe(), **figures.funnel(counts)},
             "settlers": await self.settlers(),
         }
+        if self.config.mcp:  # calls and credits per tool (docs/mcp.md)
+            page["tools"] = figures.tool_figures(counts)
+        return page
 
     async def settlers(self) -> Page:
         """Every settler now (readiness: its check, its breaker when its network fails over)
         and the settlement calls of the last hour and day, by outcome and mean time."""
         now = self._now()
-        day_start, day_end = analytics.last_hours(now, 24)
+        day_start, day_end = figures.last_hours(now, 24)
         counts = await self.store.read_counts(start=day_start, end=day_end)
         last_hour = {key: n for key, n in counts.items() if key[0] >= day_end - HOUR}
         try:
@@ -123,8 +126,8 @@ class AdminService:
             "ready": ready.get("status") == "ready",
             "checks": ready.get("checks", {}),
             "settlers": ready.get("settlers", []),
-            "lastHour": analytics.settler_figures(last_hour),
-            "last24Hours": analytics.settler_figures(counts),
+            "lastHour": figures.settler_figures(last_hour),
+            "last24Hours": figures.settler_figures(counts),
         }
 
     # ------------------------------------------------------------ purchases and grants
@@ -271,14 +274,14 @@ class AdminService:
             raise InvalidRequest("from is required (the first instant of the export)")
         if form not in (None, "", "csv", "jsonl"):
             raise InvalidRequest("format must be csv or jsonl")
-        chosen: export.Format = "jsonl" if form == "jsonl" else "csv"
-        since = analytics.parse_time(start, "from")
-        until = analytics.parse_time(end, "to") if end else self._now()
+        chosen: sales.Format = "jsonl" if form == "jsonl" else "csv"
+        since = figures.parse_time(start, "from")
+        until = figures.parse_time(end, "to") if end else self._now()
         if since >= until:
             raise InvalidRequest("from must be before to")
-        rows = await export.sale_rows(self.store, self.config, since, until)
-        stamp = f"{analytics.rfc3339(since)}_{analytics.rfc3339(until)}".replace(":", "")
-        return f"sales_{stamp}.{chosen}", export.render(rows, chosen)
+        rows = await sales.sale_rows(self.store, self.config, since, until)
+        stamp = f"{rfc3339(since)}_{rfc3339(until)}".replace(":", "")
+        return f"sales_{stamp}.{chosen}", sales.render(rows, chosen)
 
     # ------------------------------------------------------------ the reconciler
 
@@ -299,7 +302,7 @@ class AdminService:
             unresolved.append(
                 {
                     **purchase_view(record, self.config, now),
-                    "leaseUntil": analytics.rfc3339(lease) if lease is not None else None,
+                    "leaseUntil": rfc3339(lease) if lease is not None else None,
                     "stuck": lease is None or lease + options.grace_seconds <= now,
                 }
             )
@@ -308,7 +311,7 @@ class AdminService:
         if last is not None:
             for key in ("startedAt", "finishedAt"):
                 if isinstance(last.get(key), int | float):
-                    last[key] = analytics.rfc3339(last[key])
+                    last[key] = rfc3339(last[key])
         return {
             "enabled": options.enabled,
             "intervalSeconds": options.interval_seconds,

@@ -18,6 +18,7 @@ from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import Config
 from x402srv.errors import InvalidRequest
 from x402srv.interfaces import CreditAccount
+from x402srv.wire.offers import rfc3339
 
 __all__ = [
     "challenge_view",
@@ -26,7 +27,6 @@ __all__ = [
     "grant_view",
     "purchase_detail",
     "purchase_view",
-    "rfc3339",
     "usage_view",
 ]
 
@@ -34,10 +34,9 @@ __all__ = [
 PURCHASE_STATES = (State.SETTLING, State.PAID, State.DELIVERED, State.OWED)
 
 
-def rfc3339(at: float | None) -> str | None:
-    if at is None:
-        return None
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _time(at: float | None) -> str | None:
+    """RFC 3339, or None for a time the record does not have (yet)."""
+    return None if at is None else rfc3339(at)
 
 
 def encode_cursor(record: ChallengeRecord) -> str:
@@ -105,10 +104,10 @@ def purchase_view(record: ChallengeRecord, config: Config, now: float) -> dict[s
         "explorerUrl": _explorer(config, record, tx_hash),
         "createdAt": rfc3339(record.created_at),
         "updatedAt": rfc3339(record.updated_at),
-        "settledAt": rfc3339(_settled_at(record)),
-        "grantExpiresAt": rfc3339(expires),
+        "settledAt": _time(_settled_at(record)),
+        "grantExpiresAt": _time(expires),
         "secondsLeft": max(0, int(expires - now)) if expires is not None else None,
-        "revokedAt": rfc3339(record.revoked_at),
+        "revokedAt": _time(record.revoked_at),
         "implicit": record.implicit,
         "topUpOf": record.top_up_of,  # a top-up adds calls to that grant: no token of its own
         # Paid, nothing delivered: why, as the move to OWED said (refunds pay it back).

@@ -1,4 +1,4 @@
-"""What the operator commands do, without printing (``cli.py`` prints).
+"""What the operator commands do, without printing (``x402srv.cli.main`` prints).
 
 Each command opens the configured store, chain reader and issuer the way a
 server worker would (never the settler: nothing here settles), works through
@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import IO, Any, cast
 
+from x402srv.access.build import build_pipeline
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.access.reconciler import PassReport, Reconciler
 from x402srv.access.records import ChallengeRecord, State
@@ -58,14 +59,7 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
     try:
         await built.open_chains()
         await built.issuer.start()
-        pipeline = AccessPipeline(
-            config,
-            store=built.store,
-            settler=built.settler,
-            issuer=built.issuer,
-            chain=built.chains,
-            clock=clock,
-        )
+        pipeline = build_pipeline(config, built, clock=clock)
         try:
             yield pipeline
         finally:
@@ -97,7 +91,7 @@ async def export_records(
     clock: Clock = system_clock,
     progress: ProgressCallback | None = None,
 ) -> DumpCounts:
-    """``x402srv export``: the store's whole content as JSON lines (``store_dump``)."""
+    """``x402srv export``: the store's whole content as JSON lines (``x402srv.stores.dump``)."""
     store = Registry().build(config, clock=clock).store
     await store.start()
     try:

@@ -1,7 +1,7 @@
 """What every config model shares: the strict frozen base, addresses and URLs.
 
-Its own module so that ``config`` and ``network_config`` (the ``[[networks]]``
-tables, which ``config`` includes) validate the same way without importing
+Its own module so that ``models`` and ``networks`` (the ``[[networks]]``
+tables, which ``models`` includes) validate the same way without importing
 each other.
 """
 

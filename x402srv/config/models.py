@@ -1,4 +1,4 @@
-"""The seller's TOML, validated into pydantic models (SPEC 2).
+"""The seller's TOML, validated into pydantic models (docs/protocol/config.md).
 
 Unknown keys are errors, and every error names its key path
 (``plans[1].unit_amount: ...``). Secrets are a string or ``{env = "NAME"}`` /
@@ -8,7 +8,7 @@ units here, once, with that token's decimals: a price that does not convert
 exactly is an error, never rounded.
 
 Where the seller is paid (one network, or ``[[networks]]``) is resolved by
-``network_config``; a plan's options are every (network, token) it accepts.
+``x402srv.config.networks``; a plan's options are every (network, token) it accepts.
 """
 
 from __future__ import annotations
@@ -19,23 +19,22 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
-    BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
-    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
 from x402srv.config.console import AdminConfig, AnalyticsConfig, RevocationConfig
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel, checksum_address, http_url
+from x402srv.config.ignored_keys import check_ignored_keys
+from x402srv.config.mcp import McpConfig, check_mcp, per_call_plan_id
 from x402srv.config.networks import (
     Network,
     NetworkConfig,
@@ -47,19 +46,23 @@ from x402srv.config.networks import (
     resolve_entries,
     resolve_single,
 )
+from x402srv.config.offer_receipt import OfferReceiptConfig
 from x402srv.config.plans import CALLS_TOKEN_TTL_SECONDS, parse_rate_limit
+from x402srv.config.plugin_tables import (
+    BreakerConfig,
+    CredentialsConfig,
+    PreviousKey,
+    SettlementConfig,
+    StoreConfig,
+)
 from x402srv.config.problems import problems
 from x402srv.config.routes import RouteConfig, check_routes
 from x402srv.config.secrets import (
-    HttpUrlSecret,
     Secret,
-    SecretValue,
     redact_url,
-    url_secret,
     validation_context,
 )
 from x402srv.errors import ConfigError
-from x402srv.ignored_keys import check_ignored_keys
 from x402srv.interfaces import RateWindow
 from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo
 
@@ -94,48 +97,14 @@ __all__ = [
 ]
 
 
+#: A per-call plan's token: good for the one call (and its retry after a failed tool).
+PER_CALL_TOKEN_TTL_SECONDS = 3600
 _PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _PRICE = re.compile(r"\$([0-9]+)(?:\.([0-9]+))?")
 _PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 _Model = StrictModel
-
-
-class _PluginTables(_Model):
-    """A section whose extra keys are option tables of plugins (``[store.redis]``)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
-
-    @model_validator(mode="after")
-    def _extra_keys_are_tables(self) -> _PluginTables:
-        for key, value in (self.model_extra or {}).items():
-            if not isinstance(value, dict):
-                # A leading "." asks _format_error to append the key to the section's path.
-                raise ValueError(
-                    f".{key}: unknown key (only plugin option tables may be added here)"
-                )
-        return self
-
-    def __repr_args__(self) -> Any:
-        extra = self.model_extra or {}
-        for name, value in super().__repr_args__():
-            yield name, ("<plugin options>" if name in extra else value)
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        for name in self.model_extra or {}:
-            if isinstance(data, dict) and isinstance(data.get(name), dict):
-                data[name] = _redact_options(data[name])
-        return data
-
-    def plugin_options(self, name: str) -> dict[str, Any]:
-        value = (self.model_extra or {}).get(name)
-        return dict(value) if isinstance(value, dict) else {}
-
-    def plugin_tables(self) -> list[str]:
-        return sorted(self.model_extra or {})
 
 
 class SellerConfig(_Model):
@@ -179,6 +148,8 @@ class PlanConfig(_Model):
     # Selling calls (x402srv/config/plans.py): credits per grant, a rate limit per grant.
     calls: int | None = Field(default=None, gt=0, le=10**12)
     rate_limit: str | None = None
+    #: What facilitators list (the bazaar extension): x402srv/config/discovery.py.
+    discovery: DiscoveryConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -235,89 +206,6 @@ class ServerConfig(_Model):
         if not _PATH.fullmatch(value):
             raise ValueError('must be a path like "/a2a" (no trailing slash)')
         return value
-
-
-class StoreConfig(_PluginTables):
-    backend: str = "sqlite"
-    path: str = "x402srv.db"
-    url: (
-        Annotated[
-            SecretValue,
-            url_secret("redis", "rediss", "unix", hosts_listed=("redis+sentinel",)),
-        ]
-        | None
-    ) = None
-
-
-class BreakerConfig(_Model):
-    """``[settlement.circuit_breaker]``: when a network's failover skips a failing settler.
-
-    Per settler and per worker process: ``failures`` definite failures in a row
-    open it; it is skipped for ``cooldown_seconds``; then one request probes it
-    (a probe that never reports back frees its slot after ``probe_timeout_seconds``).
-    Only networks with more than one settler have breakers.
-    """
-
-    failures: int = Field(default=3, ge=1, le=1000)
-    cooldown_seconds: float = Field(default=30.0, gt=0, le=86_400)
-    probe_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
-
-
-class SettlementConfig(_PluginTables):
-    strategy: str | None = None
-    facilitator_url: HttpUrlSecret | None = None
-    facilitator_auth: SecretValue | None = None
-    gas_wallet_private_key: SecretValue | None = None
-    rpc_url: HttpUrlSecret | None = None
-    lease_seconds: int = Field(default=120, ge=5, le=3600)
-    circuit_breaker: BreakerConfig = BreakerConfig()
-
-    @property
-    def selected_strategy(self) -> str:
-        """The seed's rule: a gas wallet key without a strategy selects ``gas-wallet``."""
-        if self.strategy:
-            return self.strategy
-        return "gas-wallet" if self.gas_wallet_private_key else "facilitator"
-
-    def as_settler(self) -> SettlerConfig:
-        """``[settlement]`` as the settler of a network that names none of its own."""
-        strategy = self.selected_strategy
-        facilitator = strategy == "facilitator"  # (the one-network form let both be given)
-        return SettlerConfig(
-            strategy=strategy,
-            facilitator_url=self.facilitator_url if facilitator else None,
-            facilitator_auth=self.facilitator_auth if facilitator else None,
-            # A facilitator never reads the key (a [[networks.settlers]] gas wallet may).
-            gas_wallet_private_key=None if facilitator else self.gas_wallet_private_key,
-        )
-
-
-class PreviousKey(_Model):
-    """A retired signing key that still verifies tokens it signed (rotation)."""
-
-    key: SecretValue
-    kid: str | None = Field(default=None, min_length=1, max_length=128)
-
-
-def _previous_key(value: Any) -> Any:
-    # A bare secret (string, {env}, {file}) is a key with a derived kid.
-    if isinstance(value, str) or (isinstance(value, dict) and set(value) <= {"env", "file"}):
-        return {"key": value}
-    return value
-
-
-class CredentialsConfig(_PluginTables):
-    issuer: str = "jwt"
-    secret: SecretValue | None = None
-    algorithm: Literal["HS256", "EdDSA"] = "HS256"
-    private_key: SecretValue | None = None
-    audience: str | None = None
-    kid: str | None = Field(default=None, min_length=1, max_length=128)
-    callback: str | None = None
-    callback_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    previous_keys: list[Annotated[PreviousKey, BeforeValidator(_previous_key)]] = Field(
-        default_factory=list, max_length=16
-    )
 
 
 class ReconcilerConfig(_Model):
@@ -450,9 +338,12 @@ class Config(_Model):
     network: NetworkConfig | None = None
     networks: list[NetworkEntry] = Field(default_factory=list, max_length=64)
     routes: list[RouteConfig] = []  # gateway mode: x402srv/config/routes.py
+    mcp: list[McpConfig] = []  # MCP tools sold: x402srv/config/mcp.py
     admin: AdminConfig | None = None  # the seller's console: x402srv/config/console.py
     revocation: RevocationConfig = RevocationConfig()
     analytics: AnalyticsConfig = AnalyticsConfig()
+    #: Signed offers and receipts (x402srv/config/offer_receipt.py).
+    offer_receipt: OfferReceiptConfig | None = None
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()
@@ -470,8 +361,17 @@ class Config(_Model):
             for option in network.options
         }
         self._plans = self._resolve_plans()
-        check_routes(self)
-        check_ignored_keys(self)
+        check_routes(self.routes, self._plans, self.credentials.issuer)
+        check_mcp(self.mcp, self._plans, self.credentials.issuer, self._taken_paths())
+        self._plans.update(self._per_call_plans())
+        check_ignored_keys(
+            store=self.store,
+            settlement=self.settlement,
+            credentials=self.credentials,
+            networks=self._networks,
+            network=self.network,
+            admin=self.admin,
+        )
         self._check_admin()
         longest = max(p.token_ttl_seconds for p in self._plans.values())
         keep = self.reconciler.retention_days * 86_400
@@ -488,6 +388,44 @@ class Config(_Model):
                 "server.max_timeout_seconds)"
             )
         return self
+
+    def _taken_paths(self) -> dict[str, str]:
+        """The paths x402srv answers besides ``[[mcp]]``: an MCP path must overlap none."""
+        return {
+            f"{self.server.base_path}/x402/access": "the access endpoint",
+            f"{self.server.base_path}{self.server.a2a_path}": "the A2A endpoint",
+            self.metrics.path: "the metrics path",
+            "/.well-known": "the well-known documents",
+            **{route.prefix: "a gateway route" for route in self.routes},
+        }
+
+    def _per_call_plans(self) -> dict[str, Plan]:
+        """One plan of one call per priced MCP tool (x402srv/config/mcp.py)."""
+        plans: dict[str, Plan] = {}
+        for index, server in enumerate(self.mcp):
+            for tool, price in server.priced_tools().items():
+                path = f"mcp[{index}].tools.{tool}.price"
+                plan_id = per_call_plan_id(tool)
+                if plan_id in self._plans or plan_id in plans:
+                    raise ValueError(
+                        f"{path}: the tool's per-call plan {plan_id!r} already exists "
+                        "(a plan of that id, or the same tool priced on another [[mcp]] path)"
+                    )
+                options = tuple(
+                    PlanOption(option, _atomic_amount(price, option, path))
+                    for network in self._networks
+                    for option in network.options
+                )
+                plans[plan_id] = Plan(
+                    plan_id=plan_id,
+                    unit_amount=price,
+                    description=f"One call of the MCP tool {tool!r}",
+                    token_ttl_seconds=PER_CALL_TOKEN_TTL_SECONDS,
+                    amount=options[0].amount,
+                    options=options,
+                    calls=1,
+                )
+        return plans
 
     def _check_admin(self) -> None:
         """The console's credentials are its own, and its paths are no one else's."""
@@ -511,6 +449,7 @@ class Config(_Model):
             f"{self.server.base_path}{self.server.a2a_path}": "the A2A endpoint",
             self.metrics.path: "the metrics path",
             **{route.prefix: "a gateway route" for route in self.routes},
+            **{server.path: "an [[mcp]] path" for server in self.mcp},
         }
         for path, what in taken.items():
             if (
@@ -570,7 +509,7 @@ class Config(_Model):
             if plan.plan_id in plans:
                 raise ValueError(f"{path}.plan_id: duplicate plan id {plan.plan_id!r}")
             options = tuple(
-                PlanOption(option, _atomic_amount(plan.unit_amount, option, path))
+                PlanOption(option, _atomic_amount(plan.unit_amount, option, f"{path}.unit_amount"))
                 for network in self._plan_networks(path, plan.networks)
                 for option in network.options
             )
@@ -603,6 +542,11 @@ class Config(_Model):
     @property
     def plan_map(self) -> dict[str, Plan]:
         return self._plans
+
+    @property
+    def seller_plan_ids(self) -> tuple[str, ...]:
+        """The ``[[plans]]`` ids, without the per-call plans of priced MCP tools."""
+        return tuple(plan.plan_id for plan in self.plans)
 
     @property
     def meters_calls(self) -> bool:
@@ -643,6 +587,14 @@ class Config(_Model):
             "plans": {p.plan_id: _describe_plan(p) for p in self._plans.values()},
             "rate_limit_client": self.rate_limit.client_rule(),
         }
+        if self.mcp:  # what each tool costs, the unlisted ones included
+            data["resolved"]["mcp"] = {
+                server.path: {
+                    "tools": {name: tool.describe() for name, tool in server.tools.items()},
+                    "unlisted_tools": server.unlisted_tools.describe(),
+                }
+                for server in self.mcp
+            }
         return data
 
 
@@ -686,37 +638,15 @@ def _describe_plan(plan: Plan) -> dict[str, Any]:
 
 
 _UINT256_MAX = 2**256 - 1
-_SECRET_KEY = re.compile(r"url|password|secret|key|token|auth", re.IGNORECASE)
 
 
-def _redact_value(key: str, value: Any) -> Any:
-    if isinstance(value, dict) and len(value) == 1 and ("env" in value or "file" in value):
-        kind, name = next(iter(value.items()))
-        return f"<secret: {kind} {name}>"
-    if isinstance(value, dict):
-        return _redact_options(value)
-    if isinstance(value, list):
-        return [_redact_value(key, item) for item in value]
-    if isinstance(value, str) and "://" in value:
-        return redact_url(value)
-    if isinstance(value, str) and _SECRET_KEY.search(key):
-        return "<redacted>"
-    return value
-
-
-def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Plugin tables are opaque to the core: hide whatever looks like a secret or a URL."""
-    return {key: _redact_value(key, value) for key, value in options.items()}
-
-
-def _atomic_amount(price: str, option: NetworkInfo, plan_path: str) -> int:
+def _atomic_amount(price: str, option: NetworkInfo, path: str) -> int:
     """``price`` in ``option``'s token units, exactly; a price that needs rounding is an error."""
     match = _PRICE.fullmatch(price)
     assert match is not None  # checked by PlanConfig
     whole, fraction = match.group(1), match.group(2) or ""
     decimals = option.decimals
-    path = f"{plan_path}.unit_amount"
-    if len(fraction) > decimals:  # SPEC 2: no more decimals than the token
+    if len(fraction) > decimals:  # no more decimals than the token (docs/protocol/config.md)
         raise ValueError(
             f"{path}: {price} has more decimals than the token's {decimals} "
             f"({option.asset} on {option.caip2}); it would have to be rounded"

@@ -2,13 +2,13 @@
 
 A config says it one of two ways:
 
-    # one network (SPEC 2): [seller] network, a [network] table for eip155:<id>, [settlement]
+    # one network: [seller] network, a [network] table for eip155:<id>, [settlement]
     [seller]
     network = "base-sepolia"
 
     # any number of networks, one [[networks]] table each
     [[networks]]
-    network = "base"                        # a known name (SPEC 2.1 and more) or eip155:<id>
+    network = "base"                        # a known name (docs/networks.md) or eip155:<id>
     rpc_url = { env = "BASE_RPC_URL" }      # default: the known network's public RPC
     tokens = [                              # default: the known network's USDC;
       { asset = "0x...", name = "USD Coin", version = "2", decimals = 6 },  # needed for eip155:<id>
@@ -103,7 +103,7 @@ class SettlerConfig(StrictModel):
 
     @property
     def selected_strategy(self) -> str:
-        """The seed's rule: a gas wallet key without a strategy selects ``gas-wallet``."""
+        """A gas wallet key without a strategy selects ``gas-wallet`` (docs/protocol/config.md)."""
         if self.strategy:
             return self.strategy
         return "gas-wallet" if self.gas_wallet_private_key else "facilitator"

@@ -9,22 +9,21 @@ its token must expire some day (and its records and credits with it).
 
 Buyers see the terms before they pay: ``wire_terms`` is what the discovery
 offer's ``plans[]`` and every requirement's ``extra`` carry, ``describe`` the
-sentence on the agent card.
+sentence on the agent card. Both read a plan through ``PlanTerms``, the few
+fields they need, so this module does not import the config model that uses it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from x402srv.interfaces import RateWindow
-
-if TYPE_CHECKING:
-    from x402srv.config.models import Plan
 
 __all__ = [
     "CALLS_TOKEN_TTL_SECONDS",
     "CREDITS_OUTLIVE_TOKEN_SECONDS",
+    "PlanTerms",
     "describe",
     "parse_rate_limit",
     "rate_limit_text",
@@ -50,6 +49,22 @@ _RATE: Final = re.compile(r"\s*([0-9]{1,9})\s*/\s*([a-z]+)\s*")
 _NAMES: Final = {1: "second", 60: "minute", 3600: "hour", 86_400: "day"}
 
 
+class PlanTerms(Protocol):
+    """What a plan sells, as the config resolves it (``x402srv.config.models.Plan``).
+
+    Read-only: the routes check and the wire read a plan, never change it.
+    """
+
+    @property
+    def plan_id(self) -> str: ...
+    @property
+    def token_ttl_seconds(self) -> int: ...
+    @property
+    def calls(self) -> int | None: ...
+    @property
+    def rate(self) -> RateWindow | None: ...
+
+
 def parse_rate_limit(text: str) -> RateWindow:
     """``"10/s"`` -> ``RateWindow(10, 1)``; ``ValueError`` with the accepted forms."""
     match = _RATE.fullmatch(text.lower())
@@ -69,7 +84,7 @@ def rate_limit_text(rate: RateWindow) -> str:
     return f"{rate.limit}/{unit}"
 
 
-def wire_terms(plan: Plan) -> dict[str, Any]:
+def wire_terms(plan: PlanTerms) -> dict[str, Any]:
     """``periodSeconds``, ``calls`` (if sold) and ``rateLimit`` (if any), as agents read them."""
     terms: dict[str, Any] = {"periodSeconds": plan.token_ttl_seconds}
     if plan.calls is not None:
@@ -87,7 +102,7 @@ def _duration(seconds: int) -> str:
     return f"{seconds} seconds"
 
 
-def describe(plan: Plan) -> str:
+def describe(plan: PlanTerms) -> str:
     """``"1000 calls within 7 days, at most 10 per second"``; ``"1 hour"`` for a time pass."""
     period = _duration(plan.token_ttl_seconds)
     text = period if plan.calls is None else f"{plan.calls} calls within {period}"

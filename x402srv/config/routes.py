@@ -1,4 +1,4 @@
-"""``[[routes]]``: the gateway's TOML, validated like the rest of the config (SPEC 2 rules).
+"""``[[routes]]``: the gateway's TOML, validated like the rest (docs/protocol/config.md).
 
 ```toml
 [[routes]]
@@ -16,22 +16,23 @@ refund_on_5xx = true                     # an upstream 5xx (or 502/504) gives th
 ```
 
 ``Config`` (``x402srv/config/models.py``) holds ``routes: list[RouteConfig]`` and calls
-``check_routes`` once the plans are known.
+``check_routes`` once the plans are known, with the pieces it checks against (the plans
+and the issuer), so this module does not import the model that imports it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping, Sequence
+from typing import Final
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel
+from x402srv.config.plans import PlanTerms
 from x402srv.config.secrets import SecretValue
-
-if TYPE_CHECKING:
-    from x402srv.config.models import Config
 
 __all__ = ["DEFAULT_SECRET_HEADER", "RouteConfig", "check_routes"]
 
@@ -55,6 +56,8 @@ class RouteConfig(StrictModel):
     description: str | None = Field(default=None, min_length=1)
     cost: int = Field(default=1, ge=1, le=1_000_000)
     refund_on_5xx: bool = True
+    #: What facilitators list (the bazaar extension): x402srv/config/discovery.py.
+    discovery: DiscoveryConfig | None = None
 
     @field_validator("prefix")
     @classmethod
@@ -91,36 +94,41 @@ class RouteConfig(StrictModel):
         return () if self.prefix == "/" else tuple(self.prefix[1:].split("/"))
 
 
-def check_routes(config: Config) -> None:
-    """Checks that need the rest of the config; ``ValueError`` names the key path."""
+def check_routes(
+    routes: Sequence[RouteConfig], plans: Mapping[str, PlanTerms], issuer: str
+) -> None:
+    """Checks that need the rest of the config; ``ValueError`` names the key path.
+
+    ``plans`` are the resolved plans by id, ``issuer`` is ``credentials.issuer``.
+    """
     seen: set[str] = set()
-    for index, route in enumerate(config.routes):
+    for index, route in enumerate(routes):
         path = f"routes[{index}]"
         if route.prefix in seen:
             raise ValueError(f"{path}.prefix: duplicate route prefix {route.prefix!r}")
         seen.add(route.prefix)
         for plan_id in route.plans or ():
-            if plan_id not in config.plan_map:
+            if plan_id not in plans:
                 raise ValueError(f"{path}.plans: no plan {plan_id!r}")
         if route.plans == []:
             raise ValueError(f"{path}.plans: must name at least one plan (or be left out)")
-        _check_cost(config, route, path)
-    if config.routes and config.credentials.issuer != "jwt":
+        _check_cost(plans, route, path)
+    if routes and issuer != "jwt":
         raise ValueError(
             "routes: the gateway verifies the tokens it forwards, so it needs "
-            f'credentials.issuer = "jwt" (not {config.credentials.issuer!r})'
+            f'credentials.issuer = "jwt" (not {issuer!r})'
         )
 
 
-def _check_cost(config: Config, route: RouteConfig, path: str) -> None:
+def _check_cost(plans: Mapping[str, PlanTerms], route: RouteConfig, path: str) -> None:
     """A cost needs a plan that sells calls, and no plan may sell fewer calls than one costs.
 
     ``cost`` and ``refund_on_5xx`` are about credits: on a route whose plans sell
     none, either key would be ignored, so it is an error even at its default value
     (docs/configuration.md: every key takes effect).
     """
-    plans = [config.plan_map[plan_id] for plan_id in route.plans or config.plan_map]
-    selling = [plan for plan in plans if plan.calls is not None]
+    chosen = [plans[plan_id] for plan_id in route.plans or plans]
+    selling = [plan for plan in chosen if plan.calls is not None]
     if not selling:
         for key in ("cost", "refund_on_5xx"):
             if key in route.model_fields_set:

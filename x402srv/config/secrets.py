@@ -1,9 +1,11 @@
-"""Secret values in the TOML: a string, ``{ env = "NAME" }`` or ``{ file = "path" }`` (SPEC 2).
+"""Secret values in the TOML: a string, ``{ env = "NAME" }`` or ``{ file = "path" }``.
+
+The rules: docs/protocol/config.md, "Secrets".
 
 A ``Secret`` never shows itself in ``repr``, logs or ``check`` output; URLs that
 are secrets (RPC and facilitator URLs carry API keys) are shown only through
-``redact_url``. Its own module, so that every config model (``config``, the
-gateway's ``route_config``) can use it without importing the other.
+``redact_url``. Its own module, so that every config model (``models``, the
+gateway's ``routes``) can use it without importing the other.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Built-in credential issuer ``callback``: the seller's own function makes the credential.
 
-For sellers whose API already has its own keys or tokens (the seed's
-``fetchResourceCredentials``). ``[credentials] callback`` names the function as
+For sellers whose API already has its own keys or tokens (docs/selling.md,
+"Credentials and the token guard"). ``[credentials] callback`` names the function as
 ``"package.module:function"`` (or ``"package.module.function"``); it is
 imported when the issuer is built, so a typo stops the server at start-up.
 
@@ -13,7 +13,7 @@ finishes in the background and its answer is dropped).
 
 Every failure (exception, timeout, malformed answer) raises
 ``CallbackIssuerError``: the pipeline keeps the record PAID and the buyer's
-retry calls the function again (SPEC 4.2 step 10). The payment is already
+retry calls the function again (docs/protocol/flow.md, step 10). The payment is already
 on-chain, so the message is for the operator's log, and it never contains the
 returned token.
 """

@@ -14,7 +14,18 @@ one, or when it cannot answer, it asks ``/verify`` (a round trip through the
 facilitator, ~10 ms). Either way an unfunded payer gets
 ``invalid_exact_evm_insufficient_balance`` at once.
 
-How answers map to the pipeline (SPEC 4.2 step 8):
+While ``/settle`` is out, the chain is watched too (``watch_chain_after_seconds``,
+docs/settlement.md#facilitator): a facilitator answers only once it has the
+transaction's receipt, and the official SDK's facilitator polls for it every
+100 ms, so when its first poll came a moment before the block was mined (anvil
+mines a moment after it accepts a transaction) the buyer waited ~100 ms for a
+transfer that was already final. From ``watch_chain_after_seconds`` on, x402srv
+reads ``authorizationState`` itself, at growing intervals; once it reads "used",
+the chain decides (``resolve_authorization``), and a transfer of this payment to
+payTo is ``Settled`` at once, whatever the facilitator answers later. Only a
+transfer ends the wait early: anything else the chain shows waits for the answer.
+
+How answers map to the pipeline (docs/protocol/flow.md, step 8):
 
 - refused before the request left (connect error/timeout), a 4xx that names
   no transaction, ``isValid: false``, or ``success: false`` with no
@@ -98,6 +109,12 @@ class FacilitatorOptions(PluginOptions):
     # None: /verify only when the transfer could not be simulated on x402srv's RPC.
     verify_before_settle: bool | None = None
     confirm_seconds: float = Field(default=10.0, ge=0, le=120)
+    # Seconds after /settle was sent before the chain is read too (0: never; docstring).
+    watch_chain_after_seconds: float = Field(default=0.02, ge=0, le=60)
+
+
+#: Longest pause between two chain reads while /settle is out (the first is 10 ms).
+WATCH_MAX_POLL_SECONDS = 0.5
 
 
 class FacilitatorSettler:
@@ -146,6 +163,8 @@ class FacilitatorSettler:
         self._senders: frozenset[str] = frozenset()
         self._senders_asked_at: float | None = None  # loop time of the last /supported read
         self._client: httpx.AsyncClient | None = None
+        #: /settle requests still out whose transfer the chain showed first (``_watch``).
+        self._late: set[asyncio.Future[dict[str, Any]]] = set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -165,6 +184,8 @@ class FacilitatorSettler:
         await self._check_supported()
 
     async def close(self) -> None:
+        for posting in list(self._late):
+            posting.cancel()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -284,8 +305,20 @@ class FacilitatorSettler:
     async def _settle(
         self, request: SettlementRequest, body: dict[str, Any], hooks: SettlementHooks
     ) -> SettlementOutcome:
+        posting = asyncio.ensure_future(self._post("/settle", body))
         try:
-            answer = await self._post("/settle", body)
+            landed = await self._watch(request, posting)
+        except BaseException:
+            posting.cancel()  # cancelled (the lease ran out): nobody reads the answer
+            raise
+        if landed is not None:
+            # The chain shows the transfer; the answer still due changes nothing.
+            self._late.add(posting)
+            posting.add_done_callback(self._late_answer)
+            await hooks.note_broadcast(landed)
+            return Settled(landed, request.authorization.payer)
+        try:
+            answer = await posting
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             log.warning("%s /settle not reached: %s", self.label, type(exc).__name__)
             return Rejected(
@@ -341,6 +374,58 @@ class FacilitatorSettler:
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    async def _watch(
+        self, request: SettlementRequest, posting: asyncio.Future[dict[str, Any]]
+    ) -> str | None:
+        """The transfer's txHash if the chain shows it before ``posting`` is answered.
+
+        None as soon as the facilitator has answered (or without an RPC): its
+        answer is then read as usual. A read that fails only ends the watch.
+        """
+        after = self._options.watch_chain_after_seconds
+        if self._chain is None or after <= 0:
+            return None
+        auth = request.authorization
+        asset, pay_to = str(request.requirements["asset"]), str(request.requirements["payTo"])
+        delay = after
+        while True:
+            done, _ = await asyncio.wait({posting}, timeout=delay)
+            if done:
+                return None
+            delay = min(max(delay, 0.01) * 2, WATCH_MAX_POLL_SECONDS)
+            try:
+                if not await self._chain.authorization_state(asset, auth.payer, auth.nonce):
+                    continue
+                verdict = await resolve_authorization(
+                    self._chain,
+                    asset=asset,
+                    payer=auth.payer,
+                    pay_to=pay_to,
+                    value=auth.value,
+                    nonce=auth.nonce,
+                    valid_before=auth.valid_before,
+                )
+            except ChainUnavailable as exc:
+                log.debug("%s: watching the chain during /settle stopped: %s", self.label, exc)
+                await asyncio.wait({posting})
+                return None
+            if isinstance(verdict, Transferred):
+                log.debug(
+                    "%s: the chain shows %s before /settle answered", self.label, verdict.tx_hash
+                )
+                return verdict.tx_hash
+            # used, but not (yet) as this payment's transfer: the answer decides
+
+    def _late_answer(self, posting: asyncio.Future[dict[str, Any]]) -> None:
+        """The answer of a /settle whose transfer the chain had shown already: only read."""
+        self._late.discard(posting)
+        if not posting.cancelled() and posting.exception() is not None:
+            log.debug(
+                "%s: /settle answered after the chain: %s",
+                self.label,
+                type(posting.exception()).__name__,
+            )
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         assert self._client is not None, "settler not started"

@@ -1,4 +1,6 @@
-"""Built-in credential issuer ``jwt`` (the default): signed ``at+jwt`` access tokens (SPEC 6).
+"""Built-in credential issuer ``jwt`` (the default): signed ``at+jwt`` access tokens.
+
+The claims: docs/protocol/wire.md, "Access tokens".
 
 HS256 with a shared secret (the seller's API holds the same secret), or EdDSA
 with an Ed25519 private key whose public half is served as a JWKS, so the API

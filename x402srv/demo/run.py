@@ -22,7 +22,6 @@ from typing import TextIO
 
 import httpx
 
-import x402srv
 from x402srv.demo.accounts import demo_accounts
 from x402srv.demo.keep import instructions
 from x402srv.demo.stack import DemoStack
@@ -76,7 +75,7 @@ def _signals_ignored() -> Iterator[None]:
 
 def project_dir() -> Path:
     """Where anvil is looked for and installed: the checkout x402srv runs from, else the cwd."""
-    checkout = Path(x402srv.__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]  # x402srv/demo/run.py
     return checkout if (checkout / "package.json").is_file() else Path.cwd()
 
 

@@ -13,7 +13,7 @@ from typing import Self
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from x402srv.devchain import token as token_ops
+import x402srv.devchain.token as token_ops
 from x402srv.devchain.anvil import AnvilProcess, find_anvil
 from x402srv.devchain.rpc import RpcClient
 from x402srv.devchain.token import TokenInfo, TransferLog

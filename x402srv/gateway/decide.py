@@ -59,10 +59,12 @@ from x402srv.errors import (
 from x402srv.tokens import admission
 from x402srv.tokens.verify import AccessClaims, TokenVerifier
 from x402srv.usage.credits import Meter, Usage
+from x402srv.wire.bazaar import bazaar_extension
+from x402srv.wire.offer_receipt import OFFER_RECEIPT
 from x402srv.wire.offers import AccessGranted, PaymentOffer, with_request_id
 from x402srv.wire.protocol import AccessBody, decode_payment_header, encode_header
 
-__all__ = ["Forward", "Gateway", "OutOfCredits"]
+__all__ = ["Forward", "Gateway", "OutOfCredits", "narrowed_offer"]
 
 log = logging.getLogger("x402srv.gateway")
 
@@ -89,6 +91,51 @@ class OutOfCredits:
     headers: dict[str, str]
 
 
+def narrowed_offer(
+    pipeline: AccessPipeline,
+    plans: Sequence[str],
+    *,
+    resource: dict[str, Any],
+    error: str,
+    members: dict[str, Any] | None = None,
+    extensions: dict[str, Any] | None = None,
+) -> PaymentOffer:
+    """The discovery offer narrowed to ``plans`` (in their order), with a fresh requestId.
+
+    Every 402 that is not a challenge is built here: the gateway's routes and the
+    MCP gateway's payment-required results (``x402srv.gateway.mcp``), so a buyer
+    pays the same requirements whichever door it came through.
+    """
+    discovery = pipeline.offers.catalog.body
+    by_plan: dict[str, list[dict[str, Any]]] = {}
+    for accept in discovery["accepts"]:  # a plan paid on several networks: each option
+        by_plan.setdefault(accept["extra"]["planId"], []).append(accept)
+    required: dict[str, Any] = {
+        "x402Version": 2,
+        "error": error,
+        "resource": resource,
+        "accepts": with_request_id(
+            (accept for plan_id in plans for accept in by_plan[plan_id]), uuid4_str()
+        ),
+    }
+    extensions = dict(extensions or {})
+    signer = pipeline.offers.signer
+    if signer is not None:  # signed offers (docs/offer-receipt.md)
+        extensions[OFFER_RECEIPT] = signer.offers(resource["url"], required["accepts"])
+    if extensions:
+        required["extensions"] = extensions
+    body = {
+        **required,
+        "plans": [p for p in discovery["plans"] if p["planId"] in plans],
+        "walletAddress": discovery["walletAddress"],
+        "chainId": discovery["chainId"],
+        "network": discovery["network"],
+        **({"networks": discovery["networks"]} if "networks" in discovery else {}),
+        **(members or {}),
+    }
+    return PaymentOffer(body=body, header=encode_header(required))
+
+
 class Gateway:
     """The routes of one config, matched on decoded path segments (longest prefix wins)."""
 
@@ -105,7 +152,7 @@ class Gateway:
         self.meter = meter
         self.routes = sorted(config.routes, key=lambda r: len(r.prefix_segments), reverse=True)
         self._plans = {
-            route.prefix: tuple(route.plans or config.plan_map) for route in config.routes
+            route.prefix: tuple(route.plans or config.seller_plan_ids) for route in config.routes
         }
 
     def match(self, segments: Sequence[str]) -> RouteConfig | None:
@@ -133,34 +180,17 @@ class Gateway:
         ``members`` are added to the JSON body (not to ``PAYMENT-REQUIRED``).
         Each answer has a requestId of its own, as the discovery 402 has.
         """
-        discovery = self.pipeline.offers.catalog.body
-        allowed = plans or self.plans(route)
-        by_plan: dict[str, list[dict[str, Any]]] = {}
-        for accept in discovery["accepts"]:  # a plan paid on several networks: each option
-            by_plan.setdefault(accept["extra"]["planId"], []).append(accept)
-        required: dict[str, Any] = {
-            "x402Version": 2,
-            "error": error
+        return narrowed_offer(
+            self.pipeline,
+            plans or self.plans(route),
+            resource=_resource(route, resource_url, self.config.seller.agent_description),
+            error=error
             or "Payment required: pay one of the accepted requirements and repeat this "
             "request with PAYMENT-SIGNATURE",
-            "resource": {
-                "url": resource_url,
-                "description": route.description or self.config.seller.agent_description,
-            },
-            "accepts": with_request_id(
-                (accept for plan_id in allowed for accept in by_plan[plan_id]), uuid4_str()
-            ),
-        }
-        body = {
-            **required,
-            "plans": [p for p in discovery["plans"] if p["planId"] in allowed],
-            "walletAddress": discovery["walletAddress"],
-            "chainId": discovery["chainId"],
-            "network": discovery["network"],
-            **({"networks": discovery["networks"]} if "networks" in discovery else {}),
-            **(members or {}),
-        }
-        return PaymentOffer(body=body, header=encode_header(required))
+            members=members,
+            # what facilitators list (docs/bazaar.md)
+            extensions=bazaar_extension(route.discovery) if route.discovery is not None else None,
+        )
 
     async def decide(
         self,
@@ -300,3 +330,17 @@ class Gateway:
         except CreditsExhausted as spent:
             return self._out_of_credits(route, resource_url, claims, spent)
         return Forward(route, claims, granted, usage)
+
+
+def _resource(route: RouteConfig, url: str, fallback: str) -> dict[str, Any]:
+    """The 402's resource: the route's discovery metadata first, then its description."""
+    discovery = route.discovery
+    resource = {
+        "url": url,
+        "description": (discovery.description if discovery else None)
+        or route.description
+        or fallback,
+    }
+    if discovery is not None and discovery.mime_type is not None:
+        resource["mimeType"] = discovery.mime_type
+    return resource

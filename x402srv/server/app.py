@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+from email.utils import formatdate
 from typing import Any
 
 from sanic import Request, Sanic
@@ -21,6 +23,8 @@ from sanic_ext import Extend
 from sanic_ext.extensions.http.extension import HTTPExtension
 
 from x402srv.a2a import A2AEndpoint, A2AService, sniff_envelope
+from x402srv.a2a.versions import VERSION_HEADER
+from x402srv.access.build import build_pipeline
 from x402srv.access.pipeline import AccessPipeline, AccessRequest
 from x402srv.access.reconciler import Reconciler
 from x402srv.config.models import Config
@@ -33,6 +37,7 @@ from x402srv.errors import (
     StoreUnavailable,
 )
 from x402srv.gateway.install import install_gateway
+from x402srv.gateway.mcp.install import install_mcp
 from x402srv.interfaces import Clock, system_clock
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
@@ -42,8 +47,9 @@ from x402srv.server.problems import problem_response
 from x402srv.server.registry import Built, Registry
 from x402srv.server.responses import Response, offer_response
 from x402srv.tokens.revocation import LIST_PATH, StoreRevocations, published
-from x402srv.usage.unpaid_limit import LimitOptions, UnpaidLimiter, client_of
-from x402srv.wire.card import agent_card
+from x402srv.usage.unpaid_limit import client_of
+from x402srv.wire.card import agent_card, agent_card_v1, card_version
+from x402srv.wire.offer_receipt import did_document_path
 from x402srv.wire.offers import AccessGranted, PaymentOffer
 from x402srv.wire.protocol import MAX_BODY_BYTES
 
@@ -53,6 +59,8 @@ log = logging.getLogger("x402srv.server.app")
 
 _JSON = "application/json"
 _NO_STORE = {"Cache-Control": "no-store"}
+#: The card is fixed for a configuration; which card depends on A2A-Version.
+_CARD_HEADERS = {"Cache-Control": "public, max-age=300", "Vary": "A2A-Version"}
 
 
 def _json(document: Any) -> bytes:
@@ -70,21 +78,7 @@ def create_app(
     """Build the server for ``config``; raises ``ConfigError`` if a plugin cannot be built."""
     built = built or (registry or Registry()).build(config, clock=clock)
     metrics.install(metrics.PrometheusMetrics() if config.metrics.enabled else metrics.Metrics())
-    limits = config.rate_limit
-    pipeline = AccessPipeline(
-        config,
-        store=built.store,
-        settler=built.settler,
-        issuer=built.issuer,
-        chain=built.chains,
-        clock=clock,
-        metrics=metrics.current(),
-        limiter=UnpaidLimiter(
-            built.store, LimitOptions(limits.unpaid_requests, limits.window_seconds), clock
-        )
-        if limits.enabled
-        else None,
-    )
+    pipeline = build_pipeline(config, built, clock=clock)
     # Our root handler formats every log line; Sanic's own handlers would print each twice.
     app: Sanic[Any, Any] = Sanic(name, configure_logging=False)
     app.config.AUTO_EXTEND = False
@@ -122,6 +116,7 @@ def create_app(
         built.store, refresh_seconds=config.revocation.refresh_seconds, clock=clock
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
+    install_mcp(app, pipeline, revocations)  # [[mcp]]: x402srv/gateway/mcp/
     if not any(route.prefix == "/" for route in config.routes):
         _index(app, config)  # GET /: x402srv/server/index.py
     sources = [revocations]
@@ -206,16 +201,34 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 def _routes(
     app: Sanic[Any, Any], config: Config, pipeline: AccessPipeline, built: Built
 ) -> Readiness:
-    card = _json(agent_card(config))
+    cards = {"0.3": _json(agent_card(config)), "1.0": _json(agent_card_v1(config))}
+    # The cards change only when the server starts again: that is their modification time.
+    modified = formatdate(usegmt=True)
+    tags = {v: '"' + hashlib.sha256(body).hexdigest()[:32] + '"' for v, body in cards.items()}
     base = config.server.base_path
     a2a = A2AEndpoint(A2AService(config, pipeline, built.store, pipeline.clock))
     app.ctx.a2a, app.ctx.a2a_path = a2a, f"{base}{config.server.a2a_path}"
 
     async def agent_card_route(request: Request) -> HTTPResponse:
-        return HTTPResponse(card, content_type=_JSON)
+        # Negotiated (docs/a2a.md, "Two agent cards"): caches must key on the header.
+        version = card_version(request.path, request.headers.get(VERSION_HEADER))
+        headers = {**_CARD_HEADERS, "ETag": tags[version], "Last-Modified": modified}
+        if request.headers.get("if-none-match") == tags[version]:
+            return HTTPResponse(status=304, headers=headers)
+        return HTTPResponse(cards[version], content_type=_JSON, headers=headers)
 
     app.add_route(agent_card_route, "/.well-known/agent.json", methods=["GET"], name="card")
     app.add_route(agent_card_route, "/.well-known/agent-card.json", methods=["GET"], name="card2")
+
+    signer = pipeline.offers.signer
+    if signer is not None:  # the key that signs offers and receipts (docs/offer-receipt.md)
+        did = _json(signer.did_document())
+
+        async def did_document(request: Request) -> HTTPResponse:
+            return HTTPResponse(did, content_type="application/did+json")
+
+        path = did_document_path(config.seller.agent_url)
+        app.add_route(did_document, path, methods=["GET"], name="did_document")
 
     @app.get("/healthz", name="healthz")
     async def healthz(request: Request) -> HTTPResponse:

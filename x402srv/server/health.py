@@ -28,10 +28,9 @@ from x402srv.errors import NotReady
 from x402srv.interfaces import Store
 from x402srv.settlement.chain import ChainReader
 from x402srv.settlement.per_network import NetworkSettlers
+from x402srv.settlement.readiness import CHECK_TIMEOUT_SECONDS
 
 __all__ = ["Readiness", "readiness"]
-
-CHECK_TIMEOUT_SECONDS = 3.0
 
 
 async def _check(probe: Callable[[], Awaitable[str | None]]) -> str:

@@ -24,6 +24,10 @@ and whichever worker answers ``/metrics`` adds them all up.
     x402srv_credits_spent_total{plan}                 credits metered calls spent (refunds aside)
     x402srv_credits_refunded_total{plan}              credits given back (the upstream's 5xx)
     x402srv_metered_refusals_total{plan, reason}      reason: no-credits | throttled
+    x402srv_mcp_tool_calls_total{tool, outcome}       tools/call through an [[mcp]] path;
+                                                      outcome: ok | tool_error | upstream_error |
+                                                      payment_required | payment_refused |
+                                                      credits_exhausted | refused
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ class Metrics:
         return None
 
     def metered_refusal(self, plan: str, reason: str) -> None:
+        return None
+
+    def tool_call(self, tool: str, outcome: str) -> None:
         return None
 
     def exposition(self) -> tuple[bytes, str]:
@@ -151,6 +158,12 @@ class PrometheusMetrics(Metrics):
             ["plan", "reason"],
             registry=registry,
         )
+        self._tool_calls = prometheus_client.Counter(
+            "x402srv_mcp_tool_calls",
+            "tools/call through an [[mcp]] path, by tool and outcome",
+            ["tool", "outcome"],
+            registry=registry,
+        )
 
     def challenge_created(self) -> None:
         self._challenges.inc()
@@ -185,6 +198,9 @@ class PrometheusMetrics(Metrics):
 
     def metered_refusal(self, plan: str, reason: str) -> None:
         self._refusals.labels(plan, reason).inc()
+
+    def tool_call(self, tool: str, outcome: str) -> None:
+        self._tool_calls.labels(tool, outcome).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         prometheus = self._prometheus

@@ -29,10 +29,10 @@ from x402srv.config.models import Config, Network, SettlerSpec
 from x402srv.config.secrets import redact_url
 from x402srv.errors import ConfigError
 from x402srv.interfaces import Settler
-from x402srv.server.health import CHECK_TIMEOUT_SECONDS
 from x402srv.server.registry import Built
 from x402srv.settlement.chain import ChainUnavailable
 from x402srv.settlement.failover import FailoverSettler
+from x402srv.settlement.readiness import CHECK_TIMEOUT_SECONDS
 
 __all__ = ["Finding", "probe"]
 

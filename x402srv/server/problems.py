@@ -1,4 +1,4 @@
-"""The one place a ``ProblemError`` becomes an HTTP response (SPEC 4.4).
+"""The one place a ``ProblemError`` becomes an HTTP response (docs/errors.md).
 
 The core decides the status, code and headers (``ProblemError.to_problem()`` and
 ``.headers()``); Sanic routes and the token guard only hand the error over, so

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import pluggy
 
-from x402srv import hookspecs
+import x402srv.hookspecs as hookspecs
 from x402srv.config.models import Config, Network, SettlerSpec
 from x402srv.errors import ConfigError, PluginNotFound
 from x402srv.interfaces import Clock, CredentialIssuer, Settler, Store, keeps_credits, system_clock

@@ -1,7 +1,7 @@
 """The one place a payment offer becomes a 402, and the ``Response`` class that sends it.
 
 ``offer_response`` is how ``/x402/access`` and the gateway both answer an offer
-(SPEC 4.2: the JSON body, ``PAYMENT-REQUIRED`` and ``Cache-Control: no-store``).
+(docs/protocol/wire.md: the JSON body, ``PAYMENT-REQUIRED`` and ``Cache-Control: no-store``).
 
 ``Response`` is Sanic's ``HTTPResponse`` with a cheaper header check for long
 values. Sanic strips CR, LF and NUL from every header value with

@@ -15,6 +15,7 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import Any
@@ -40,11 +41,13 @@ def serve(config_path: str, overrides: Mapping[str, Any]) -> int:
     """Serve ``config_path`` until a stop signal; the exit code."""
     config = with_overrides(load_config(config_path), overrides)
     listeners = bind_listeners(config)
+    samples: str | None = None
     try:
         asyncio.run(preflight(config, Registry().build(config)))
         if config.metrics.enabled:
             # Set before any worker imports prometheus_client: each writes its samples there.
-            os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="x402srv-metrics-")
+            samples = tempfile.mkdtemp(prefix="x402srv-metrics-")
+            os.environ[MULTIPROCESS_ENV] = samples
         _announce(config)
         spec = WorkerSpec(config_path, dict(overrides), listeners)
         if config.server.workers == 1:
@@ -56,6 +59,8 @@ def serve(config_path: str, overrides: Mapping[str, Any]) -> int:
             code = Supervisor(spec, config.server.workers, stop_seconds=STOP_SECONDS).run()
     finally:
         listeners.close()
+        if samples is not None:  # the workers are gone: their samples die with them
+            shutil.rmtree(samples, ignore_errors=True)
     gc.freeze()  # see worker.run_worker: an exit without the full collection
     return code
 

@@ -3,8 +3,8 @@
 A few JSON-RPC reads over one shared ``httpx.AsyncClient``: receipts,
 transactions (who sent one, whether it is mined), logs, ``authorizationState``
 (at a block, the latest, or the node's pending block), the latest block. The
-core uses it to confirm a facilitator's word, to resolve SETTLING records (SPEC
-5.2) and to see a settlement in flight before a failover moves on; settler
+core uses it to confirm a facilitator's word, to resolve SETTLING records
+(docs/protocol/states.md) and to see a settlement in flight before a failover moves on; settler
 plugins get the same reader so "what does the chain say" has one implementation.
 
 RPC failures raise ``ChainUnavailable`` whose message never contains the RPC
@@ -108,7 +108,7 @@ class Receipt:
     def settles(self, asset: str, payer: str, pay_to: str, value: int, nonce: str) -> bool:
         """This transaction used THIS authorization, and it paid ``pay_to``.
 
-        Matched per authorization (SPEC 5.2): the token's ``AuthorizationUsed``
+        Matched per authorization (docs/protocol/states.md): the token's ``AuthorizationUsed``
         for ``(payer, nonce)`` and a ``Transfer`` of exactly ``value`` from the
         payer to ``pay_to``, in one successful transaction. A transaction that
         settles several authorizations (a batching facilitator, a multicall)

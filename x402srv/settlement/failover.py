@@ -66,6 +66,7 @@ from x402srv.settlement.in_flight import (
     sender_of,
     watch,
 )
+from x402srv.settlement.readiness import settler_problem
 from x402srv.settlement.transfer_call import DETAILS
 from x402srv.wire.reasons import Reason
 
@@ -196,17 +197,7 @@ class FailoverSettler:
         return f"no settler of {self.network} is ready"
 
     async def _checks(self) -> list[str | None]:
-        async def check(member: Member) -> str | None:
-            probe = getattr(member.settler, "check_ready", None)
-            if not callable(probe):
-                return None
-            try:
-                result: str | None = await asyncio.wait_for(probe(), 3.0)
-            except Exception as exc:  # a probe that breaks is a settler that is not ready
-                return f"unavailable ({type(exc).__name__})"
-            return result
-
-        return list(await asyncio.gather(*(check(m) for m in self.members)))
+        return list(await asyncio.gather(*(settler_problem(m.settler) for m in self.members)))
 
     async def settler_states(self) -> list[dict[str, Any]]:
         """Each settler of the network: its check and its breaker (``/readyz``)."""

@@ -23,6 +23,7 @@ from x402srv.interfaces import (
     Settler,
 )
 from x402srv.settlement.failover import FailoverSettler
+from x402srv.settlement.readiness import settler_problem
 from x402srv.wire.reasons import Reason
 
 __all__ = ["NetworkSettlers"]
@@ -83,7 +84,7 @@ class NetworkSettlers:
     async def _states(self, network: str, settler: Settler) -> list[dict[str, Any]]:
         if isinstance(settler, FailoverSettler):
             return await settler.settler_states()
-        problem = await _check(settler)
+        problem = await settler_problem(settler)
         return [
             {
                 "network": network,
@@ -101,14 +102,3 @@ def _not_ready(network: str, states: list[dict[str, Any]], *, several: bool) -> 
     else:
         why = "no settler ready: " + "; ".join(f"{s['settler']}: {s['check']}" for s in states)
     return f"{network}: {why}" if several else why
-
-
-async def _check(settler: Settler) -> str | None:
-    probe = getattr(settler, "check_ready", None)
-    if not callable(probe):
-        return None
-    try:
-        result: str | None = await asyncio.wait_for(probe(), 3.0)
-    except Exception as exc:  # a probe that breaks is a settler that is not ready
-        return f"unavailable ({type(exc).__name__})"
-    return result

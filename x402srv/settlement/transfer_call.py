@@ -9,7 +9,7 @@ refused with its reason and no facilitator broadcasts a transfer that reverts.
 Revert strings are USDC's (FiatTokenV2), which every EIP-3009 token x402
 supports copies; the mapping follows the x402 SDK's facilitator so a buyer sees
 the same reason whichever way the seller settles. Whenever the authorization may
-already be spent the answer comes from ``resolution.resolve_authorization``,
+already be spent the answer comes from ``verdicts.resolve_authorization``,
 never from a revert string alone: a payment that did arrive comes back as
 ``Settled`` with the transaction that moved it.
 """

@@ -1,4 +1,4 @@
-"""What the chain says about one authorization (SPEC 5.2).
+"""What the chain says about one authorization (docs/protocol/states.md).
 
 Used wherever an outcome is unknown: a SETTLING record (a buyer's retry, a
 reconciler pass), a facilitator that timed out, a gas-wallet transaction that

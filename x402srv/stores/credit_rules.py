@@ -1,6 +1,6 @@
 """The decisions every built-in store makes on a grant's credits inside its atomic step.
 
-As ``store_rules`` does for challenge records: the memory and sqlite stores
+As ``rules`` does for challenge records: the memory and sqlite stores
 load the account, decide here, and write the result in the same atomic step
 (a lock, a ``BEGIN IMMEDIATE`` transaction), so the two cannot drift apart.
 The redis plugin repeats these rules in Lua (``x402srv_redis.scripts``), with

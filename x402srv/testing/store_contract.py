@@ -1,4 +1,4 @@
-"""The one contract test-suite every ``Store`` runs (SPEC 5, ``interfaces.Store``).
+"""The one contract test-suite every ``Store`` runs (docs/protocol/states.md, ``interfaces.Store``).
 
 The pipeline's guarantees (one settlement per challenge, one challenge per
 payment and per txHash, nothing lost) rest on these checks holding for

@@ -1,8 +1,8 @@
 """The store contract on shared hit counters (``Store.count_hits``).
 
 The unpaid-request limit counts each client's requests per time window in the
-store, so every worker and every instance adds to the same number (SPEC 4.4
-``RATE_LIMITED``). A hit must never be lost or counted twice, however many
+store, so every worker and every instance adds to the same number (``RATE_LIMITED``,
+docs/errors.md). A hit must never be lost or counted twice, however many
 calls race (each caller sees a total of its own), and the counters of windows
 that ended must not pile up. The contract pins one reading of "the store may
 forget a counter whose ``window_end`` is before ``now``" for every store: such

@@ -3,7 +3,7 @@
 The seller's console lists purchases, grants and challenges from the newest
 back, a page at a time (``before=(updated_at, challenge_id)`` of the last
 record shown), and finds a buyer's purchases by payer address. A payer is
-filed under ``store_rules.payer_of``: the payer of the payment being settled
+filed under ``payer_of`` (``x402srv.plugin``): the payer of the payment being settled
 from SETTLING on, the settled payer from PAID on, nobody once a payment is
 released; the address is compared in lowercase.
 """

@@ -16,12 +16,10 @@ stops publishing stop being honoured within that time, and the map is bounded
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from x402srv.errors import TokenExpired
-
-if TYPE_CHECKING:
-    from x402srv.tokens.verify import AccessClaims
+from x402srv.tokens.claims import AccessClaims
 
 __all__ = ["DEFAULT_ENTRIES", "DEFAULT_TTL_SECONDS", "VerifiedTokens"]
 

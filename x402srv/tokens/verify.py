@@ -38,7 +38,6 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
@@ -50,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from x402srv.errors import ConfigError, InvalidToken, TokenExpired, TokenRevoked
 from x402srv.interfaces import Clock, system_clock
 from x402srv.tokens.cache import VerifiedTokens
+from x402srv.tokens.claims import AccessClaims
 
 if TYPE_CHECKING:
     from jwt.types import Options
@@ -378,27 +378,6 @@ def key_source_for(
 
 
 # ---------------------------------------------------------------- claims
-
-
-@dataclass(frozen=True, slots=True)
-class AccessClaims:
-    """A verified access token, as the seller's handlers see it (``request.ctx.x402``).
-
-    Times are seconds since the epoch. ``audience`` is the audience the token
-    was accepted for; ``claims`` is every claim as signed.
-    """
-
-    request_id: str
-    challenge_id: str
-    resource_id: str
-    plan_id: str
-    tx_hash: str
-    payer: str | None
-    issued_at: float
-    expires_at: float
-    issuer: str
-    audience: str
-    claims: Mapping[str, Any]
 
 
 def _options() -> Options:

@@ -9,7 +9,7 @@ counters once per flush: never a row, never a store round trip per request.
 A process killed outright loses what it counted since its last flush (at most
 ``flush_seconds`` of unpaid traffic; settled payments are flushed at once).
 
-Names (``analytics`` reads them back). Plan ids, networks, assets, amounts
+Names (``x402srv.usage.figures`` reads them back). Plan ids, networks, assets, amounts
 and settler names come from the config; failure reasons may come from a
 facilitator, so they are cleaned to ``[a-z0-9_.:-]`` and, past
 ``MAX_REASONS`` distinct ones per hour, counted as ``failed:other``: an hour
@@ -28,6 +28,9 @@ holds a bounded set of counters whatever the traffic.
     revoked:<plan>              grants revoked (``x402srv.tokens.revocation``)
     settler:<name>:<outcome>    settler calls by outcome (settled, rejected, unknown)
     settler:<name>:ms           milliseconds spent in those calls
+    tool:<tool>:<outcome>       MCP tool calls by outcome (``x402srv.gateway.mcp``); tools
+                                the config does not list count as ``(unlisted)``
+    tool:<tool>:credits         credits those calls spent, refunds taken off
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from x402srv.config.models import Config
 from x402srv.errors import InvalidRequest
 from x402srv.usage.counters import HOUR, hour_of
+from x402srv.wire.offers import rfc3339
 
 __all__ = [
     "DAY",
@@ -29,6 +30,7 @@ __all__ = [
     "revenue",
     "settler_figures",
     "token_terms",
+    "tool_figures",
     "usd",
 ]
 
@@ -38,10 +40,6 @@ MAX_POINTS = 1000
 
 Bucket = Literal["hour", "day"]
 Counts = Mapping[tuple[int, str], int]
-
-
-def rfc3339(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str, name: str) -> float:
@@ -254,6 +252,30 @@ def settler_figures(counts: Counts) -> list[dict[str, Any]]:
                 "calls": calls,
                 "outcomes": dict(sorted(figures.items())),
                 "meanMs": round(ms / calls, 1) if calls else None,
+            }
+        )
+    return out
+
+
+def tool_figures(counts: Counts) -> list[dict[str, Any]]:
+    """Per MCP tool: calls by outcome and the credits they spent (``tool:`` counters)."""
+    tools: dict[str, dict[str, int]] = {}
+    for (_, name), n in counts.items():
+        if not name.startswith("tool:"):
+            continue
+        tool, _, outcome = name[len("tool:") :].rpartition(":")
+        figures = tools.setdefault(tool, {})
+        figures[outcome] = figures.get(outcome, 0) + n
+    out = []
+    for tool in sorted(tools):
+        figures = tools[tool]
+        credits = figures.pop("credits", 0)
+        out.append(
+            {
+                "name": tool,
+                "calls": sum(figures.values()),
+                "outcomes": dict(sorted(figures.items())),
+                "credits": credits,
             }
         )
     return out

@@ -36,7 +36,8 @@ from typing import Any, Final, Literal
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import Config
 from x402srv.interfaces import Store
-from x402srv.usage.figures import rfc3339, token_terms, usd
+from x402srv.usage.figures import token_terms, usd
+from x402srv.wire.offers import rfc3339
 
 __all__ = ["FIELDS", "Format", "cell", "render", "sale_rows"]
 

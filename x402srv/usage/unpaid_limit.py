@@ -1,4 +1,4 @@
-"""The unpaid-request limit: one client may ask for so many 402s per window (SPEC 4.4).
+"""The unpaid-request limit: one client may ask for so many 402s per window (docs/errors.md).
 
 Every unpaid request costs the seller something (a stored challenge, a task, a
 402 to build), and anyone can send them. A payment that verifies is never

@@ -1,6 +1,12 @@
-"""The agent card (SPEC 4.1), built once from the config: an A2A 0.3.0 card, read by 1.0 too.
+"""The agent cards (docs/protocol/wire.md), built once from config: A2A 1.0 and 0.3.0.
 
-Every field SPEC 4.1 fixes keeps its 0.3 value (``protocolVersion: "0.3.0"``,
+``agent_card_v1`` is the 1.0 card: exactly the fields of 1.0's ``AgentCard``
+(no ``url``, ``preferredTransport``, ``additionalInterfaces``,
+``protocolVersion`` or ``capabilities.stateTransitionHistory``: the 1.0 schema
+allows no other field). ``agent_card`` is the 0.3.0 card below; which of the two
+a request gets is decided by ``card_version`` (docs/a2a.md, "Two agent cards").
+
+Every field a 0.3 client reads keeps its 0.3 value (``protocolVersion: "0.3.0"``,
 ``url``, ``preferredTransport``, ``additionalInterfaces``, the skills, the x402
 extension). ``supportedInterfaces`` is what 1.0 clients read instead (0.3
 clients ignore it): each URL that speaks JSON-RPC is listed once per version,
@@ -12,14 +18,45 @@ SubscribeToTask) are served.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Final, Literal
 
 from x402srv.config.models import Config
 from x402srv.config.plans import describe
 
-__all__ = ["X402_EXTENSION_URI", "agent_card"]
+__all__ = ["X402_EXTENSION_URI", "agent_card", "agent_card_v1", "card_version"]
 
 X402_EXTENSION_URI = "https://github.com/google-agentic-commerce/a2a-x402/blob/main/spec/v0.2"
+
+#: Where each card is served when the request names no version.
+V1_CARD_PATH: Final = "/.well-known/agent-card.json"
+V03_CARD_PATH: Final = "/.well-known/agent.json"
+#: Fields of the 0.3 card that 1.0's AgentCard does not have.
+_V03_ONLY: Final = ("url", "preferredTransport", "additionalInterfaces", "protocolVersion")
+_MAJOR = re.compile(r"\s*(\d{1,3})(?:\.\d{1,3}){0,2}\s*")
+
+
+def card_version(path: str, header: str | None) -> Literal["1.0", "0.3"]:
+    """The card a GET receives: the ``A2A-Version`` it names, else the one of its path.
+
+    ``agent-card.json`` (the 1.0 path, where the A2A kit and 1.0 clients look)
+    answers 1.0; ``agent.json`` (where 0.3-era clients look) answers 0.3; a header
+    ``0.x`` or ``1.x`` chooses on either path. A header naming no version we
+    serve is ignored here: the card is how a client finds out what we speak.
+    """
+    match = _MAJOR.fullmatch(header or "")
+    if match and match.group(1) in ("0", "1"):
+        return "0.3" if match.group(1) == "0" else "1.0"
+    return "0.3" if path.endswith(V03_CARD_PATH) else "1.0"
+
+
+def agent_card_v1(config: Config) -> dict[str, Any]:
+    """The A2A 1.0 card: the 0.3 card's content in 1.0's fields only."""
+    card = {k: v for k, v in agent_card(config).items() if k not in _V03_ONLY}
+    capabilities = dict(card["capabilities"])
+    del capabilities["stateTransitionHistory"]
+    card["capabilities"] = {**capabilities, "extendedAgentCard": False}
+    return card
 
 
 def agent_card(config: Config) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The networks table of SPEC 2.1, and what one payment option is: a chain and one token.
+"""The known networks (docs/networks.md), and what one payment option is: a chain and one token.
 
 ``NetworkInfo`` is one way to pay: an EVM chain (CAIP-2 id, chain id, RPC,
 explorer) and one EIP-3009 USD stablecoin on it (address, EIP-712 name and

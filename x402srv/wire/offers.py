@@ -11,7 +11,7 @@ from templates (the compact JSON of everything but the ids, made once by
 are byte for byte what ``json.dumps(..., separators=(",", ":"))`` makes of them.
 
 Every requirement's ``extra`` and every ``plans[]`` entry carry what the plan
-includes (``plan_terms.wire_terms``: period, calls, rate limit).
+includes (``x402srv.config.plans.wire_terms``: period, calls, rate limit).
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ from typing import Any
 
 from x402srv.access.ids import uuid4_str
 from x402srv.access.records import ChallengeRecord, Offer
+from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.models import Config, Plan
 from x402srv.config.plans import wire_terms
 from x402srv.errors import ChallengeExpired
-from x402srv.interfaces import IssuedCredential
+from x402srv.interfaces import Clock, IssuedCredential, system_clock
+from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.networks import NetworkInfo
+from x402srv.wire.offer_receipt import OFFER_RECEIPT, OfferReceiptSigner
 from x402srv.wire.protocol import encode_header, requirement
 
 __all__ = [
@@ -126,6 +129,8 @@ class _ChallengeTemplate:
 
     parts: tuple[str, ...]
     members: str
+    #: Whether the document ends with its ``extensions`` (the plan's bazaar metadata).
+    extended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,20 +160,37 @@ class AccessGranted:
 
 
 class OfferBuilder:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, clock: Clock = system_clock) -> None:
         self._config = config
+        #: Signs offers and receipts when ``[offer_receipt]`` is set (docs/offer-receipt.md).
+        self.signer = (
+            OfferReceiptSigner(config.offer_receipt, config.seller.agent_url, clock=clock)
+            if config.offer_receipt is not None
+            else None
+        )
+        #: Each plan's bazaar metadata (docs/bazaar.md): in its challenges' 402s.
+        self._discoveries = {p.plan_id: p.discovery for p in config.plans if p.discovery}
         #: The discovery 402 without a requestId: what every plan costs (the gateway's
         #: routes narrow it). Never sent as it is: ``discovery()`` adds the requestId.
         self.catalog, self._discovery = self._build_discovery()
         self._templates: dict[tuple[Any, ...], _ChallengeTemplate] = {}
         _warn_if_oversized(self)
 
-    def _resource(self, description: str) -> dict[str, Any]:
+    def _resource(
+        self, description: str, discovery: DiscoveryConfig | None = None
+    ) -> dict[str, Any]:
         return {
             "url": self._config.access_url,
-            "description": description,
-            "mimeType": "application/json",
+            "description": discovery.description
+            if discovery and discovery.description
+            else description,
+            "mimeType": discovery.mime_type
+            if discovery and discovery.mime_type
+            else "application/json",
         }
+
+    def _plan_discovery(self, plan_id: str) -> DiscoveryConfig | None:
+        return self._discoveries.get(plan_id)
 
     def discovery(self, request_id: str | None = None) -> PaymentOffer:
         """The discovery 402 with a fresh random requestId (the same in every requirement).
@@ -178,8 +200,13 @@ class OfferBuilder:
         purchase takes it as its requestId, which then proves it (``proof``).
         """
         ids = ',"requestId":' + _json_string(request_id or uuid4_str())
-        header = base64.b64encode(ids.join(self._discovery.header).encode()).decode("ascii")
-        return PaymentOffer(header=header, content=ids.join(self._discovery.body).encode())
+        required, body = ids.join(self._discovery.header), ids.join(self._discovery.body)
+        if self.signer is not None:
+            offers = self.signer.offers(self._config.access_url, self.catalog.body["accepts"])
+            required = _with_offers(required, offers, extended=False)
+            body = _with_offers(body, offers, extended=False)
+        header = base64.b64encode(required.encode()).decode("ascii")
+        return PaymentOffer(header=header, content=body.encode())
 
     def _build_discovery(self) -> tuple[PaymentOffer, _DiscoveryTemplate]:
         """Every plan's every option, plan by plan (a client pays the first it can)."""
@@ -222,7 +249,8 @@ class OfferBuilder:
         assert len(template.body) == len(template.header) == len(accepts) + 1
         return catalog, template
 
-    def _option(self, offer: Offer) -> NetworkInfo:
+    def option_of(self, offer: Offer) -> NetworkInfo:
+        """The network and token of one of a challenge's offers; 410 once no longer offered."""
         option = self._config.option(offer.network, offer.asset)
         if option is None:
             # The seller removed this network or token since the challenge was made.
@@ -242,7 +270,7 @@ class OfferBuilder:
         """
         offer = offer or Offer(record.network, record.asset, record.amount)
         return requirement(
-            network=self._option(offer),
+            network=self.option_of(offer),
             amount=offer.amount,
             pay_to=record.pay_to,
             max_timeout_seconds=record.max_timeout_seconds,
@@ -266,6 +294,10 @@ class OfferBuilder:
         # A discovery-first record (PENDING again after a refused settlement) says its
         # ids too: every 402 carries the requestId that proves its purchase.
         required = ids.join(template.parts)
+        if self.signer is not None:
+            accepts = [self.offered_requirement(record, offer) for offer in record.offers]
+            offers = self.signer.offers(self._config.access_url, accepts)
+            required = _with_offers(required, offers, extended=template.extended)
         body = (
             required[:-1]
             + ids
@@ -297,7 +329,7 @@ class OfferBuilder:
         accepts = []
         for offer in record.offers:
             accepted = requirement(
-                network=self._option(offer),
+                network=self.option_of(offer),
                 amount=offer.amount,
                 pay_to=record.pay_to,
                 max_timeout_seconds=record.max_timeout_seconds,
@@ -314,13 +346,16 @@ class OfferBuilder:
             if len(accepts) == 1
             else "Payment required: sign one of the accepted requirements and retry with "
             "PAYMENT-SIGNATURE",
-            "resource": self._resource(description),
+            "resource": self._resource(description, self._plan_discovery(record.plan_id)),
             "accepts": accepts,
         }
+        discovery = self._plan_discovery(record.plan_id)
+        if discovery is not None:
+            required["extensions"] = bazaar_extension(discovery)
         parts = tuple(_compact(required).split(_IDS_JSON))
         assert len(parts) == len(accepts) + 1
         members = f',"planId":{_compact(record.plan_id)},"resourceId":'
-        return _ChallengeTemplate(parts=parts, members=members)
+        return _ChallengeTemplate(parts=parts, members=members, extended="extensions" in required)
 
     def grant(self, record: ChallengeRecord, credential: IssuedCredential) -> dict[str, Any]:
         assert record.tx_hash is not None
@@ -339,6 +374,11 @@ class OfferBuilder:
         explorer = self.explorer_url(record)
         if explorer:
             grant["explorerUrl"] = explorer
+        if self.signer is not None and record.payer is not None:
+            # Signed once, kept in the grant: every answer with it shows the same receipt.
+            grant["receipt"] = self.signer.receipt(
+                self._config.access_url, record.payer, record.network, record.tx_hash
+            )
         return grant
 
     def explorer_url(self, record: ChallengeRecord) -> str | None:
@@ -348,12 +388,15 @@ class OfferBuilder:
 
     def granted(self, record: ChallengeRecord) -> AccessGranted:
         assert record.grant is not None
-        receipt = {
+        receipt: dict[str, Any] = {
             "success": True,
             "transaction": record.tx_hash,
             "network": record.network,
             "payer": record.payer,
         }
+        signed = record.grant.get("receipt")
+        if isinstance(signed, dict):
+            receipt["extensions"] = {OFFER_RECEIPT: OfferReceiptSigner.receipt_extension(signed)}
         return AccessGranted(grant=record.grant, receipt=receipt)
 
 
@@ -438,3 +481,15 @@ def plan_offers(plan: Plan) -> tuple[Offer, ...]:
         Offer(option.network.caip2, option.network.asset, str(option.amount))
         for option in plan.options
     )
+
+
+def _with_offers(document: str, offers: dict[str, Any], *, extended: bool) -> str:
+    """``document`` (compact JSON ending in ``}``) with ``extensions["offer-receipt"]``.
+
+    ``extended``: the document already ends with its ``extensions`` object, so the
+    member goes inside it (``...}}``) rather than into a new one.
+    """
+    member = _json_string(OFFER_RECEIPT) + ":" + _compact(offers)
+    if extended:
+        return document[:-2] + "," + member + "}}"
+    return document[:-1] + ',"extensions":{' + member + "}}"

@@ -2,7 +2,7 @@
 
 No I/O here. Everything a client sends is decoded by a function of this module,
 which either returns a typed value or raises ``InvalidRequest`` (malformed) or
-``PaymentFailed`` (well-formed but not an acceptable payment, SPEC 4.2 step 5).
+``PaymentFailed`` (well-formed but not an acceptable payment, docs/protocol/flow.md step 5).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class WireRequirements(_Wire):
 
 
 class PaymentPayload(_Wire):
-    """The decoded ``PAYMENT-SIGNATURE`` header (seed 2.5)."""
+    """The decoded ``PAYMENT-SIGNATURE`` header (docs/protocol/wire.md)."""
 
     x402Version: Literal[2]
     payload: ExactPayload
@@ -226,7 +226,7 @@ def parse_payment_payload(data: object, *, where: str = "payment payload") -> Pa
     for key, pattern, what in (
         ("planId", _PLAN_ID, "a plan id ([A-Za-z0-9._-]{1,64})"),
         ("challengeId", _UUID, "a challenge id (a lowercase UUID)"),
-        # The requestId a 402 offered: the secret that proves a purchase (SPEC 4.2).
+        # The requestId a 402 offered: the secret that proves a purchase (docs/protocol/proof.md).
         ("requestId", _UUID, "a request id (a lowercase UUID)"),
     ):
         raw_value = extra.get(key)
@@ -243,7 +243,7 @@ def for_third_parties(document: Mapping[str, Any]) -> dict[str, Any]:
     """A payment payload or requirement without our ids, as a facilitator may see it.
 
     ``challengeId`` and ``requestId`` name a purchase on this server (the
-    requestId proves it, SPEC 4.2), so they never leave toward a facilitator or
+    requestId proves it, docs/protocol/proof.md), so they never leave toward a facilitator or
     any other third party: removed from ``extra`` (a requirement) and from
     ``accepted.extra`` (a payload). The input is not changed.
     """
@@ -282,7 +282,7 @@ def requirement(
 ) -> dict[str, Any]:
     """One x402 v2 ``PaymentRequirements`` for the ``exact`` scheme.
 
-    ``terms`` (``plan_terms.wire_terms``: period, calls, rate limit) go into
+    ``terms`` (``x402srv.config.plans.wire_terms``: period, calls, rate limit) go into
     ``extra`` after ``planId``, so an agent compares plans before it pays.
     """
     extra: dict[str, Any] = {
@@ -327,7 +327,7 @@ def check_payment(
     """Step 5: the payment against the server's own requirement, never the client's.
 
     ``window=False`` skips the validAfter/validBefore checks, for a payment that
-    only proves a purchase already made (SPEC 4.2): a buyer may come back for
+    only proves a purchase already made (docs/protocol/proof.md): a buyer may come back for
     its grant after its authorization stopped being valid.
     """
     accepted = payment.accepted

@@ -13,7 +13,7 @@ __all__ = ["Reason"]
 
 
 class Reason(StrEnum):
-    # the payment against the offered requirement (SPEC 4.2 step 5)
+    # the payment against the offered requirement (docs/protocol/flow.md, step 5)
     INVALID_PAYMENT_REQUIREMENTS = "invalid_payment_requirements"
     UNSUPPORTED_SCHEME = "unsupported_scheme"
     INVALID_NETWORK = "invalid_network"

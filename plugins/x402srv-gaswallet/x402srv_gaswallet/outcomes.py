@@ -4,8 +4,8 @@ Two moments here ask the chain: the receipt arrived, the receipt did not
 arrive (a reverted simulation is judged by ``x402srv.settlement.transfer_call``, which the
 facilitator settler shares). Whenever the authorization may already be spent the
 answer comes from ``x402srv.settlement.transfer_call.from_chain`` (the core's one reading of
-SPEC 5.2), never from a revert string alone: a payment that did arrive must come
-back as ``Settled`` with the transaction that moved it.
+the chain, docs/protocol/states.md), never from a revert string alone: a payment that
+did arrive must come back as ``Settled`` with the transaction that moved it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The ``gas-wallet`` settler: submit the buyer's authorization from our own wallet.
 
 ``settle`` never raises, and answers ``Rejected`` only when nothing of this
-attempt can be on-chain (SPEC 4.2 step 8, 5.2):
+attempt can be on-chain (docs/protocol/flow.md, step 8;
+docs/protocol/states.md):
 
 1. Simulate ``transferWithAuthorization`` with ``eth_call`` from the gas wallet.
    A revert refuses the payment with its x402 reason, unless the authorization

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import asyncpg
 import pytest
 from x402srv_postgres import PostgresOptions, PostgresStore
 from x402srv_postgres.fixtures import StartPostgres
-from x402srv_postgres.testing import PostgresServer, make_tls_files
+from x402srv_postgres.testing import PostgresServer, TlsFiles, make_tls_files
 
 from x402srv.plugin import ConfigError, Secret, StoreUnavailable, TransitionApplied
 from x402srv.testing.builders import make_key, make_record
@@ -83,8 +84,10 @@ async def test_a_missing_database_is_a_config_error(
 
 
 @pytest.fixture(scope="module")
-def tls_server(start_postgres: StartPostgres) -> PostgresServer:
-    return start_postgres(password=PASSWORD, tls=make_tls_files())
+def tls_server(
+    start_postgres: StartPostgres, postgres_tls_files: Callable[[], TlsFiles]
+) -> PostgresServer:
+    return start_postgres(password=PASSWORD, tls=postgres_tls_files())
 
 
 async def _uses_tls(store: PostgresStore) -> bool:
@@ -98,7 +101,7 @@ async def _uses_tls(store: PostgresStore) -> bool:
 
 
 async def test_verify_full_checks_the_servers_certificate(
-    tls_server: PostgresServer, postgres_schema: str
+    tls_server: PostgresServer, postgres_schema: str, tmp_path: Path
 ) -> None:
     assert tls_server.tls is not None
     verified = {"sslmode": "verify-full", "sslrootcert": tls_server.tls.ca}
@@ -106,7 +109,7 @@ async def test_verify_full_checks_the_servers_certificate(
     assert await _uses_tls(store)
     await store.close()
     # A certificate from another CA fails the check: the seller's config, not an outage.
-    stranger = make_tls_files()
+    stranger = make_tls_files(tmp_path / "stranger")  # read by x402srv only
     with pytest.raises(ConfigError, match="SSLCertVerificationError"):
         await _store(
             tls_server.dsn(), postgres_schema, sslmode="verify-full", sslrootcert=stranger.ca
@@ -127,9 +130,11 @@ async def test_require_encrypts_without_a_ca(
 
 
 async def test_a_client_certificate_replaces_the_password(
-    start_postgres: StartPostgres, postgres_schema: str
+    start_postgres: StartPostgres,
+    postgres_schema: str,
+    postgres_tls_files: Callable[[], TlsFiles],
 ) -> None:
-    tls = make_tls_files()
+    tls = postgres_tls_files()
     server = start_postgres(tls=tls, client_certificates=True)
     certified = {
         "sslmode": "verify-full",

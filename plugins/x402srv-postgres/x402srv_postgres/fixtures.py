@@ -4,7 +4,9 @@ Loaded by the repository's root ``conftest.py`` when this plugin is installed,
 so the plugin's tests and the core's end-to-end tests share them:
 
 - ``start_postgres(**kwargs)``: a new cluster (password, TLS, settings ...),
-  stopped and deleted at the end of the session;
+  stopped and deleted at the end of the session, with its standbys;
+- ``postgres_tls_files()``: a throw-away CA and certificates, deleted at the end of
+  the session (they hold private keys);
 - ``postgres_server``: one plain cluster for the session;
 - ``postgres_schema``: a fresh schema name per test, so tests sharing the
   cluster never see each other's rows (as sellers sharing a database);
@@ -17,18 +19,28 @@ Without the PostgreSQL binaries these fixtures skip the tests that use them.
 from __future__ import annotations
 
 import secrets
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .testing import PostgresServer, migrate_schema, postgres_bin_dir
+from .testing import (
+    PostgresServer,
+    TlsFiles,
+    discard_template,
+    make_tls_files,
+    migrate_schema,
+    postgres_bin_dir,
+)
 
 __all__ = [
     "StartPostgres",
     "postgres_schema",
     "postgres_server",
     "postgres_store_table",
+    "postgres_tls_files",
     "start_postgres",
 ]
 
@@ -50,6 +62,22 @@ def start_postgres() -> Iterator[StartPostgres]:
     yield start
     for server in reversed(started):
         server.cleanup()
+    discard_template()
+
+
+@pytest.fixture(scope="session")
+def postgres_tls_files() -> Iterator[Callable[[], TlsFiles]]:
+    """``postgres_tls_files()``: ``make_tls_files()``, deleted at the end of the session."""
+    made: list[Path] = []
+
+    def make() -> TlsFiles:
+        files = make_tls_files()
+        made.append(files.ca.parent)
+        return files
+
+    yield make
+    for directory in made:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ guarantees across hosts, with its own tools:
   second challenge out, and ``ON DELETE CASCADE`` takes a pruned record's
   claims with it.
 - **Transitions are compare-and-set.** The store reads the record and its
-  ``version``, decides with the same ``store_rules`` every built-in store uses,
+  ``version``, decides with the same store rules (``x402srv.plugin``) every built-in store uses,
   computes the new record with ``ChallengeRecord.apply``, and the server-side
   function ``transition()`` writes it with ``UPDATE ... WHERE version = $n``
   together with its claims, in one round trip and one transaction. If the
@@ -20,7 +20,7 @@ guarantees across hosts, with its own tools:
 - **Leases** are one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (free,
   released or expired), with a fence that only grows.
 
-A record is kept as the exact JSON text ``store_rules.encode_record`` makes.
+A record is kept as the exact JSON text ``encode_record`` makes.
 Every database or network error becomes ``StoreUnavailable`` (503 with
 Retry-After) at this boundary (``connection``). The schema is checked when the
 store starts and changed only by ``migrate`` (``schema``).

@@ -43,6 +43,7 @@ from x402srv.testing.servers import free_port
 __all__ = [
     "PostgresServer",
     "TlsFiles",
+    "discard_template",
     "make_tls_files",
     "migrate_schema",
     "postgres_bin_dir",
@@ -105,7 +106,11 @@ class TlsFiles:
 
 
 def make_tls_files(directory: Path | None = None) -> TlsFiles:
-    """With ``openssl``, as an operator would, in a directory the server's user can read."""
+    """With ``openssl``, as an operator would, in a directory the server's user can read.
+
+    Without ``directory`` it is a fresh one under the temp directory that the caller
+    deletes (it holds private keys): the ``postgres_tls_files`` fixture does.
+    """
     directory = directory or _owned_directory("x402srv-pg-tls-")
     directory.mkdir(parents=True, exist_ok=True)
     files = TlsFiles(
@@ -161,6 +166,9 @@ class PostgresServer:
     port: int = field(default_factory=free_port)
     base: Path = field(default_factory=lambda: _owned_directory("x402srv-pg-"))
     _password_pending: bool = field(default=False, repr=False)
+    #: Standbys made by ``standby``: ``cleanup`` takes them along (a promoted one outlives
+    #: the primary's crash, and nobody else holds it).
+    _standbys: list[PostgresServer] = field(default_factory=list, repr=False)
 
     @property
     def data(self) -> Path:
@@ -265,6 +273,9 @@ class PostgresServer:
         return self.start()
 
     def cleanup(self) -> None:
+        """Stop it and its standbys, and delete their directories."""
+        for standby in reversed(self._standbys):
+            standby.cleanup()
         self.stop(mode="immediate")
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -288,6 +299,7 @@ class PostgresServer:
             client_certificates=self.client_certificates,
             settings=self.settings,
         )
+        self._standbys.append(replica)
         self._pg("pg_basebackup", "-D", str(replica.data), "-h", "127.0.0.1", "-p",
                  str(self.port), "-U", USER, "-R", "-X", "stream", "--no-sync",
                  env={"PGPASSWORD": self.password or ""})  # fmt: skip
@@ -370,6 +382,12 @@ def _run_tool(tool: str, *args: str, cwd: Path, env: Mapping[str, str] | None = 
 
 
 _templates: list[Path] = []
+
+
+def discard_template() -> None:
+    """Delete the ``initdb`` template now (the fixtures do at session end; atexit is late)."""
+    while _templates:
+        shutil.rmtree(_templates.pop().parent, ignore_errors=True)
 
 
 def _template() -> Path:

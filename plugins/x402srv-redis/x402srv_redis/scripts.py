@@ -13,12 +13,12 @@ The decisions are those of ``x402srv.stores.rules``:
   challengeId is an error, then a payment claimed by another challenge refuses
   the insert.
 - ``TRANSITION``: the caller read the record, checked its state and attempt
-  with ``store_rules.check_state`` and computed the new record with
+  with ``check_state`` and computed the new record with
   ``ChallengeRecord.apply``; the script applies it only if the record's write
   counter ``ver`` is still the one read (otherwise the caller reads again), so
   the attempt checks of SETTLING -> SETTLING and PAID -> PAID hold too, and
   only if neither claim belongs to another challenge (payment first, then
-  txHash, as ``store_rules.claim_conflict``). A release frees the claim only if
+  txHash, as ``claim_conflict``). A release frees the claim only if
   this challenge owns it.
 
 Numbers that end up in records or sorted sets (``updated_at``, lease expiry)

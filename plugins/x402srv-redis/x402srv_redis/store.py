@@ -7,10 +7,10 @@ hosts: one settlement per challenge, one challenge per payment and per txHash,
 one holder per lease. The key layout is in ``keys``.
 
 Transitions are optimistic: read the record, decide with the same
-``store_rules`` the built-in stores use, compute the new record with
+store rules (``x402srv.plugin``) the built-in stores use, compute the new record with
 ``ChallengeRecord.apply``, and let the script write it only if the record's
 write counter did not move meanwhile; if it did, read again. Records stay the
-exact JSON ``store_rules.encode_record`` makes, never re-encoded by Lua.
+exact JSON ``encode_record`` makes, never re-encoded by Lua.
 
 Every Redis or socket error becomes ``StoreUnavailable`` (503 with
 Retry-After) at this boundary; see ``connection``.

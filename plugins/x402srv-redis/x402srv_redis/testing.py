@@ -169,7 +169,12 @@ class RedisServer:
         return self.start(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
-        """PING until the server answers (a password-protected one answers NOAUTH)."""
+        """PING (after AUTH) until the server answers PONG: it has loaded its data.
+
+        While it loads its AOF it answers ``-LOADING``; a password-protected one
+        answers ``-NOAUTH`` to anything but AUTH even then, so the PING is
+        authenticated, or a restarted server would count as ready mid-load.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None
@@ -179,23 +184,46 @@ class RedisServer:
                     + self.log_path.read_text(errors="replace")[-2000:]
                 )
             with contextlib.suppress(OSError):
-                if self._ping().startswith((b"+PONG", b"-NOAUTH")):
+                if self._ping().startswith(b"+PONG"):
                     return
             time.sleep(0.02)
         raise TimeoutError(f"redis-server on port {self.port} did not answer in {timeout} s")
 
     def _ping(self) -> bytes:
+        """The answer to PING (preceded by AUTH when there is a password)."""
+        request, replies = b"PING\r\n", 1
+        if self.password:
+            request = _command("AUTH", self.password) + request
+            replies = 2
         with socket.create_connection(("127.0.0.1", self.port), timeout=1) as raw:
             if self.tls is None:
-                raw.sendall(b"PING\r\n")
-                return raw.recv(64)
+                return _last_reply(raw, request, replies)
             context = ssl.create_default_context(cafile=str(self.tls.ca))
             with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64)
+                return _last_reply(sock, request, replies)
 
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _command(*parts: str) -> bytes:
+    """One command in RESP (a password may hold any character)."""
+    encoded = [part.encode() for part in parts]
+    return f"*{len(encoded)}\r\n".encode() + b"".join(
+        b"$%d\r\n%s\r\n" % (len(part), part) for part in encoded
+    )
+
+
+def _last_reply(sock: socket.socket, request: bytes, replies: int) -> bytes:
+    """Send ``request``; the last of its ``replies`` one-line replies."""
+    sock.sendall(request)
+    data = b""
+    while data.count(b"\r\n") < replies:
+        chunk = sock.recv(256)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\r\n")[replies - 1] if data.count(b"\r\n") >= replies else b""

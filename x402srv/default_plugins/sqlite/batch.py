@@ -3,7 +3,7 @@
 Creating a challenge is the one write every unpaid request makes, so under load
 many are waiting at once. Instead of one thread hop and one commit each, the
 callers queue their insert here and the store's thread takes everything queued
-so far into one ``BEGIN IMMEDIATE ... COMMIT`` (``sqlite_ops.create_challenges``),
+so far into one ``BEGIN IMMEDIATE ... COMMIT`` (``ops.create_challenges``),
 then hands the results back to the event loop in one call. A commit costs the
 same for one row or a hundred, and the loop and the store's thread wake each
 other once per batch instead of twice per request.

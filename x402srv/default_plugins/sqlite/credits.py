@@ -1,6 +1,6 @@
 """The sqlite store's credit operations, each one write transaction on one connection.
 
-Like ``sqlite_ops``, these run on the store's own thread. Each loads the
+Like ``ops``, these run on the store's own thread. Each loads the
 grant's account, lets ``credit_rules`` decide, and writes the result inside
 one ``BEGIN IMMEDIATE`` transaction, so two workers spending from the same
 grant take turns on the write lock and never both take the last credit. The

@@ -1,6 +1,6 @@
 """The sqlite store's operations, each one transaction on one connection.
 
-These run on the store's own thread (``sqlite_store``), never on the event
+These run on the store's own thread (``store``), never on the event
 loop. Every read-then-write is wrapped in ``BEGIN IMMEDIATE``: the write lock
 is taken before the read, so two processes cannot both see PENDING and both
 move to SETTLING. A write that needs no prior read is a single autocommit
@@ -166,7 +166,7 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-#: The write transaction of every read-then-write (``sqlite_reports`` uses it too).
+#: The write transaction of every read-then-write (``reports`` uses it too).
 immediate = _immediate
 
 

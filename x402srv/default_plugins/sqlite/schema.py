@@ -136,7 +136,7 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 
 
 class StoreConnection(sqlite3.Connection):
-    """A connection that remembers its busy timeout (``sqlite_ops`` waits for the lock itself)."""
+    """A connection that remembers its busy timeout (``ops`` waits for the lock itself)."""
 
     busy_timeout_ms: int = 0
 
@@ -152,7 +152,7 @@ def connect(
 
     ``autocheckpoint_pages`` is the WAL size at which a commit on this
     connection checkpoints by itself (sqlite's default 1000); the store raises
-    it because a thread of its own checkpoints (``sqlite_checkpoint``).
+    it because a thread of its own checkpoints (``checkpoint``).
 
     ``isolation_level=None`` turns off the sqlite3 module's implicit
     transactions; the store issues ``BEGIN IMMEDIATE`` itself wherever it reads

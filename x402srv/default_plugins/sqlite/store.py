@@ -3,18 +3,18 @@
 One file shared safely by several worker processes: WAL journal (readers never
 wait for the writer), a busy timeout (a writer waits for another process's
 write instead of failing), and ``BEGIN IMMEDIATE`` around every
-read-then-write (``sqlite_ops``). Tables and pragmas live in ``sqlite_schema``.
+read-then-write (``ops``). Tables and pragmas live in ``schema``.
 
 sqlite3 calls block, so each store owns one thread that owns its connection;
 every store method is one hop to that thread running one transaction, and the
 event loop never waits on the disk. Operations queue on that thread in the
 order they were called, except that claim-free challenge inserts (one per
 unpaid request) are group-committed: whatever is queued when the thread gets
-to them goes into one transaction (``sqlite_batch``). A caller cancelled while
+to them goes into one transaction (``batch``). A caller cancelled while
 its operation runs does not undo it: the transaction still commits or rolls
 back as a whole.
 
-WAL checkpoints run on a thread of their own (``sqlite_checkpoint``), so no
+WAL checkpoints run on a thread of their own (``checkpoint``), so no
 commit of the store's thread stops to copy the WAL back and fsync.
 
 Any sqlite failure (locked past the busy timeout, disk full, corrupt or
@@ -269,7 +269,7 @@ class SqliteStore:
         return await self._run("get_credits", lambda c: credits_ops.get_credits(c, grant_id))
 
     async def export_items(self) -> AsyncIterator[ExportItem]:
-        """Page by page (``sqlite_dump``): challenges, tasks, credit accounts, leases."""
+        """Page by page (``dump``): challenges, tasks, credit accounts, leases."""
         for kind in ("challenges", "tasks", "credits", "leases"):
             after = ""
             while True:

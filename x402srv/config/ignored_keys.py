@@ -12,16 +12,15 @@ The one exception is a table switched off with ``enabled = false``: its other
 keys are kept for when it is switched on again.
 
 ``ConfigError`` names the key and says why it is ignored; ``Config`` calls
-``check_ignored_keys`` once its networks and plans are resolved.
+``check_ignored_keys`` once its networks and plans are resolved, with the sections
+it judges (not itself: this module must not import the model that imports it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from x402srv.config.models import Config, CredentialsConfig, SettlementConfig, StoreConfig
-    from x402srv.config.networks import Network
+from x402srv.config.console import AdminConfig
+from x402srv.config.networks import Network, NetworkConfig
+from x402srv.config.plugin_tables import CredentialsConfig, SettlementConfig, StoreConfig
 
 __all__ = ["check_ignored_keys"]
 
@@ -39,17 +38,26 @@ _JWT_KEYS = ("secret", "algorithm", "private_key", "audience", "kid", "previous_
 _CALLBACK_KEYS = ("callback", "callback_timeout_seconds")
 
 
-def check_ignored_keys(config: Config) -> None:
-    """``ValueError`` ``"<key path>: ignored, because ..."`` for the first idle key found."""
-    _store(config.store)
-    _settlement(config.settlement, config.resolved_networks)
-    _credentials(config.credentials)
-    network = config.network
-    if network is not None and config.settlement.rpc_url and "rpc_url" in network.model_fields_set:
+def check_ignored_keys(
+    *,
+    store: StoreConfig,
+    settlement: SettlementConfig,
+    credentials: CredentialsConfig,
+    networks: tuple[Network, ...],
+    network: NetworkConfig | None,
+    admin: AdminConfig | None,
+) -> None:
+    """``ValueError`` ``"<key path>: ignored, because ..."`` for the first idle key found.
+
+    ``networks`` are the resolved networks, ``network`` the one-network form's table.
+    """
+    _store(store)
+    _settlement(settlement, networks)
+    _credentials(credentials)
+    if network is not None and settlement.rpc_url and "rpc_url" in network.model_fields_set:
         raise ValueError(
             "network.rpc_url: ignored, because settlement.rpc_url replaces it (keep one)"
         )
-    admin = config.admin
     audience_given = admin is not None and "jwt_audience" in admin.model_fields_set
     if admin and audience_given and admin.enabled and admin.jwt_secret is None:
         raise ValueError(

@@ -1,0 +1,255 @@
+"""Steps 8-9: settle a claimed payment, confirm it on-chain, and record it PAID.
+
+    8  the attempt is marked submitted (its own compare-and-set), then the
+       settler of the payment's network settles it, our ids removed
+       (``protocol.for_third_parties``). Rejected: SETTLING -> PENDING, the claim
+       released, 402 (503 SETTLER_UNAVAILABLE when no settler could be reached);
+       "nonce already used" is the chain's to decide. Unknown: the lease ends
+       and the chain decides (step 4 again).
+    9  the settler's transaction is confirmed on-chain (when there is an RPC),
+       its txHash claimed, and SETTLING -> PAID with the payer of the
+       authorization checked in step 5 (never a settler's word for it); then
+       step 10 (``delivery``).
+
+``settling`` is step 4's answer for a SETTLING record: the chain decides at
+once, else 409 while a lease runs and 502 after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import replace
+
+from x402srv.access import moves
+from x402srv.access.delivery import Delivery
+from x402srv.access.failpoints import failpoint
+from x402srv.access.ids import uuid4_hex
+from x402srv.access.progress import Claimed, Next
+from x402srv.access.records import ChallengeRecord, State
+from x402srv.access.recovery import SettlingResolver
+from x402srv.errors import (
+    PaymentFailed,
+    SettlementInProgress,
+    SettlementPending,
+    SettlerUnavailable,
+    StoreUnavailable,
+    TxAlreadyRedeemed,
+)
+from x402srv.interfaces import (
+    Clock,
+    Rejected,
+    Settled,
+    SettlementOutcome,
+    SettlementRequest,
+    Settler,
+    TransitionApplied,
+    TxClaimed,
+    Unknown,
+)
+from x402srv.server.metrics import Metrics
+from x402srv.settlement.verdicts import NotTransferred, Transferred
+from x402srv.usage.counters import Tally
+from x402srv.wire.offers import OfferBuilder
+from x402srv.wire.protocol import for_third_parties
+from x402srv.wire.reasons import Reason
+
+__all__ = ["PENDING_RETRY_AFTER", "SETTLER_RETRY_AFTER", "SettleStep"]
+
+log = logging.getLogger("x402srv.access.pipeline")
+
+#: Retry-After for an outcome that only the chain can tell.
+PENDING_RETRY_AFTER = 5
+#: Retry-After when no settler could be reached (a restarting facilitator, a breaker cooling).
+SETTLER_RETRY_AFTER = 10
+#: What the counters count a payment turned away by a settler outage as.
+SETTLER_UNAVAILABLE_REASON = "settler_unavailable"
+
+
+class SettleStep:
+    def __init__(
+        self,
+        settler: Settler,
+        mover: moves.Mover,
+        resolver: SettlingResolver,
+        delivery: Delivery,
+        offers: OfferBuilder,
+        clock: Clock,
+        metrics: Metrics,
+        tally: Tally,
+        *,
+        lease_seconds: float,
+    ) -> None:
+        self.settler = settler
+        self.mover = mover
+        self.resolver = resolver
+        self.delivery = delivery
+        self.offers = offers
+        self.clock = clock
+        self.metrics = metrics
+        self.tally = tally
+        self.lease_seconds = lease_seconds
+
+    async def settle(self, claimed: Claimed) -> Next:
+        """Steps 8-9 (and 10 once PAID) for a challenge this request claimed."""
+        record, payment = claimed.record, claimed.payment
+        assert record.payment is not None  # SETTLING: the claim stored it
+        handed = replace(record.payment, submitted=True, attempt_id=uuid4_hex())
+        reason = f"handed to settler {self.settler.name}"
+        submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
+        if not isinstance(submitted, TransitionApplied):
+            return await self.mover.current(record, submitted)
+        record = submitted.record
+        request = SettlementRequest(
+            challenge_id=record.challenge_id,
+            attempt_id=handed.attempt_id,
+            authorization=payment.authorization,
+            payload=for_third_parties(payment.payload.model_dump(mode="json", by_alias=True)),
+            requirements=for_third_parties(self.offers.offered_requirement(record)),
+            network=payment.option,
+        )
+        log.info(
+            "challenge %s: settling on %s with %s",
+            record.challenge_id,
+            record.network,
+            self.settler.name,
+        )
+        hooks = moves.AttemptHooks(self.mover, record)
+        started = time.perf_counter()
+        outcome = await self._run_settler(request, hooks)
+        elapsed, outcome_name = time.perf_counter() - started, type(outcome).__name__.lower()
+        self.metrics.settlement(self.settler.name, outcome_name, elapsed)
+        self.tally.settler(self.settler.name, outcome_name, elapsed)
+        try:
+            return await self._after_settlement(hooks.record, outcome)
+        except StoreUnavailable:
+            if isinstance(outcome, Rejected):
+                raise  # nothing moved on-chain: a plain 503, retry later
+            # The chain may already hold the transfer: never answer "nothing was settled".
+            raise SettlementPending(
+                "the payment may have settled but could not be recorded yet; retry later",
+                retry_after=PENDING_RETRY_AFTER,
+            ) from None
+
+    async def settling(self, record: ChallengeRecord) -> ChallengeRecord:
+        """Step 4 for a SETTLING record: the chain decides it now, or the caller waits."""
+        current = await self.resolver.resolve(record)
+        if current.state is not State.SETTLING:
+            return current
+        assert current.payment is not None  # SETTLING: the claim stored it
+        left = current.payment.lease_until - self.clock()
+        if left > 0:
+            raise SettlementInProgress(
+                "this challenge is being settled now", retry_after=min(math.ceil(left), 30)
+            )
+        raise SettlementPending(
+            "the chain has not shown the outcome of this payment yet; retry the same request later",
+            retry_after=PENDING_RETRY_AFTER,
+        )
+
+    async def _run_settler(
+        self, request: SettlementRequest, hooks: moves.AttemptHooks
+    ) -> SettlementOutcome:
+        try:
+            settling = self.settler.settle(request, hooks)
+            return await asyncio.wait_for(settling, max(1.0, self.lease_seconds - 2.0))
+        except TimeoutError:
+            return Unknown("settlement did not finish within the lease")
+        except Exception:
+            # A settler must not raise; if it does it may have broadcast: treat as unknown.
+            log.exception(
+                "challenge %s: settler %s raised", request.challenge_id, self.settler.name
+            )
+            return Unknown("settler raised")
+
+    async def _after_settlement(self, record: ChallengeRecord, outcome: SettlementOutcome) -> Next:
+        if isinstance(outcome, Rejected) and outcome.reason == Reason.NONCE_USED:
+            outcome = await self._used_already(record, outcome)
+        if isinstance(outcome, Settled):
+            # Who paid is whoever signed the authorization checked in step 5, whatever
+            # a settler says (a facilitator's "payer" is its word, not the chain's).
+            assert record.payment is not None  # SETTLING: the claim stored it
+            return await self._record_paid(
+                record, outcome.tx_hash, record.payment.payer, outcome.by
+            )
+        if isinstance(outcome, Rejected):
+            return await self._rejected(record, outcome)
+        log.warning("challenge %s: outcome unknown: %s", record.challenge_id, outcome.reason)
+        return await self._end_lease(record, outcome)
+
+    async def _rejected(self, record: ChallengeRecord, outcome: Rejected) -> Next:
+        """Nothing moved: release the claim; the payment's fault is 402, the settlers' 503.
+
+        ``settler_failed`` means no settler of the network could take the payment
+        (unreachable, every breaker open, the network unsupported): the payment is
+        fine and the same one may be sent again after ``Retry-After``.
+        """
+        unavailable = outcome.settler_failed
+        self.tally.failed(SETTLER_UNAVAILABLE_REASON if unavailable else outcome.reason)
+        reason = (
+            f"no settler could be reached ({outcome.reason}); nothing moved, claim released"
+            if unavailable
+            else f"settlement failed: {outcome.reason}"
+        )
+        result = await self.mover.apply(moves.release(record, self.clock(), reason))
+        if not isinstance(result, TransitionApplied):
+            return await self.mover.current(record, result)
+        if unavailable:
+            raise SettlerUnavailable(
+                f"no settler of {record.network} could be reached; nothing was transferred "
+                "and the payment is still good: send the same request again later",
+                retry_after=SETTLER_RETRY_AFTER,
+            )
+        raise PaymentFailed(outcome.reason, outcome.detail)
+
+    async def _used_already(self, record: ChallengeRecord, said: Rejected) -> SettlementOutcome:
+        """A settler says the authorization is used: by whom is the chain's to say.
+
+        It may be this very payment, settled by an earlier attempt or another
+        settler (a facilitator that settled after we gave up on it): then it is
+        paid. Only a chain that shows it spent elsewhere (or cancelled) refuses it.
+        """
+        if self.resolver.chain_of(record) is None:
+            return said  # nothing to ask: the settler's word is all there is
+        verdict = await self.resolver.verdict(record)
+        if isinstance(verdict, Transferred):
+            assert record.payment is not None  # SETTLING: the claim stored it
+            by = "an earlier settlement of this authorization (shown by the chain)"
+            return Settled(verdict.tx_hash, record.payment.payer, by)
+        if isinstance(verdict, NotTransferred):
+            return said
+        return Unknown("the settler says the authorization is used; the chain has not shown it")
+
+    async def _end_lease(self, record: ChallengeRecord, outcome: Unknown) -> ChallengeRecord:
+        """Unknown outcome: end this attempt's lease so the chain decides from now on."""
+        assert record.payment is not None  # SETTLING: the claim stored it
+        tx_hint = record.payment.broadcast_tx_hash or outcome.tx_hash
+        ended = replace(record.payment, lease_until=self.clock(), broadcast_tx_hash=tx_hint)
+        reason = f"outcome unknown: {outcome.reason}"
+        result = await self.mover.apply(moves.note(record, self.clock(), reason, ended))
+        return await self.mover.current(record, result)
+
+    async def _record_paid(
+        self, record: ChallengeRecord, tx_hash: str, payer: str, by: str | None = None
+    ) -> Next:
+        chain = self.resolver.chain_of(record)
+        if chain is not None and not await self.resolver.settles_in(record, tx_hash):
+            # A settler's word alone never grants access: what the chain does not show
+            # (yet) is an unknown outcome, which the chain decides.
+            log.warning("challenge %s: %s does not show this payment", record.challenge_id, tx_hash)
+            return await self._end_lease(record, Unknown("the chain does not confirm the settler"))
+        reason = f"settled on-chain by {by}" if by else "settled on-chain"
+        if by:
+            log.info("challenge %s: %s settled it in %s", record.challenge_id, by, tx_hash)
+        result = await self.resolver.mark_paid(record, tx_hash, payer, reason)
+        if isinstance(result, TxClaimed):
+            log.error("challenge %s: %s belongs to %s", record.challenge_id, tx_hash, result.owner)
+            # The settler's word is worth nothing now: the chain decides at the next retry.
+            await self._end_lease(record, Unknown("the settler named another challenge's tx"))
+            raise TxAlreadyRedeemed("this transaction is already redeemed for another challenge")
+        if not isinstance(result, TransitionApplied):
+            return await self.mover.current(record, result)
+        failpoint("after-paid")
+        return await self.delivery.answer(result.record)
