@@ -27,6 +27,7 @@ from .scenarios import (
     console,
     failover,
     guard,
+    mcp,
     metering,
     paid,
     purchase,
@@ -86,6 +87,7 @@ SCENARIOS = (
     "reconciler",
     "guard",
     "metering",
+    "mcp",
     "calls",
     "roundtrips",
     "failover",
@@ -159,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             ("reconciler", f"reconciler pass over {records:,} records per store", reconciled),
             ("guard", "guarded route", lambda: guard.run(stack, load)),
             ("metering", "metered vs unmetered gateway calls", lambda: metering.run(stack, load)),
+            ("mcp", "credit-metered MCP tool calls vs direct", lambda: mcp.run(stack, load)),
             ("calls", "100 calls: pay once vs pay every call", lambda: calls.run(stack)),
             ("roundtrips", "store round trips", lambda: roundtrips.run(stack)),
             (

@@ -172,6 +172,12 @@ class Stack:
         ]  # fmt: skip
         return self._spawn(command, port, "/open", "seller-api.log")
 
+    def mcp_upstream(self) -> str:
+        """The seller's MCP server (``bench.mcp_app``); returns its base URL."""
+        port = free_port()
+        command = [sys.executable, "-m", "bench.mcp_app", "--port", str(port)]
+        return self._spawn(command, port, "/healthz", "mcp-app.log")
+
     def _spawn(self, command: list[str], port: int, probe: str, log_name: str) -> str:
         with (self.directory / log_name).open("ab") as log:
             process = subprocess.Popen(

@@ -16,6 +16,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
+from tests.support.apps import AppProcess
 from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.fixtures import FacilitatorProcess
@@ -80,6 +81,19 @@ def start_seller(
 def seller(request: pytest.FixtureRequest, start_seller: Callable[..., Seller]) -> Seller:
     """One running seller per settlement strategy, shared by the tests of that strategy."""
     return start_seller(request.param)
+
+
+@pytest.fixture(scope="session")
+def echo_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
+    """The seller's existing API behind a gateway (``tests/integrations/apps/echo_upstream.py``).
+
+    One for the session: it echoes each request, and the tests that read its
+    notes (``/_control/received``) clear them first.
+    """
+    log = tmp_path_factory.mktemp("echo-upstream") / "upstream.log"
+    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── StateConflict            409 STATE_CONFLICT, admin: not in a state that allows it
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
         ├── GrantRevoked             410 GRANT_REVOKED, a revoked purchase asked for again
+        │   └── GrantRefunded        410 GRANT_REFUNDED, its money went back (+ the refund's txHash)
         ├── RateLimited              429 RATE_LIMITED, too many unpaid requests (+ Retry-After)
         │   └── CallsThrottled       429 RATE_LIMITED, a grant's rate limit (+ RateLimit)
         ├── InternalError            500 INTERNAL_ERROR
@@ -57,6 +58,7 @@ __all__ = [
     "ConfigError",
     "CredentialPending",
     "CreditsExhausted",
+    "GrantRefunded",
     "GrantRevoked",
     "InternalError",
     "InvalidRequest",
@@ -312,6 +314,14 @@ class GrantRevoked(ProblemError):
     status = 410
     code = "GRANT_REVOKED"
     title = "Grant revoked"
+
+
+class GrantRefunded(GrantRevoked):
+    """The purchase's money went back to the buyer (docs/refunds.md); ``txHash`` is the refund's."""
+
+    status = 410
+    code = "GRANT_REFUNDED"
+    title = "Grant refunded"
 
 
 class RateLimited(ProblemError):

@@ -258,7 +258,7 @@ class Store(Protocol):
     async def add_counts(
         self, counts: Mapping[tuple[int, str], int], *, forget_before: int
     ) -> None:
-        """Add each delta to the counter ``name`` of the time bucket ``bucket`` (analytics).
+        """Add each delta to the counter ``name`` of the time bucket ``bucket`` (the counters).
 
         Keys are ``(bucket, name)``: the bucket is the caller's (the start of an
         hour, in seconds since the epoch) and names come from a bounded set, so

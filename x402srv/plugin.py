@@ -101,6 +101,16 @@ from x402srv.interfaces import (
     UsageBucket,
     keeps_credits,
 )
+from x402srv.refunds.records import RefundMove, RefundRecord, RefundState
+from x402srv.refunds.rules import (
+    OverRefund,
+    RefundCreated,
+    RefundMismatch,
+    RefundMoved,
+    decide_create,
+    decide_move,
+    listed,
+)
 from x402srv.server.plugin_context import PluginContext
 from x402srv.settlement.chain import ChainReader, ChainUnavailable, Receipt
 from x402srv.settlement.transfer_call import (
@@ -184,6 +194,7 @@ __all__ = [
     "MigratingStore",
     "NetworkInfo",
     "NotTransferred",
+    "OverRefund",
     "PaymentClaimed",
     "PaymentDetails",
     "PaymentKey",
@@ -194,6 +205,12 @@ __all__ = [
     "Reason",
     "Receipt",
     "RecordChanges",
+    "RefundCreated",
+    "RefundMismatch",
+    "RefundMove",
+    "RefundMoved",
+    "RefundRecord",
+    "RefundState",
     "Register",
     "Rejected",
     "Revert",
@@ -233,6 +250,8 @@ __all__ = [
     "claim_conflict",
     "claim_keys",
     "classify_revert",
+    "decide_create",
+    "decide_move",
     "decode_account",
     "decode_record",
     "decode_task",
@@ -245,6 +264,7 @@ __all__ = [
     "judge_revert",
     "keeps_credits",
     "key_to_release",
+    "listed",
     "nameable",
     "payer_of",
     "preflight",

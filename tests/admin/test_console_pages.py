@@ -14,8 +14,9 @@ import re
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.support.console import ADMIN_TOKEN, Console, buy
+from tests.support.console import ADMIN_TOKEN, Console
 from tests.support.problems import assert_problem
+from tests.support.purchase import buy
 
 
 def signed_in(console: Console) -> tuple[httpx.Client, str]:

@@ -19,8 +19,9 @@ import time
 from eth_account.signers.local import LocalAccount
 
 from tests.support.configs import make_config
-from tests.support.console import Console, buy
+from tests.support.console import Console
 from tests.support.problems import assert_problem
+from tests.support.purchase import buy
 from x402srv.access.records import State, Transition
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.testing.builders import BASE_TIME, make_record, new_tx_hash

@@ -39,19 +39,11 @@ DESKTOP = (1280, 900)
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def shop(start_seller: Callable[..., Seller], upstream: AppProcess) -> Console:
+def shop(start_seller: Callable[..., Seller], echo_upstream: AppProcess) -> Console:
     port = free_port()
     seller = start_seller(
         "gas-wallet",
-        routes=gateway_routes(upstream.url),
+        routes=gateway_routes(echo_upstream.url),
         admin={"token": ADMIN_TOKEN, "port": port},
         revocation={"refresh_seconds": 0.5},
         analytics={"flush_seconds": 0.2},

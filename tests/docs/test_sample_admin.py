@@ -17,8 +17,8 @@ from typing import Any
 
 from eth_account.signers.local import LocalAccount
 
-from tests.support.console import buy
 from tests.support.paths import SAMPLES
+from tests.support.purchase import buy
 from tests.support.seller import Seller
 from x402srv.testing.servers import free_port
 

@@ -32,6 +32,7 @@ ENV = {
     "X402SRV_REDIS_URL": "redis://:password@127.0.0.1:6379/0",
     "X402SRV_POSTGRES_DSN": "postgresql://x402srv:password@127.0.0.1:5432/x402srv",
     "X402SRV_GAS_WALLET_KEY": "0x" + "11" * 32,
+    "X402SRV_REFUND_WALLET_KEY": "0x" + "22" * 32,
     "X402SRV_RPC_URL": "https://sepolia.base.org",
     "X402SRV_ADMIN_TOKEN": "docs-admin-token-" + "a" * 24,
     "X402SRV_OFFER_RECEIPT_KEY": "0x" + "22" * 32,

@@ -203,22 +203,13 @@ def test_forwarded_for_without_trusted_hops_is_refused_by_check(tmp_path: Path) 
 # ------------------------------------------------------------------ junk payments
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
-    yield process
-    process.stop()
-
-
 def test_junk_signature_payments_get_429_after_the_threshold_at_the_access_endpoint(
     start_seller: Callable[..., Seller], buyer: LocalAccount
 ) -> None:
     seller = limited_seller(start_seller)
-    challenge = seller.challenge("hourly")  # 1 of LIMIT
-    payment = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
+    payment = seller.pay_with(buyer, "hourly")  # 1 of LIMIT
     body = {"planId": "hourly"}
-    junk = {"PAYMENT-SIGNATURE": encode_payment(forged(payment))}
+    junk = {"PAYMENT-SIGNATURE": encode_payment(forged(payment.document))}
     answers = [httpx.post(seller.access_url, json=body, headers=junk) for _ in range(LIMIT + 2)]
     assert [a.status_code for a in answers] == [402] * (LIMIT - 1) + [429] * 3
     assert_problem(answers[0], 402, "PAYMENT_FAILED")
@@ -226,18 +217,16 @@ def test_junk_signature_payments_get_429_after_the_threshold_at_the_access_endpo
     # and unpaid requests are over the limit too: the junk was counted as theirs
     assert_limited(httpx.post(seller.access_url, json={}))
 
-    paid = httpx.post(
-        seller.access_url, json=body, headers={"PAYMENT-SIGNATURE": encode_payment(payment)}
-    )
+    paid = httpx.post(seller.access_url, json=body, headers={"PAYMENT-SIGNATURE": payment.header})
     assert paid.status_code == 200, paid.text
 
 
 def test_junk_signature_payments_get_429_after_the_threshold_at_the_gateway(
-    start_seller: Callable[..., Seller], upstream: AppProcess, buyer: LocalAccount
+    start_seller: Callable[..., Seller], echo_upstream: AppProcess, buyer: LocalAccount
 ) -> None:
     seller = start_seller(
         "gas-wallet",
-        routes=[{"prefix": "/api", "upstream": upstream.url}],
+        routes=[{"prefix": "/api", "upstream": echo_upstream.url}],
         rate_limit={"unpaid_requests": LIMIT, "window_seconds": WINDOW},
     )
     url = seller.server.url + "/api/forecast"

@@ -19,7 +19,7 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,16 +165,8 @@ def fetch_buy(
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(start_seller: Callable[..., Seller], upstream: AppProcess) -> Seller:
-    return start_seller("gas-wallet", routes=gateway_routes(upstream.url))
+def gateway(start_seller: Callable[..., Seller], echo_upstream: AppProcess) -> Seller:
+    return start_seller("gas-wallet", routes=gateway_routes(echo_upstream.url))
 
 
 def forwarded_upload(upstream: AppProcess, send: Callable[[], httpx.Response]) -> httpx.Response:
@@ -269,7 +261,7 @@ async def test_calldata_rebuild_does_not_fetch_the_grant_at_the_access_endpoint(
 
 
 async def test_calldata_rebuild_is_not_forwarded_at_a_gateway_route(
-    gateway: Seller, upstream: AppProcess, buyer: LocalAccount
+    gateway: Seller, echo_upstream: AppProcess, buyer: LocalAccount
 ) -> None:
     """A gateway purchase is discovery-first: its rebuilt header once went upstream as the
     buyer and came back with the buyer's token. Now nothing is forwarded."""
@@ -280,7 +272,7 @@ async def test_calldata_rebuild_is_not_forwarded_at_a_gateway_route(
     for name, header in rebuilds(gateway.chain, grant["txHash"], offer.json()).items():
         encoded = encode_payment(header)
         answer = forwarded_upload(
-            upstream,
+            echo_upstream,
             lambda encoded=encoded: httpx.post(  # type: ignore[misc]
                 f"{gateway.server.url}/api/_upload",
                 content=b"stolen",

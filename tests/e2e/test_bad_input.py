@@ -127,15 +127,14 @@ def test_payment_header_without_a_plan(seller: Seller, buyer: LocalAccount) -> N
 
 def test_base64url_unpadded_header_is_accepted(seller: Seller, buyer: LocalAccount) -> None:
     """docs/protocol/wire.md: base64url or standard, padded or not."""
-    challenge = seller.challenge("hourly")
-    payload = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
+    payment = seller.pay_with(buyer, "hourly")
     response = httpx.post(
         seller.access_url,
         json={"planId": "hourly"},
-        headers={"PAYMENT-SIGNATURE": encode_payment(payload, urlsafe=True)},
+        headers={"PAYMENT-SIGNATURE": encode_payment(payment.document, urlsafe=True)},
     )
     assert response.status_code == 200, response.text
-    assert response.json()["challengeId"] == challenge["challengeId"]
+    assert response.json()["challengeId"] == payment.challenge_id
 
 
 def test_unknown_routes_and_methods_are_problems(seller: Seller) -> None:

@@ -69,8 +69,8 @@ def _check_one_settlement(
 
 
 async def test_same_payment_ten_times_at_once(seller: Seller, buyer: LocalAccount) -> None:
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
     transfers = len(seller.chain.transfer_logs(to=seller.wallet))
     before = seller.balance()
 
@@ -83,7 +83,7 @@ async def test_same_payment_ten_times_at_once(seller: Seller, buyer: LocalAccoun
     )
     assert retry.status_code == 200
     assert retry.json() == grant
-    assert grant["challengeId"] == challenge["challengeId"]
+    assert grant["challengeId"] == payment.challenge_id
 
 
 async def test_same_discovery_first_payment_ten_times_at_once(

@@ -9,7 +9,7 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.problems import assert_problem, nothing_changes
 from tests.support.seller import Seller
-from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
+from x402srv.testing.buyers import encode_payment, paying_client
 
 
 def test_request_id_reused_for_another_plan(seller: Seller, request_id: str) -> None:
@@ -29,18 +29,17 @@ def test_request_id_reused_for_another_plan(seller: Seller, request_id: str) -> 
 async def test_one_authorization_cannot_pay_two_challenges(
     seller: Seller, buyer: LocalAccount
 ) -> None:
-    first = seller.challenge("hourly")
-    payment = signed_payment(buyer, seller.chain.token, first["accepts"][0])
+    payment = seller.pay_with(buyer, "hourly")
     paid = httpx.post(
         seller.access_url,
         json={"planId": "hourly"},
-        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+        headers={"PAYMENT-SIGNATURE": payment.header},
     )
     assert paid.status_code == 200, paid.text
 
     # The same signed authorization, pointed at a second challenge (extra is not signed).
     second = seller.challenge("hourly")
-    replay = copy.deepcopy(payment)
+    replay = copy.deepcopy(payment.document)
     replay["accepted"]["extra"]["challengeId"] = second["challengeId"]
     replay["accepted"]["extra"]["requestId"] = second["requestId"]
     with nothing_changes(seller):
@@ -56,15 +55,14 @@ async def test_challenge_payment_replayed_without_its_challenge_id(
     seller: Seller, buyer: LocalAccount
 ) -> None:
     """The chain makes (from, nonce, signature) public: they alone must not fetch a grant."""
-    challenge = seller.challenge("hourly")
-    payment = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
+    payment = seller.pay_with(buyer, "hourly")
     paid = httpx.post(
         seller.access_url,
         json={"planId": "hourly"},
-        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+        headers={"PAYMENT-SIGNATURE": payment.header},
     )
     assert paid.status_code == 200
-    anonymous = copy.deepcopy(payment)
+    anonymous = copy.deepcopy(payment.document)
     del anonymous["accepted"]["extra"]["challengeId"]
     del anonymous["accepted"]["extra"]["requestId"]
     with nothing_changes(seller):

@@ -20,7 +20,6 @@ from tests.support.cli import x402srv
 from tests.support.seller import Seller
 from x402srv.access.failpoints import POINTS
 from x402srv.devchain import Devchain
-from x402srv.testing.buyers import encode_payment, signed_payment
 
 HOURLY = 100_000
 
@@ -48,9 +47,9 @@ def test_crash_then_recover(
         env={"X402SRV_FAILPOINT": point},
     )
     start_block = devchain.rpc.block_number()
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
-    body = {"planId": "hourly", "requestId": challenge["requestId"]}
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
+    body = {"planId": "hourly", "requestId": payment.request_id}
 
     with pytest.raises(httpx.TransportError):  # the server dies mid-request
         httpx.post(seller.access_url, json=body, headers={"PAYMENT-SIGNATURE": header}, timeout=30)
@@ -62,14 +61,14 @@ def test_crash_then_recover(
     seller.server.start()
     reconciled = x402srv(seller, "reconcile", "--grace-seconds", "0")
     assert reconciled.returncode == 0, reconciled.stderr
-    assert challenge["challengeId"] in reconciled.stdout
+    assert payment.challenge_id in reconciled.stdout
 
     retried = httpx.post(
         seller.access_url, json=body, headers={"PAYMENT-SIGNATURE": header}, timeout=30
     )
     assert retried.status_code == 200, retried.text
     grant = retried.json()
-    assert grant["challengeId"] == challenge["challengeId"]
+    assert grant["challengeId"] == payment.challenge_id
     transfers = seller.chain.transfer_logs(to=seller.wallet, from_block=start_block)
     assert len(transfers) == 1
     assert transfers[0].tx_hash.lower() == grant["txHash"].lower()

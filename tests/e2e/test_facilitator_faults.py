@@ -46,8 +46,7 @@ def test_facilitator_down_at_settle_time(
     port = free_port()
     process = facilitator(port=port)
     seller = facilitator_seller(start_seller, process.url, verify_before_settle=False)
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    header = seller.pay_with(buyer, "hourly").header
     process.stop()
 
     refused = _pay(seller, header)
@@ -70,8 +69,8 @@ def test_facilitator_hangs_past_the_timeout_then_settles(
     """Our timeout fires first (502); the facilitator settles later; the retry gets the grant."""
     process = facilitator("settle-late", delay=4)
     seller = facilitator_seller(start_seller, process.url)
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
 
     pending = _pay(seller, header)
     assert_problem(pending, 502, "SETTLEMENT_PENDING")
@@ -85,7 +84,7 @@ def test_facilitator_hangs_past_the_timeout_then_settles(
 
     retried = _pay(seller, header)
     assert retried.status_code == 200, retried.text
-    assert retried.json()["challengeId"] == challenge["challengeId"]
+    assert retried.json()["challengeId"] == payment.challenge_id
     assert _transfers(seller) == 1  # resolved from the chain, not settled again
 
 
@@ -97,15 +96,15 @@ def test_facilitator_500_after_broadcast(
     """The transfer happened but the answer was a 500: the chain decides; the buyer gets it."""
     process = facilitator("settle-500-after")
     seller = facilitator_seller(start_seller, process.url)
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
 
     first = _pay(seller, header)
     assert first.status_code in (200, 502), first.text
     retried = _pay(seller, header)
     assert retried.status_code == 200, retried.text
     grant = retried.json()
-    assert grant["challengeId"] == challenge["challengeId"]
+    assert grant["challengeId"] == payment.challenge_id
     assert _transfers(seller) == 1
     receipt = seller.chain.rpc.wait_for_receipt(grant["txHash"])
     assert receipt.status == 1
@@ -120,13 +119,13 @@ def test_facilitator_400_naming_its_transaction_is_decided_by_the_chain(
     so, and the buyer gets its grant for that one transfer (issue 13, item 4)."""
     process = facilitator("settle-400-after")
     seller = facilitator_seller(start_seller, process.url)
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
 
     first = _pay(seller, header)
     assert first.status_code in (200, 502), first.text  # never 402: nothing was refused
     grant = first.json() if first.status_code == 200 else _pay(seller, header).json()
-    assert grant["challengeId"] == challenge["challengeId"]
+    assert grant["challengeId"] == payment.challenge_id
     assert _transfers(seller) == 1
     assert seller.chain.rpc.wait_for_receipt(grant["txHash"]).status == 1
 
@@ -140,13 +139,9 @@ def test_facilitator_that_never_settles_releases_after_valid_before(
     """Unknown stays SETTLING (502) until the chain passes validBefore; then PENDING, pay again."""
     process = facilitator("settle-hang")
     seller = facilitator_seller(start_seller, process.url)
-    challenge = seller.challenge("hourly")
     valid_before = int(time.time()) + 8  # the shortest window step 5 accepts, plus margin
-    header = encode_payment(
-        signed_payment(
-            buyer, seller.chain.token, challenge["accepts"][0], valid_before=valid_before
-        )
-    )
+    payment = seller.pay_with(buyer, "hourly", valid_before=valid_before)
+    header = payment.header
     assert_problem(_pay(seller, header), 502, "SETTLEMENT_PENDING")
     assert_problem(_pay(seller, header), 502, "SETTLEMENT_PENDING")  # still unknown: not resettled
     time.sleep(max(0.0, valid_before + 1 - time.time()))
@@ -155,7 +150,9 @@ def test_facilitator_that_never_settles_releases_after_valid_before(
     problem = assert_problem(expired, 402, "PAYMENT_FAILED")
     assert problem["reason"] == "invalid_exact_evm_payload_authorization_valid_before"
     assert _transfers(seller) == 0
-    fresh = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    fresh = encode_payment(
+        signed_payment(buyer, seller.chain.token, payment.challenge["accepts"][0])
+    )
     assert_problem(_pay(seller, fresh), 502, "SETTLEMENT_PENDING")  # the claim was released
 
 
@@ -169,8 +166,7 @@ def test_facilitator_word_is_not_trusted_alone(
     """A success with a transaction the chain does not have delivers nothing."""
     process = facilitator(mode)
     seller = facilitator_seller(start_seller, process.url)
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    header = seller.pay_with(buyer, "hourly").header
     response = _pay(seller, header)
     assert_problem(response, 502, "SETTLEMENT_PENDING")
     assert "accessToken" not in response.text
@@ -231,12 +227,11 @@ def test_facilitator_credentials_never_leak(
         },
         env={"X402SRV_TEST_FAC_TOKEN": "fac-token-LEAK3"},
     )
-    challenge = seller.challenge("hourly")
-    payment = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
-    responses = [_pay(seller, encode_payment(payment)) for _ in range(2)]
+    payment = seller.pay_with(buyer, "hourly")
+    responses = [_pay(seller, payment.header) for _ in range(2)]
     assert responses[-1].status_code in (200, 502), responses[-1].text
     seen = seller.server.logs() + "".join(r.text + str(r.headers) for r in responses)
-    for secret in ("LEAK1", "LEAK2", "LEAK3", payment["payload"]["signature"][2:]):
+    for secret in ("LEAK1", "LEAK2", "LEAK3", payment.document["payload"]["signature"][2:]):
         assert secret not in seen
     tokens = [r.json()["accessToken"] for r in responses if r.status_code == 200]
     for token in tokens:

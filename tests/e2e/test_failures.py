@@ -17,7 +17,6 @@ from tests.support.faults import issuer_failing_once, lockable_store, locked
 from tests.support.problems import assert_problem
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
-from x402srv.testing.buyers import encode_payment, signed_payment
 
 HOURLY = 100_000
 
@@ -25,13 +24,12 @@ HOURLY = 100_000
 def test_settlement_refused_releases_the_claim(seller: Seller, devchain: Devchain) -> None:
     """An unfunded buyer: 402 with the settler's reason; the same challenge can be paid later."""
     broke = devchain.new_account(usdc_atomic=0)
-    challenge = seller.challenge("hourly")
-    payment = signed_payment(broke, seller.chain.token, challenge["accepts"][0])
+    payment = seller.pay_with(broke, "hourly")
     block = devchain.rpc.block_number()
     refused = httpx.post(
         seller.access_url,
         json={"planId": "hourly"},
-        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+        headers={"PAYMENT-SIGNATURE": payment.header},
     )
     problem = assert_problem(refused, 402, "PAYMENT_FAILED")
     assert problem["reason"] == "invalid_exact_evm_insufficient_balance"
@@ -41,10 +39,10 @@ def test_settlement_refused_releases_the_claim(seller: Seller, devchain: Devchai
     retried = httpx.post(
         seller.access_url,
         json={"planId": "hourly"},
-        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+        headers={"PAYMENT-SIGNATURE": payment.header},
     )
     assert retried.status_code == 200, retried.text
-    assert retried.json()["challengeId"] == challenge["challengeId"]
+    assert retried.json()["challengeId"] == payment.challenge_id
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +56,8 @@ def test_issuer_failure_after_payment_is_500_and_retry_delivers(
     callback_seller: Seller, buyer: LocalAccount
 ) -> None:
     seller = callback_seller
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
     before = seller.balance()
 
     failed = httpx.post(
@@ -67,7 +65,7 @@ def test_issuer_failure_after_payment_is_500_and_retry_delivers(
     )
     problem = assert_problem(failed, 500, "INTERNAL_ERROR")
     assert int(failed.headers["retry-after"]) >= 1
-    assert problem["challengeId"] == challenge["challengeId"]
+    assert problem["challengeId"] == payment.challenge_id
     assert seller.balance() - before == HOURLY  # paid, and the record stays PAID
     assert "seller backend unavailable" not in failed.text
 
@@ -76,7 +74,7 @@ def test_issuer_failure_after_payment_is_500_and_retry_delivers(
     )
     assert retried.status_code == 200, retried.text
     grant = retried.json()
-    assert grant["accessToken"] == f"api-key-{challenge['challengeId']}"
+    assert grant["accessToken"] == f"api-key-{payment.challenge_id}"
     assert grant["tokenType"] == "ApiKey"
     assert grant["txHash"] == problem["txHash"]
     assert seller.balance() - before == HOURLY  # no second settlement
@@ -94,8 +92,7 @@ def test_store_unavailable_is_503_and_nothing_settles(
     lockable_seller: Seller, buyer: LocalAccount
 ) -> None:
     seller = lockable_seller
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    header = seller.pay_with(buyer, "hourly").header
     block = seller.chain.rpc.block_number()
     with locked(seller.server.directory / "x402srv.db"):
         new = httpx.post(seller.access_url, json={"planId": "daily"})
@@ -130,8 +127,7 @@ def test_gas_wallet_receipt_timeout_is_502_then_the_retry_delivers(
         },
         env={GAS_KEY_ENV: "0x" + bytes(gas.key).hex()},
     )
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    header = seller.pay_with(buyer, "hourly").header
     devchain.rpc.call("evm_setAutomine", [False])  # the transaction waits in the mempool
     try:
         pending = httpx.post(

@@ -27,7 +27,6 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
-from x402srv.testing.buyers import encode_payment, signed_payment
 
 SEED = 13
 ROUNDS = 3
@@ -50,11 +49,10 @@ def prepare(seller: Seller, devchain: Devchain) -> list[Purchase]:
     purchases = []
     for _ in range(BUYERS):
         buyer = devchain.new_account()
-        challenge = seller.challenge("hourly")
-        payment = signed_payment(buyer, devchain.token, challenge["accepts"][0])
-        body = {"planId": "hourly", "requestId": challenge["requestId"]}
-        nonce = payment["payload"]["authorization"]["nonce"]
-        purchases.append(Purchase(buyer, body, encode_payment(payment), nonce))
+        payment = seller.pay_with(buyer, "hourly")
+        body = {"planId": "hourly", "requestId": payment.request_id}
+        nonce = payment.nonce
+        purchases.append(Purchase(buyer, body, payment.header, nonce))
     return purchases
 
 

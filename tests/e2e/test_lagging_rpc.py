@@ -27,7 +27,6 @@ from tests.support.cli import x402srv
 from tests.support.problems import assert_problem
 from tests.support.seller import GAS_KEY_ENV, Seller
 from x402srv.devchain import Devchain
-from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import free_port
 
 HOURLY = 100_000
@@ -120,10 +119,9 @@ def test_used_authorization_without_a_visible_receipt_is_never_released(
             "rpc_url": lagging_rpc.url,
         },
     )
-    challenge = seller.challenge("hourly")
-    payment = signed_payment(buyer, devchain.token, challenge["accepts"][0])
-    nonce = payment["payload"]["authorization"]["nonce"]
-    header = encode_payment(payment)
+    payment = seller.pay_with(buyer, "hourly")
+    nonce = payment.nonce
+    header = payment.header
     request: dict[str, Any] = {
         "json": {"planId": "hourly"},
         "headers": {"PAYMENT-SIGNATURE": header},
@@ -142,14 +140,14 @@ def test_used_authorization_without_a_visible_receipt_is_never_released(
     ran = x402srv(seller, "reconcile", "--grace-seconds", "0")
     assert ran.returncode == 0, ran.stderr
     reconciled = ran.stdout
-    assert f"{challenge['challengeId']}  unresolved" in reconciled
+    assert f"{payment.challenge_id}  unresolved" in reconciled
     assert "SETTLING -> PENDING" not in reconciled
-    record = show(seller, challenge["challengeId"])
+    record = show(seller, payment.challenge_id)
     assert record["state"] == "SETTLING"
     assert [step["state"] for step in record["history"]].count("PENDING") == 1, record["history"]
 
     lagging_rpc.hide_receipts = False
     granted = httpx.post(seller.access_url, timeout=30, **request)
     assert granted.status_code == 200, granted.text
-    assert granted.json()["challengeId"] == challenge["challengeId"]
+    assert granted.json()["challengeId"] == payment.challenge_id
     assert seller.balance() == HOURLY

@@ -34,8 +34,8 @@ def test_background_reconciler_finishes_a_crashed_purchase(
         env={"X402SRV_FAILPOINT": "after-paid"},
         reconciler={"interval_seconds": 1, "grace_seconds": 0},
     )
-    challenge = seller.challenge("hourly")
-    header = encode_payment(signed_payment(buyer, seller.chain.token, challenge["accepts"][0]))
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
     with pytest.raises(httpx.TransportError):
         httpx.post(
             seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
@@ -45,7 +45,7 @@ def test_background_reconciler_finishes_a_crashed_purchase(
     deadline = time.monotonic() + 15
     state = ""
     while time.monotonic() < deadline:
-        shown = x402srv(seller, "challenges", "show", challenge["challengeId"])
+        shown = x402srv(seller, "challenges", "show", payment.challenge_id)
         state = json.loads(shown.stdout)["state"]
         if state == "DELIVERED":
             break
@@ -83,15 +83,14 @@ def test_challenges_list_show_cancel(seller: Seller, buyer: LocalAccount) -> Non
 def test_show_has_history_and_hides_token_and_signature(
     seller: Seller, buyer: LocalAccount
 ) -> None:
-    challenge = seller.challenge("hourly")
-    payment = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
+    payment = seller.pay_with(buyer, "hourly")
     paid = httpx.post(
         seller.access_url,
         json={"planId": "hourly"},
-        headers={"PAYMENT-SIGNATURE": encode_payment(payment)},
+        headers={"PAYMENT-SIGNATURE": payment.header},
     )
     assert paid.status_code == 200
-    shown = x402srv(seller, "challenges", "show", challenge["challengeId"])
+    shown = x402srv(seller, "challenges", "show", payment.challenge_id)
     record = json.loads(shown.stdout)
     states = [h["state"] for h in record["history"]]
     assert states[0] == "PENDING"
@@ -103,7 +102,7 @@ def test_show_has_history_and_hides_token_and_signature(
     assert record["grant"]["accessToken"] == "<redacted>"
     assert record["payment"]["signature"] == "<redacted>"
     assert paid.json()["accessToken"] not in shown.stdout
-    assert payment["payload"]["signature"] not in shown.stdout
+    assert payment.document["payload"]["signature"] not in shown.stdout
 
 
 def test_audit_reports_a_transfer_no_record_accounts_for(

@@ -96,9 +96,9 @@ def test_a_seller_moves_through_every_store_with_nothing_lost(
     bought = []
     for _ in range(3):
         buyer = devchain.new_account()
-        challenge = seller.challenge("hourly")
-        header = encode_payment(signed_payment(buyer, devchain.token, challenge["accepts"][0]))
-        body = {"planId": "hourly", "requestId": challenge["requestId"]}
+        payment = seller.pay_with(buyer, "hourly")
+        header = payment.header
+        body = {"planId": "hourly", "requestId": payment.request_id}
         grant = _pay(seller, body, header)
         assert grant.status_code == 200, grant.text
         bought.append((body, header, grant.json()))

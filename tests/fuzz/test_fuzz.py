@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests.support.problems import snapshot
 from tests.support.seller import Seller
 from x402srv.errors import InvalidRequest
-from x402srv.testing.buyers import encode_payment, signed_payment
+from x402srv.testing.buyers import encode_payment
 from x402srv.wire.protocol import decode_payment_header, parse_access_body
 
 PLANS = {"hourly", "daily"}
@@ -145,8 +145,7 @@ SIGNED_OR_COMPARED = [
 @pytest.fixture(scope="module")
 def valid_payment(seller: Seller, devchain: Any) -> tuple[dict[str, Any], LocalAccount]:
     buyer = devchain.new_account()
-    challenge = seller.challenge("hourly")
-    return signed_payment(buyer, seller.chain.token, challenge["accepts"][0]), buyer
+    return seller.pay_with(buyer, "hourly").document, buyer
 
 
 def _differs(original: Any, value: Any) -> bool:

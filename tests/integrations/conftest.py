@@ -1,11 +1,11 @@
 """Fixtures for the seller integrations: a real upstream API and a real x402srv gateway.
 
-Everything here is a real process: the upstream is a Starlette app under
-uvicorn (``apps/echo_upstream.py``), the gateway is ``python -m x402srv`` with
-``[[routes]]`` pointing at it, settling on the session's anvil with the gas
-wallet. Tokens for the forwarding tests come from the real ``jwt`` issuer
-with the gateway's own secret; the purchase tests buy them with the official
-x402 client.
+Everything here is a real process: the upstream is ``echo_upstream`` (from
+``tests/conftest.py``: ``apps/echo_upstream.py`` under uvicorn), the gateway
+is ``python -m x402srv`` with ``[[routes]]`` pointing at it, settling on the
+session's anvil with the gas wallet. Tokens for the forwarding tests come
+from the real ``jwt`` issuer with the gateway's own secret; the purchase
+tests buy them with the official x402 client.
 """
 
 from __future__ import annotations
@@ -21,18 +21,9 @@ from tests.support.seller import Seller
 
 
 @pytest.fixture(scope="session")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    """The seller's existing API (echoes what it receives)."""
-    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="session")
-def gateway(start_seller: Callable[..., Seller], upstream: AppProcess) -> Seller:
+def gateway(start_seller: Callable[..., Seller], echo_upstream: AppProcess) -> Seller:
     """x402srv in gateway mode in front of ``upstream``."""
-    return start_seller("gas-wallet", routes=gateway_routes(upstream.url))
+    return start_seller("gas-wallet", routes=gateway_routes(echo_upstream.url))
 
 
 @pytest.fixture(scope="session")

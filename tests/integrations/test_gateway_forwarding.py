@@ -22,7 +22,7 @@ from tests.support.seller import Seller, decode_header
 
 
 async def test_forwards_method_path_query_body_and_identity_headers(
-    gateway: Seller, upstream: AppProcess
+    gateway: Seller, echo_upstream: AppProcess
 ) -> None:
     token = await mint_token("hourly")
     async with httpx.AsyncClient() as http:
@@ -47,7 +47,7 @@ async def test_forwards_method_path_query_body_and_identity_headers(
     assert headers["x-forwarded-for"] == ["127.0.0.1"]
     assert headers["x-forwarded-proto"] == ["http"]
     assert "authorization" not in headers
-    assert headers["host"] == [f"127.0.0.1:{upstream.port}"]
+    assert headers["host"] == [f"127.0.0.1:{echo_upstream.port}"]
     assert headers["x-forwarded-host"] == [gateway.server.url.removeprefix("http://")]
 
 
@@ -139,7 +139,7 @@ async def test_large_bodies_stream_both_ways_intact(gateway: Seller) -> None:
 
 
 async def test_response_body_is_streamed_not_buffered(
-    gateway: Seller, upstream: AppProcess
+    gateway: Seller, echo_upstream: AppProcess
 ) -> None:
     """The first chunk reaches the client while the upstream still holds back the second."""
     token = await mint_token()
@@ -150,12 +150,14 @@ async def test_response_body_is_streamed_not_buffered(
         chunks = response.aiter_raw()
         first = await asyncio.wait_for(anext(chunks), 10)  # would hang if the gateway buffered
         assert first == b"first;"
-        await http.post(f"{upstream.url}/_control/release")
+        await http.post(f"{echo_upstream.url}/_control/release")
         rest = b"".join([chunk async for chunk in chunks])
     assert rest == b"second"
 
 
-async def test_request_body_is_streamed_not_buffered(gateway: Seller, upstream: AppProcess) -> None:
+async def test_request_body_is_streamed_not_buffered(
+    gateway: Seller, echo_upstream: AppProcess
+) -> None:
     """The upstream sees the first chunk before the client has sent the second."""
     token = await mint_token()
     first_arrived = asyncio.Event()
@@ -165,7 +167,7 @@ async def test_request_body_is_streamed_not_buffered(gateway: Seller, upstream: 
         deadline = time.monotonic() + 10
         async with httpx.AsyncClient() as probe:
             while time.monotonic() < deadline:
-                seen = (await probe.get(f"{upstream.url}/_control/received")).json()["chunks"]
+                seen = (await probe.get(f"{echo_upstream.url}/_control/received")).json()["chunks"]
                 if seen:
                     first_arrived.set()
                     break

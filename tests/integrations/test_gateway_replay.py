@@ -69,8 +69,8 @@ class Gateway:
 
 
 @pytest.fixture
-def gateway_state(devchain: Devchain, upstream: AppProcess, tmp_path: Path) -> Gateway:
-    return Gateway(devchain, upstream, tmp_path)
+def gateway_state(devchain: Devchain, echo_upstream: AppProcess, tmp_path: Path) -> Gateway:
+    return Gateway(devchain, echo_upstream, tmp_path)
 
 
 async def pay_through(app: Sanic[Any, Any], header: str) -> Any:

@@ -81,8 +81,8 @@ class KeySet:
 
 
 @pytest.fixture
-def keyset(upstream: AppProcess) -> KeySet:
-    return KeySet(upstream)
+def keyset(echo_upstream: AppProcess) -> KeySet:
+    return KeySet(echo_upstream)
 
 
 async def verify(token: str, source: JWKSKeySource) -> AccessClaims:

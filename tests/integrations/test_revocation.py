@@ -44,7 +44,7 @@ SLACK = 10.0
 @pytest.fixture(scope="module")
 def instances(
     start_seller: Callable[..., Seller],
-    upstream: AppProcess,
+    echo_upstream: AppProcess,
     redis_url: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Console, ServerProcess]]:
@@ -52,7 +52,7 @@ def instances(
     prefix = f"revocation-{time.monotonic_ns()}:"
     a = start_seller(
         "gas-wallet",
-        routes=gateway_routes(upstream.url),
+        routes=gateway_routes(echo_upstream.url),
         credentials=eddsa_credentials("revocation-k1"),
         store={"backend": "redis", "url": redis_url, "redis": {"key_prefix": prefix}},
         admin={"token": ADMIN_TOKEN, "port": free_port()},

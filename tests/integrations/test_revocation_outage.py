@@ -89,7 +89,7 @@ async def _gateway_token(seller: Seller, account: Any) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 async def scene(
     start_seller: Callable[..., Seller],
-    upstream: AppProcess,
+    echo_upstream: AppProcess,
     devchain: Devchain,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Scene]:
@@ -102,7 +102,7 @@ async def scene(
     try:
         a = start_seller(
             "gas-wallet",
-            routes=gateway_routes(upstream.url),
+            routes=gateway_routes(echo_upstream.url),
             credentials=eddsa_credentials("outage-k1"),
             store={"backend": "redis", "url": redis.url},
             admin={"token": ADMIN_TOKEN, "port": free_port()},

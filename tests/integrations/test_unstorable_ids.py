@@ -37,7 +37,7 @@ def raw_json(document: dict[str, Any]) -> bytes:
 def any_store_seller(
     request: pytest.FixtureRequest,
     start_seller: Callable[..., Seller],
-    upstream: AppProcess,
+    echo_upstream: AppProcess,
 ) -> Seller:
     backend = str(request.param)
     store: dict[str, Any] = {"backend": backend, "path": "x402srv.db"}
@@ -46,7 +46,7 @@ def any_store_seller(
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
         store = {"backend": "redis", "url": url, "redis": {"key_prefix": f"ids-{id(request)}:"}}
-    return start_seller("gas-wallet", store=store, routes=gateway_routes(upstream.url)[:1])
+    return start_seller("gas-wallet", store=store, routes=gateway_routes(echo_upstream.url)[:1])
 
 
 def header(document: dict[str, Any]) -> str:

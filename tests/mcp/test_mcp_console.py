@@ -1,4 +1,4 @@
-"""What the seller sees of MCP sales: the console's calls and credits per tool, export-sales.
+"""What the seller sees of MCP sales (the console per tool, export-sales), and revoking a grant.
 
 A real seller with ``[admin]`` on and an ``[[mcp]]`` path; the official x402.mcp
 client buys one call and a plan, a plain mcp client spends the plan's credits.
@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mcp.shared.exceptions import McpError
+
 from tests.support.apps import AppProcess
 from tests.support.cli import x402srv
 from tests.support.console import ADMIN_TOKEN, Console, console_pages
-from tests.support.mcp import CALLS_PLAN, HOURLY_PLAN, mcp_table
+from tests.support.mcp import CALLS_PLAN, HOURLY_PLAN, mcp_table, upstream_runs
 from tests.support.paths import SAMPLES
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
@@ -46,6 +48,7 @@ async def test_the_console_and_export_sales_show_mcp_sales_per_tool(
         mcp=[mcp_table(mcp_upstream.url)],
         admin={"token": ADMIN_TOKEN, "port": port},
         analytics={"flush_seconds": 0.2},
+        revocation={"refresh_seconds": 0.5},
     )
     console = Console(seller, f"http://127.0.0.1:{port}/admin")
     url = f"{seller.server.url}/mcp"
@@ -80,3 +83,22 @@ async def test_the_console_and_export_sales_show_mcp_sales_per_tool(
         ("calls-50", "500000"),
         ("mcp.report", "10000"),
     ]
+
+    # the seller revokes the grant: its token gets a clear MCP error, never a forwarded call
+    revoked = console.post(f"/grants/{grant['challengeId']}/revoke", {"reason": "chargeback"})
+    assert revoked.status_code == 200, revoked.text
+    before = (await upstream_runs(mcp_upstream.url))["forecast"]
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            await SAMPLE["call_with_token"](url, token, "forecast", {"city": "z"})
+        except BaseExceptionGroup as raised:  # anyio's task groups wrap the McpError
+            error = raised
+            while isinstance(error, BaseExceptionGroup):
+                error = error.exceptions[0]
+            assert isinstance(error, McpError)
+            assert error.error.message.startswith("TOKEN_REVOKED"), error.error.message
+            break
+        assert time.monotonic() < deadline, "the revoked token still opens the tool"
+        before += 1  # (a call made before this instance read the revocation)
+    assert (await upstream_runs(mcp_upstream.url))["forecast"] == before

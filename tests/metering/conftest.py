@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from tests.support.apps import AppProcess
 from tests.support.metering import PLANS, metering_routes
 from tests.support.seller import Seller
-
-
-@pytest.fixture(scope="session")
-def echo_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    log = tmp_path_factory.mktemp("echo") / "upstream.log"
-    process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from tests.support.problems import assert_problem
 from tests.support.seller import GAS_KEY_ENV, JWT_SECRET, Seller
 from x402srv.devchain import Devchain
 from x402srv.server.logs import fingerprint
-from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
+from x402srv.testing.buyers import paying_client
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port
 
@@ -123,9 +123,8 @@ def test_a_full_run_logs_no_secrets(
         "gas-wallet",
         routes=[{"prefix": "/api", "upstream": f"http://127.0.0.1:{free_port()}"}],
     )
-    challenge = seller.challenge("hourly")
-    payment = signed_payment(buyer, seller.chain.token, challenge["accepts"][0])
-    header = encode_payment(payment)
+    payment = seller.pay_with(buyer, "hourly")
+    header = payment.header
     paid = httpx.post(
         seller.access_url, json={"planId": "hourly"}, headers={"PAYMENT-SIGNATURE": header}
     )
@@ -144,9 +143,9 @@ def test_a_full_run_logs_no_secrets(
         "gas wallet key": seller.server.env[GAS_KEY_ENV][2:],
         "access token": token,
         "token signature": token.rsplit(".", 1)[1],
-        "payment signature": payment["payload"]["signature"][2:],
+        "payment signature": payment.document["payload"]["signature"][2:],
         "payment header": header[:60],
-        "requestId": challenge["requestId"],
+        "requestId": payment.request_id,
     }
     for name, secret in secrets.items():
         assert secret not in logs, f"{name} found in the server log"

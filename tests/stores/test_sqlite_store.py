@@ -141,10 +141,10 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
         version = other.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_schema.SCHEMA_VERSION == 5
+        assert version == sqlite_schema.SCHEMA_VERSION == 6
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
         expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
-        expected |= {"credits", "credit_entries"}
+        expected |= {"credits", "credit_entries", "refunds"}
         assert expected <= tables
     finally:
         other.close()
@@ -777,7 +777,7 @@ async def test_a_version_4_file_files_its_records_under_their_payers(tmp_path: P
         await store.close()
     check = sqlite3.connect(path)
     try:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
         schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
         assert "(payer, updated_at, challenge_id)" in schema["challenges_by_payer"]
         assert "WITHOUT ROWID" in schema["counts"]

@@ -1,8 +1,7 @@
-"""Talking to a seller's console in tests: the admin API with its token, and purchases.
+"""Talking to a seller's console in tests: the admin API with its token, and its pages.
 
-``Console`` wraps a running seller with ``[admin]`` on; ``buy`` makes a
-purchase with the official x402 client (discovery-first, as a buyer agent
-does) and returns its grant.
+``Console`` wraps a running seller with ``[admin]`` on; purchases to look at
+come from ``tests.support.purchase.buy``.
 """
 
 from __future__ import annotations
@@ -12,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from eth_account.signers.local import LocalAccount
 
 from tests.support.seller import Seller
-from x402srv.testing.buyers import paying_client
 
-__all__ = ["ADMIN_TOKEN", "Console", "buy", "console_pages"]
+__all__ = ["ADMIN_TOKEN", "Console", "console_pages"]
 
 ADMIN_TOKEN = "console-admin-token-" + "a" * 24
 
@@ -57,12 +54,3 @@ def console_pages(console: Console, *paths: str) -> list[str]:
     for path, page in zip(paths, pages, strict=True):
         assert page.status_code == 200, (path, page.text)
     return [page.text for page in pages]
-
-
-async def buy(seller: Seller, buyer: LocalAccount, plan: str = "hourly") -> dict[str, Any]:
-    """One purchase by the official x402 client; the AccessGrant it received."""
-    http, _ = paying_client(buyer)
-    async with http:
-        paid = await http.post(seller.access_url, json={"planId": plan})
-    assert paid.status_code == 200, paid.text
-    return dict(paid.json())

@@ -23,8 +23,12 @@ from x402srv.tokens.verify import TokenVerifier
 HOURLY = 100_000  # the "hourly" plan of seller_config: $0.10 with 6 decimals
 
 
-async def buy(seller: Seller, buyer: LocalAccount, plan_id: str = "hourly") -> dict[str, str]:
-    """A grant bought with the official x402 client; the seller's balance rose."""
+async def buy(seller: Seller, buyer: LocalAccount, plan_id: str = "hourly") -> dict[str, Any]:
+    """A grant bought with the official x402 client; the seller's balance rose.
+
+    The one purchase helper: ``POST`` to the access endpoint as a buyer agent
+    does, paying the 402 it gets.
+    """
     before = seller.balance()
     http, _ = paying_client(buyer)
     async with http:

@@ -1,6 +1,9 @@
 """A running test seller (``Seller``) and the settings the core's seller fixtures give it.
 
 ``tests/conftest.py`` starts sellers; tests in every directory take a ``Seller``.
+``Seller.pay_with`` signs a payment by hand for a fresh challenge, for tests that
+send it at a moment of their choosing (a buyer agent's way is
+``tests.support.purchase.buy``).
 """
 
 from __future__ import annotations
@@ -11,12 +14,43 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from eth_account.signers.local import LocalAccount
 
 from x402srv.devchain import Devchain
+from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.servers import ServerProcess
 
 JWT_SECRET = "test-jwt-secret-" + "s" * 32
 GAS_KEY_ENV = "X402SRV_TEST_GAS_WALLET_KEY"
+
+
+@dataclass(frozen=True)
+class SignedPayment:
+    """One challenge paid by hand: the test sends it when, and as often as, it likes."""
+
+    challenge: dict[str, Any]  # the 402 it pays
+    document: dict[str, Any]  # the v2 PaymentPayload
+
+    @property
+    def header(self) -> str:
+        """The ``PAYMENT-SIGNATURE`` value."""
+        return encode_payment(self.document)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"PAYMENT-SIGNATURE": self.header}
+
+    @property
+    def challenge_id(self) -> str:
+        return str(self.challenge["challengeId"])
+
+    @property
+    def request_id(self) -> str:
+        return str(self.challenge["requestId"])
+
+    @property
+    def nonce(self) -> str:
+        return str(self.document["payload"]["authorization"]["nonce"])
 
 
 @dataclass
@@ -45,6 +79,17 @@ class Seller:
 
     def balance(self) -> int:
         return self.chain.balance_of(self.wallet)
+
+    def pay_with(
+        self, buyer: LocalAccount, plan_id: str = "hourly", **signed: Any
+    ) -> SignedPayment:
+        """A fresh challenge for ``plan_id``, paid by ``buyer``; ``signed`` overrides a field.
+
+        Nothing is sent yet (``signed_payment`` in ``x402srv.testing.buyers`` names the fields).
+        """
+        challenge = self.challenge(plan_id)
+        accepted = challenge["accepts"][0]
+        return SignedPayment(challenge, signed_payment(buyer, self.chain.token, accepted, **signed))
 
 
 def settlement_table(

@@ -12,8 +12,10 @@ import pytest
 from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.stores.dump import DumpError, export_store, import_store, write_atomically
 from x402srv.testing.builders import BASE_TIME, make_record
+from x402srv.testing.store_contract_refunds import make_refund
 
 HOUR = 1_699_999_200  # an hour's start, as the analytics buckets are
+REFUND = make_refund(amount=40)
 
 
 def _clock() -> float:
@@ -26,9 +28,10 @@ async def _dump(count: int = 3) -> list[str]:
         await store.create_challenge(make_record())
     await store.save_task("t-1", {"status": "working"}, expect_version=None)
     await store.add_counts({(HOUR, "paid:hourly"): 3, (2 * HOUR, "402"): 40}, forget_before=0)
+    await store.create_refund(REFUND, paid=100)
     out = io.StringIO()
     counts = await export_store(store, out, clock=_clock)
-    assert counts.counts == {"challenge": count, "task": 1, "count": 2}
+    assert counts.counts == {"challenge": count, "task": 1, "count": 2, "refund": 1}
     return out.getvalue().splitlines(keepends=True)
 
 
@@ -39,11 +42,12 @@ async def test_a_dump_round_trips_through_the_format() -> None:
     assert (header["version"], header["store"]) == (1, "memory")
     assert json.loads(lines[-1]) == {
         "kind": "end",
-        "counts": {"challenge": 3, "task": 1, "count": 2},
+        "counts": {"challenge": 3, "task": 1, "count": 2, "refund": 1},
     }
     target = MemoryStore()
     counts = await import_store(target, lines, clock=_clock)
-    assert str(counts) == "3 challenges, 1 task, 0 credit accounts, 0 leases, 2 analytics counters"
+    assert str(counts) == "3 challenges, 1 task, 2 hourly counters, 1 refund"
+    assert await target.get_refund(REFUND.refund_id) == REFUND  # a refund moves whole
     assert await target.read_counts(start=0, end=3 * HOUR) == {
         (HOUR, "paid:hourly"): 3,
         (2 * HOUR, "402"): 40,

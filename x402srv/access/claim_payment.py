@@ -23,7 +23,7 @@ from x402srv.interfaces import (
     TransitionApplied,
     TransitionRequest,
 )
-from x402srv.usage.counters import Tally
+from x402srv.usage.counters import Counters
 
 __all__ = ["PaymentClaimer"]
 
@@ -34,25 +34,25 @@ class PaymentClaimer:
         payments: PaymentCheck,
         mover: moves.Mover,
         clock: Clock,
-        tally: Tally,
+        counters: Counters,
         *,
         lease_seconds: float,
     ) -> None:
         self.payments = payments
         self.mover = mover
         self.clock = clock
-        self.tally = tally
+        self.counters = counters
         self.lease_seconds = lease_seconds
 
     def move(
         self, record: ChallengeRecord, payment: SentPayment, at: float
     ) -> tuple[TransitionRequest, CheckedPayment]:
         """Steps 5-7 as one move: the payment checked, then claimed with PENDING -> SETTLING."""
-        self.tally.add(f"tried:{record.plan_id}")
+        self.counters.add(f"tried:{record.plan_id}")
         try:
             checked = self.payments.check(record, payment)
         except PaymentFailed as failure:
-            self.tally.failed(failure.reason)
+            self.counters.failed(failure.reason)
             raise
         move = moves.settle(
             record, checked, at, attempt_id=uuid4_hex(), lease_seconds=self.lease_seconds
@@ -66,7 +66,7 @@ class PaymentClaimer:
         move, checked = self.move(record, payment, self.clock())
         result = await self.mover.apply(move)
         if isinstance(result, PaymentClaimed):
-            self.tally.failed("already_redeemed")
+            self.counters.failed("already_redeemed")
             raise TxAlreadyRedeemed("this payment is already used for another challenge")
         if isinstance(result, StateMismatch):
             if result.record is None:

@@ -22,7 +22,7 @@ from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import Plan
 from x402srv.errors import TxAlreadyRedeemed
 from x402srv.interfaces import PaymentClaimed, Store
-from x402srv.usage.counters import Tally
+from x402srv.usage.counters import Counters
 
 __all__ = ["ImplicitPurchase"]
 
@@ -34,13 +34,13 @@ class ImplicitPurchase:
         challenges: ChallengeMaker,
         claimer: PaymentClaimer,
         proof: PurchaseProof,
-        tally: Tally,
+        counters: Counters,
     ) -> None:
         self.store = store
         self.challenges = challenges
         self.claimer = claimer
         self.proof = proof
-        self.tally = tally
+        self.counters = counters
 
     async def start(
         self, caller: Caller, payment: SentPayment, plan: Plan, grant: ChallengeRecord | None
@@ -57,7 +57,7 @@ class ImplicitPurchase:
         if isinstance(created, PaymentClaimed):
             owner = await self.store.get_challenge(created.owner)
             if owner is None or not owner.implicit or owner.plan_id != plan.plan_id:
-                self.tally.failed("already_redeemed")
+                self.counters.failed("already_redeemed")
                 raise TxAlreadyRedeemed("this payment is already used for another challenge")
             self.proof.prove(owner, caller)  # a concurrent replay: its buyer's, or nobody's
             same_purchase(owner, body, plan, grant)

@@ -19,7 +19,7 @@ from x402srv.errors import InternalError, RequestIdConflict
 from x402srv.interfaces import Clock, PaymentClaimed, Store
 from x402srv.server.logs import fingerprint
 from x402srv.server.metrics import Metrics
-from x402srv.usage.counters import Tally
+from x402srv.usage.counters import Counters
 from x402srv.wire.offers import plan_offers
 from x402srv.wire.protocol import AccessBody
 
@@ -51,13 +51,13 @@ class ChallengeMaker:
     """Makes challenge records for the configured plans, and counts the ones it creates."""
 
     def __init__(
-        self, config: Config, store: Store, clock: Clock, metrics: Metrics, tally: Tally
+        self, config: Config, store: Store, clock: Clock, metrics: Metrics, counters: Counters
     ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
         self.metrics = metrics
-        self.tally = tally
+        self.counters = counters
 
     async def open(
         self, body: AccessBody, request_id: str, plan: Plan, grant: ChallengeRecord | None
@@ -107,7 +107,7 @@ class ChallengeMaker:
     def note_created(self, record: ChallengeRecord, level: int = logging.INFO) -> None:
         """Count a stored challenge, and log it (without its requestId: a secret)."""
         self.metrics.challenge_created()
-        self.tally.add(f"challenge:{record.plan_id}")
+        self.counters.add(f"challenge:{record.plan_id}")
         if log.isEnabledFor(level):
             log.log(
                 level,

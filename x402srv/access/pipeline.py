@@ -93,10 +93,11 @@ from x402srv.interfaces import (
     TransitionResult,
     system_clock,
 )
+from x402srv.refunds.answers import refunded_answer
 from x402srv.server.metrics import Metrics
 from x402srv.server.metrics import current as current_metrics
 from x402srv.settlement.chain import ChainReader
-from x402srv.usage.counters import Tally
+from x402srv.usage.counters import Counters
 from x402srv.usage.unpaid_limit import UnpaidLimiter
 from x402srv.wire.offers import OfferBuilder
 from x402srv.wire.protocol import AccessBody, PaymentPayload, decode_payment_header
@@ -151,7 +152,7 @@ class AccessPipeline:
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
         limiter: UnpaidLimiter | None = None,
-        tally: Tally | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or current_metrics()
@@ -167,19 +168,21 @@ class AccessPipeline:
         self.network = config.network_info  # the first network's first token
         self.mover = moves.Mover(store, clock)
         self.observers = self.mover.observers  # see every applied transition (A2A streams)
-        # Analytics (``tally``): a dict increment per event, flushed to the store in the background.
-        self.tally = tally or Tally(store, clock, keep_seconds=config.analytics.keep_days * 86_400)
-        self.observers.append(self.tally.observe)
+        # The counters (``[analytics]``): a dict increment per event, flushed in the background.
+        self.counters = counters or Counters(
+            store, clock, keep_seconds=config.analytics.keep_days * 86_400
+        )
+        self.observers.append(self.counters.observe)
         # The steps, in the order of the module docstring.
         lease_seconds = config.settlement.lease_seconds
-        self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.tally)  # 2
+        self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.counters)  # 2
         payments = PaymentCheck(self.offers, clock)  # 5
         self.proof = PurchaseProof(payments)  # 4
         self.claimer = PaymentClaimer(  # 5-7
-            payments, self.mover, clock, self.tally, lease_seconds=lease_seconds
+            payments, self.mover, clock, self.counters, lease_seconds=lease_seconds
         )
         self.implicit = ImplicitPurchase(  # 3, its last way
-            store, self.challenges, self.claimer, self.proof, self.tally
+            store, self.challenges, self.claimer, self.proof, self.counters
         )
         self.resolver = SettlingResolver(self.chains, self.mover, clock)  # 4, SETTLING
         self.delivery = Delivery(  # 10
@@ -193,7 +196,7 @@ class AccessPipeline:
             self.offers,
             clock,
             self.metrics,
-            self.tally,
+            self.counters,
             lease_seconds=lease_seconds,
         )
 
@@ -262,14 +265,14 @@ class AccessPipeline:
         """429 for a client over its unpaid-request limit; paying requests never come here.
 
         Every unpaid request passes here (discovery, challenges, the gateway's 402s,
-        A2A calls without a payment), so this is where the analytics count them.
+        A2A calls without a payment), so this is where the counters count them.
         """
-        self.tally.add("unpaid")
+        self.counters.add("unpaid")
         if self.limiter is not None and client is not None:
             try:
                 await self.limiter.check(client)
             except RateLimited:
-                self.tally.add("limited")
+                self.counters.add("limited")
                 raise
 
     async def limit_failed(self, client: str | None) -> None:
@@ -284,7 +287,7 @@ class AccessPipeline:
             try:
                 await self.limiter.check(client)
             except RateLimited:
-                self.tally.add("limited")
+                self.counters.add("limited")
                 raise
 
     async def _top_up(
@@ -366,7 +369,8 @@ class AccessPipeline:
         if state is State.DELIVERED:
             self.proof.prove(record, caller)
             if record.revoked_at is not None:
-                raise GrantRevoked(
+                # A grant revoked because its money went back says so (docs/refunds.md).
+                raise await refunded_answer(self.store, record.challenge_id) or GrantRevoked(
                     f"the grant of challenge {record.challenge_id} was revoked by the seller"
                 )
             return self.offers.granted(record)
@@ -374,7 +378,7 @@ class AccessPipeline:
             raise ChallengeExpired(f"challenge {record.challenge_id} is {state.value.lower()}")
         if state is State.OWED:
             self.proof.prove(record, caller)
-            raise GrantRevoked(
+            raise await refunded_answer(self.store, record.challenge_id) or GrantRevoked(
                 "the grant this top-up was for was revoked or expired before the top-up "
                 f"could be credited; its payment ({record.tx_hash}) is recorded as owed to you"
             )

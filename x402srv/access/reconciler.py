@@ -12,6 +12,8 @@ traffic or beside another pass can only lose races, never double anything:
    ``grace_seconds``) is over; else left alone (and reported if its lease is over).
 2. Every PAID record nobody is delivering: the credential is issued and the
    record becomes DELIVERED (the buyer gets it by retrying the same request).
+   Then every open refund (REQUESTED, SENDING): the chain decides it, or it is
+   sent again, the same authorization (``x402srv.refunds.sender``).
 3. PENDING records past expiresAt -> EXPIRED (a page's moves at once).
 4. Pruning: delivered records after ``retention_days``; never-paid ones
    (PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks after
@@ -44,6 +46,8 @@ from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import ReconcilerConfig
 from x402srv.errors import CredentialPending, StoreUnavailable
 from x402srv.interfaces import Store
+from x402srv.refunds.records import RefundRecord
+from x402srv.refunds.running import refund_pass
 from x402srv.server.logs import fingerprint
 
 __all__ = ["STATUS_DOCUMENT", "Change", "PassReport", "Reconciler", "last_pass"]
@@ -79,6 +83,8 @@ class PassReport:
     unresolved: list[str] = field(default_factory=list)
     pruned: int = 0
     pruned_tasks: int = 0
+    #: Refunds this pass took up (REQUESTED or SENDING before), as they ended up.
+    refunds: list[RefundRecord] = field(default_factory=list)
 
 
 #: What a page of each state is for, as ``x402srv reconcile`` shows its progress.
@@ -185,6 +191,7 @@ class Reconciler:
 
         await self._each(State.SETTLING, now, settle_left_behind)
         await self._each(State.PAID, now, deliver)
+        report.refunds = await refund_pass(self.pipeline)
         unpaid_cutoff = now - self.options.unpaid_retention_hours * 3600
         report.pruned += await self._prune(UNPAID, unpaid_cutoff)
         ttl = self.pipeline.config.server.challenge_ttl_seconds

@@ -51,7 +51,7 @@ from x402srv.interfaces import (
 )
 from x402srv.server.metrics import Metrics
 from x402srv.settlement.verdicts import NotTransferred, Transferred
-from x402srv.usage.counters import Tally
+from x402srv.usage.counters import Counters
 from x402srv.wire.offers import OfferBuilder
 from x402srv.wire.protocol import for_third_parties
 from x402srv.wire.reasons import Reason
@@ -78,7 +78,7 @@ class SettleStep:
         offers: OfferBuilder,
         clock: Clock,
         metrics: Metrics,
-        tally: Tally,
+        counters: Counters,
         *,
         lease_seconds: float,
     ) -> None:
@@ -89,7 +89,7 @@ class SettleStep:
         self.offers = offers
         self.clock = clock
         self.metrics = metrics
-        self.tally = tally
+        self.counters = counters
         self.lease_seconds = lease_seconds
 
     async def settle(self, claimed: Claimed) -> Next:
@@ -123,7 +123,7 @@ class SettleStep:
         self.metrics.settlement(self.settler.name, outcome_name, elapsed)
         # (the console keeps a refused payment, the buyer's doing, apart from a settler failing)
         buyer_side = isinstance(outcome, Rejected) and not outcome.settler_failed
-        self.tally.settler(self.settler.name, "refused" if buyer_side else outcome_name, elapsed)
+        self.counters.settler(self.settler.name, "refused" if buyer_side else outcome_name, elapsed)
         try:
             return await self._after_settlement(hooks.record, outcome)
         except StoreUnavailable:
@@ -189,7 +189,7 @@ class SettleStep:
         fine and the same one may be sent again after ``Retry-After``.
         """
         unavailable = outcome.settler_failed
-        self.tally.failed(SETTLER_UNAVAILABLE_REASON if unavailable else outcome.reason)
+        self.counters.failed(SETTLER_UNAVAILABLE_REASON if unavailable else outcome.reason)
         reason = (
             f"no settler could be reached ({outcome.reason}); nothing moved, claim released"
             if unavailable

@@ -2,7 +2,7 @@
 
 No charting library and no script: the console's pages are plain HTML with an
 inline SVG whose geometry is decided here, from the documents the admin API
-answers (``analytics.revenue``, ``analytics.funnel``). Each bar carries a
+answers (``figures.revenue``, ``figures.funnel``). Each bar carries a
 ``<title>`` (the bucket, the plan and its value), which browsers show on hover.
 """
 

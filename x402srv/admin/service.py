@@ -84,7 +84,7 @@ class AdminService:
 
     async def _counts(self, window: figures.Period) -> dict[tuple[int, str], int]:
         # This process's own counts first, so what it answered shows at once.
-        await self.pipeline.tally.flush()
+        await self.pipeline.counters.flush()
         return await self.store.read_counts(start=window.start, end=window.end)
 
     # ------------------------------------------------------------ figures

@@ -10,6 +10,7 @@
     x402srv reconcile --config FILE [--grace-seconds S]          one reconciler pass, print changes
     x402srv challenges list|show ID|cancel ID --config FILE      inspect and cancel challenges
     x402srv grants revoke ID --config FILE [--reason R]          revoke a delivered grant
+    x402srv refunds create|list|show --config FILE               give a purchase's money back
     x402srv export-sales --config FILE --from T [--to T] [--format csv|jsonl]   sales rows
     x402srv audit --config FILE --from-block [NET=]N [--to-block [NET=]M]  transfers vs records
     x402srv demo [--keep]                                        buy a plan on a local chain
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from x402srv.access.records import State
 from x402srv.cli import operations
+from x402srv.cli import refunds as refunds_cli
 from x402srv.cli.audit import AuditReport, Transfer, audit_networks
 from x402srv.cli.output import Progress, counted, quiet_broken_pipe
 from x402srv.cli.parser import TOP_LEVEL_OPTIONS, build_parser
@@ -62,14 +64,35 @@ def _check(args: argparse.Namespace) -> int:
     what did not answer may answer by the time the server starts. With it, exit 2
     when a finding is the config naming the wrong thing (as serving would), else 1.
     """
-    from x402srv.server.probes import probe
+    from x402srv.refunds.wallet import WalletBalance, balances, wallets
+    from x402srv.server.probes import Finding, probe
 
     config = load_config(args.config)
     built = Registry().build(config)
-    print(json.dumps(config.describe(), indent=2))
-    findings = asyncio.run(probe(config, built))
+    described = config.describe()
+    refund_wallets = wallets(config)
+    if refund_wallets:
+        described["resolved"]["refund_wallets"] = {n: w.address for n, w in refund_wallets.items()}
+    print(json.dumps(described, indent=2))
+
+    async def probed() -> tuple[list[WalletBalance], list[Finding]]:
+        # One event loop: the chain readers' client belongs to it (probe closes them).
+        held = await balances(config, built.chains, refund_wallets)
+        return held, await probe(config, built)
+
+    held, findings = asyncio.run(probed())
+    for each in held:
+        shown = "unknown (the RPC did not answer)" if each.balance is None else each.balance
+        print(f"refund wallet {each.address} on {each.network}: {shown}", file=sys.stderr)
     for finding in findings:
         print(f"{'error' if args.strict else 'warning'}: {finding.text}", file=sys.stderr)
+    for each in held:
+        if each.low:
+            print(
+                f"warning: refund wallet {each.address} on {each.network} holds less than "
+                f"refunds.low_balance ({config.refunds.low_balance}) of {each.asset}",
+                file=sys.stderr,
+            )
     if args.strict and findings:
         print(f"x402srv: {counted(len(findings), 'probe')} failed", file=sys.stderr)
         return 2 if any(finding.config for finding in findings) else 1
@@ -340,6 +363,8 @@ def _run(args: argparse.Namespace) -> int:
         return _challenges(args)
     if args.command == "grants":
         return _grants(args)
+    if args.command == "refunds":
+        return refunds_cli.run(args)
     if args.command == "export-sales":
         return _export_sales(args)
     if args.command == "audit":

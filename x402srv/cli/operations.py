@@ -59,13 +59,17 @@ async def opened(config: Config, *, clock: Clock = system_clock) -> AsyncIterato
     try:
         await built.open_chains()
         await built.issuer.start()
+        if config.refunds.enabled:  # a reconcile sends the refunds left open
+            await built.settlers.start()
         pipeline = build_pipeline(config, built, clock=clock)
         try:
             yield pipeline
         finally:
             # What this command counted (a reconcile settling or delivering, a
-            # revocation) reaches the store's analytics before it closes.
-            await pipeline.tally.stop()
+            # revocation) reaches the store's counters before it closes.
+            await pipeline.counters.stop()
+            if config.refunds.enabled:
+                await built.settlers.close()
             await built.issuer.close()
             await built.close_chains()
     finally:

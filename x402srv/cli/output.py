@@ -30,12 +30,8 @@ PLAIN_EVERY = 10_000
 #: Exit status after the reader of stdout went away (a shell's 128 + SIGPIPE).
 BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE
 
-#: Nouns whose plural is not the singular with an "s" (or whose kind names them badly).
-_NOUNS = {
-    "credits": ("credit account", "credit accounts"),
-    "count": ("analytics counter", "analytics counters"),
-    "entry": ("entry", "entries"),
-}
+#: Nouns whose plural is not the singular with an "s".
+_NOUNS = {"entry": ("entry", "entries")}
 
 
 def counted(n: int, noun: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, NoReturn
 
 from x402srv.access.records import State
+from x402srv.cli import refunds as refunds_cli
 
 __all__ = ["COMMANDS", "TOP_LEVEL_OPTIONS", "Parser", "build_parser", "closest"]
 
@@ -30,6 +31,7 @@ COMMANDS = (
     "reconcile",
     "challenges",
     "grants",
+    "refunds",
     "export-sales",
     "audit",
     "demo",
@@ -153,6 +155,7 @@ def build_parser() -> Parser:
     )
     _challenges(commands)
     _grants(commands)
+    refunds_cli.add_parser(commands)
     _export_sales(commands)
     _audit(commands)
     demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")

@@ -21,7 +21,7 @@ from x402srv.config.secrets import SecretValue
 __all__ = [
     "MIN_ADMIN_TOKEN_BYTES",
     "AdminConfig",
-    "AnalyticsConfig",
+    "CountersConfig",
     "RevocationConfig",
 ]
 
@@ -105,7 +105,7 @@ class RevocationConfig(_Model):
     publish: bool = True
 
 
-class AnalyticsConfig(_Model):
+class CountersConfig(_Model):
     """``[analytics]``: the counts behind the console's charts (``x402srv.usage.counters``)."""
 
     flush_seconds: float = Field(default=5.0, ge=0.05, le=300)

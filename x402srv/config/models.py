@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from x402srv.config.console import AdminConfig, AnalyticsConfig, RevocationConfig
+from x402srv.config.console import AdminConfig, CountersConfig, RevocationConfig
 from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel, checksum_address, http_url
 from x402srv.config.ignored_keys import check_ignored_keys
@@ -56,6 +56,7 @@ from x402srv.config.plugin_tables import (
     StoreConfig,
 )
 from x402srv.config.problems import problems
+from x402srv.config.refunds import RefundsConfig
 from x402srv.config.routes import RouteConfig, check_routes
 from x402srv.config.secrets import (
     Secret,
@@ -68,9 +69,9 @@ from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo
 
 __all__ = [
     "AdminConfig",
-    "AnalyticsConfig",
     "BreakerConfig",
     "Config",
+    "CountersConfig",
     "CredentialsConfig",
     "MetricsConfig",
     "Network",
@@ -341,7 +342,8 @@ class Config(_Model):
     mcp: list[McpConfig] = []  # MCP tools sold: x402srv/config/mcp.py
     admin: AdminConfig | None = None  # the seller's console: x402srv/config/console.py
     revocation: RevocationConfig = RevocationConfig()
-    analytics: AnalyticsConfig = AnalyticsConfig()
+    analytics: CountersConfig = CountersConfig()  # the TOML key stays [analytics]
+    refunds: RefundsConfig = RefundsConfig()
     #: Signed offers and receipts (x402srv/config/offer_receipt.py).
     offer_receipt: OfferReceiptConfig | None = None
 

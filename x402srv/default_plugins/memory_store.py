@@ -20,6 +20,7 @@ from typing import Any
 
 from x402srv.access.records import ChallengeRecord, PaymentKey, State
 from x402srv.config.fields import PluginOptions
+from x402srv.default_plugins.memory_refunds import MemoryRefunds
 from x402srv.errors import ConfigError
 from x402srv.hookspecs import Register, hookimpl
 from x402srv.interfaces import (
@@ -38,6 +39,7 @@ from x402srv.interfaces import (
     TransitionRequest,
 )
 from x402srv.interfaces import TransitionResult as Result
+from x402srv.refunds.records import RefundRecord
 from x402srv.server.plugin_context import PluginContext
 from x402srv.stores.credit_rules import apply_credit, apply_refund, apply_spend, live
 from x402srv.stores.dump_rules import sort_items
@@ -90,7 +92,7 @@ class _LeaseRow:
     value: str | None
 
 
-class MemoryStore:
+class MemoryStore(MemoryRefunds):
     """Challenge records, claims and leases in this process's memory."""
 
     name = "memory"
@@ -111,6 +113,7 @@ class MemoryStore:
         self._accounts: dict[str, CreditAccount] = {}
         # (keep_until, grant_id) of every account as created or extended: what to forget next.
         self._account_ends: list[tuple[float, str]] = []
+        self._refunds: dict[str, RefundRecord] = {}
 
     async def start(self) -> None:
         """Nothing to connect to."""

@@ -326,7 +326,7 @@ class Gateway:
         if self.meter is None:
             return Forward(route, claims, granted)
         try:
-            usage = await self.meter.spend(claims, route.cost)
+            usage = await self.meter.spend(claims, route.reserve)  # a reservation if by use
         except CreditsExhausted as spent:
             return self._out_of_credits(route, resource_url, claims, spent)
         return Forward(route, claims, granted, usage)

@@ -169,8 +169,8 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
     async def start_reconciler(app: Sanic[Any, Any]) -> None:
         config: Config = app.ctx.config
         pipeline: AccessPipeline = app.ctx.pipeline
-        app.ctx.tally_task = asyncio.get_running_loop().create_task(
-            pipeline.tally.run_forever(config.analytics.flush_seconds), name="x402srv-tally"
+        app.ctx.counters_task = asyncio.get_running_loop().create_task(
+            pipeline.counters.run_forever(config.analytics.flush_seconds), name="x402srv-counters"
         )
         if config.reconciler.enabled:
             reconciler = Reconciler(app.ctx.pipeline, config.reconciler)
@@ -181,14 +181,14 @@ def _lifecycle(app: Sanic[Any, Any], built: Built) -> None:
 
     @app.before_server_stop
     async def stop_reconciler(app: Sanic[Any, Any]) -> None:
-        for name in ("reconciler_task", "tally_task"):
+        for name in ("reconciler_task", "counters_task"):
             task = getattr(app.ctx, name, None)
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         pipeline: AccessPipeline = app.ctx.pipeline
-        await pipeline.tally.stop()  # what this worker counted since its last flush
+        await pipeline.counters.stop()  # what this worker counted since its last flush
 
     @app.after_server_stop
     async def close_plugins(app: Sanic[Any, Any]) -> None:

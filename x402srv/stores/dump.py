@@ -12,7 +12,7 @@ The format (version 1), one JSON object per line::
     {"kind": "end", "counts": {"challenge": 120, "task": 4, "credits": 2, "lease": 2, ...}}
 
 The items come from the store's ``PortableStore`` methods; the console's
-per-hour analytics counters (``count``) from ``read_counts`` and, on import,
+per-hour counters (``count``) from ``read_counts`` and, on import,
 ``add_counts``, which every store has. The header names the format and its
 version; the last line counts what came before it, so a file cut short is
 refused instead of half imported. Import reads and checks the whole input
@@ -32,7 +32,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,6 +47,8 @@ from x402srv.interfaces import (
     PortableStore,
     Store,
 )
+from x402srv.refunds.records import RefundRecord
+from x402srv.refunds.store import RefundStore, keeps_refunds
 from x402srv.stores.credit_rules import decode_account, encode_account
 from x402srv.wire.offers import rfc3339
 
@@ -73,8 +75,8 @@ FORMAT = "x402srv-store-dump"
 VERSION = 1
 #: Items per ``import_items`` call.
 BATCH = 500
-KINDS = ("challenge", "task", "credits", "lease", "count")
-#: Every analytics bucket: hours since the epoch, well past any real one.
+KINDS = ("challenge", "task", "credits", "lease", "count", "refund")
+#: Every counters bucket: hours since the epoch, well past any real one.
 ALL_BUCKETS = (0, 2**62)
 
 
@@ -88,7 +90,8 @@ NOUNS = {
     "task": ("task", "tasks"),
     "credits": ("credit account", "credit accounts"),
     "lease": ("lease", "leases"),
-    "count": ("analytics counter", "analytics counters"),
+    "count": ("hourly counter", "hourly counters"),
+    "refund": ("refund", "refunds"),
 }
 #: Items between two progress reports: often enough for a bar, cheap for a big store.
 PROGRESS_EVERY = 100
@@ -106,13 +109,14 @@ class DumpCounts:
     counts: dict[str, int]
 
     def __str__(self) -> str:
-        """``120 challenges, 1 task, 0 credit accounts, 2 leases, 40 analytics counters``."""
+        """``120 challenges, 1 task, 40 hourly counters``: the kinds it holds, counted."""
         parts = []
         for kind in KINDS:
             n = self.counts.get(kind, 0)
             one, many = NOUNS[kind]
-            parts.append(f"{n:,} {one if n == 1 else many}")
-        return ", ".join(parts)
+            if n:
+                parts.append(f"{n:,} {one if n == 1 else many}")
+        return ", ".join(parts) or "nothing (an empty store)"
 
 
 def portable(store: Store) -> PortableStore:
@@ -195,7 +199,7 @@ def _line(document: dict[str, Any]) -> str:
 async def export_store(
     store: Store, out: IO[str], *, clock: Clock, progress: ProgressCallback = _no_progress
 ) -> DumpCounts:
-    """Write the header, every item, the analytics counters and the end line to ``out``.
+    """Write the header, every item, the counters, the refunds and the end line to ``out``.
 
     ``progress`` hears of every ``PROGRESS_EVERY`` items written (the total is
     not known before the last one: a store has no cheap count of everything).
@@ -224,8 +228,19 @@ async def export_store(
     for (bucket, name), n in sorted(tallies.items()):
         out.write(_line({"kind": "count", "bucket": bucket, "name": name, "n": n}))
         counts["count"] += 1
+    if keeps_refunds(store):
+        assert isinstance(store, RefundStore)
+        after: tuple[float, str] | None = None
+        while True:
+            page = await store.list_refunds(after=after, limit=BATCH)
+            for refund in page:
+                out.write(_line({"kind": "refund", "record": refund.to_dict()}))
+                counts["refund"] += 1
+            if len(page) < BATCH:
+                break
+            after = (page[-1].created_at, page[-1].refund_id)
     out.write(_line({"kind": "end", "counts": dict(counts)}))
-    progress(written + len(tallies), written + len(tallies), None)
+    progress(sum(counts.values()), sum(counts.values()), None)
     return DumpCounts(dict(counts))
 
 
@@ -233,12 +248,14 @@ async def export_store(
 class Dump:
     items: list[ExportItem]
     tallies: dict[tuple[int, str], int]
+    refunds: list[RefundRecord] = field(default_factory=list)
 
 
 def read_dump(lines: Iterable[str], progress: ProgressCallback = _no_progress) -> Dump:
     """Everything of a complete dump, checked; ``DumpError`` names the first bad line."""
     items: list[ExportItem] = []
     tallies: dict[tuple[int, str], int] = {}
+    refunds: list[RefundRecord] = []
     counts: Counter[str] = Counter()
     ended: dict[str, Any] | None = None
     number = 0
@@ -271,6 +288,10 @@ def read_dump(lines: Iterable[str], progress: ProgressCallback = _no_progress) -
                 tallies[key] = int(data["n"])
                 counts["count"] += 1
                 continue
+            if data.get("kind") == "refund":
+                refunds.append(RefundRecord.from_dict(data["record"]))
+                counts["refund"] += 1
+                continue
             item = decode_item(data)
         except (ValueError, KeyError, TypeError) as exc:
             raise DumpError(f"line {number}: {type(exc).__name__}: {exc}") from None
@@ -283,7 +304,7 @@ def read_dump(lines: Iterable[str], progress: ProgressCallback = _no_progress) -
     expected = {kind: int(n) for kind, n in dict(ended.get("counts", {})).items() if n}
     if expected != dict(counts):
         raise DumpError(f"the end line counts {expected}, the input holds {dict(counts)}")
-    return Dump(items, tallies)
+    return Dump(items, tallies, refunds)
 
 
 async def holds_anything(store: PortableStore) -> str | None:
@@ -313,11 +334,16 @@ async def import_store(
     dump = read_dump(lines, progress)
     items = dump.items
     held = await holds_anything(target)
+    if held is None and keeps_refunds(store):
+        assert isinstance(store, RefundStore)
+        held = "refund" if await store.list_refunds(limit=1) else None
     if held is not None:
         raise DumpError(
             f"the {store.name} store is not empty (it holds at least one {held}); "
             "import into an empty store"
         )
+    if dump.refunds and not keeps_refunds(store):
+        raise DumpError(f"the {store.name} store keeps no refunds, and the dump holds some")
     counts: Counter[str] = Counter()
     tallies = sorted(dump.tallies.items())
     total = len(items) + len(tallies)
@@ -331,6 +357,11 @@ async def import_store(
         await store.add_counts(dict(tallies[start : start + BATCH]), forget_before=0)
         progress(len(items) + min(start + BATCH, len(tallies)), total, None)
     counts["count"] += len(tallies)
+    if dump.refunds:
+        assert isinstance(store, RefundStore)
+        for start in range(0, len(dump.refunds), BATCH):
+            await store.import_refunds(dump.refunds[start : start + BATCH])
+        counts["refund"] += len(dump.refunds)
     progress(total, total, None)
     return DumpCounts(dict(counts))
 

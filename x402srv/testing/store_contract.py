@@ -74,6 +74,7 @@ from x402srv.testing.store_contract_counts import CountsContract
 from x402srv.testing.store_contract_credits import CreditContract
 from x402srv.testing.store_contract_listing import ListingContract
 from x402srv.testing.store_contract_owed import OwedContract
+from x402srv.testing.store_contract_refunds import RefundContract
 from x402srv.testing.store_contract_search import SearchContract
 from x402srv.testing.store_contract_transfer import TransferContract
 
@@ -84,6 +85,7 @@ __all__ = ["Reopen", "StoreContract", "paid", "settling"]
 class StoreContract(
     ListingContract,
     OwedContract,
+    RefundContract,
     SearchContract,
     CounterContract,
     CountsContract,

@@ -1,4 +1,4 @@
-"""The store contract on the analytics counters: ``add_counts`` and ``read_counts``.
+"""The store contract on the counters: ``add_counts`` and ``read_counts``.
 
 Every x402srv process counts what it answers (402s, challenges, payments,
 settlements, revenue per plan) in memory and adds its counts to the store's
@@ -18,7 +18,7 @@ from x402srv.testing.store_contract_base import RACERS, StoreContractBase
 __all__ = ["CountsContract"]
 
 HOUR = 3600
-#: An hour's start (2023-11-14T22:00:00Z), as the tally makes buckets.
+#: An hour's start (2023-11-14T22:00:00Z), as the counters make buckets.
 T0 = 1_699_999_200
 
 
@@ -54,7 +54,7 @@ class CountsContract(StoreContractBase):
         assert await store.read_counts(start=T0, end=T0) == {}
 
     async def test_names_are_kept_apart_exactly(self, store: Store) -> None:
-        """Names the tally builds: plan, network, asset and amount, reasons, settlers."""
+        """Names the counters build: plan, network, asset and amount, reasons, settlers."""
         names = [
             "settled:hourly|eip155:84532|0x036CbD53842c5426634e7929541eC2318f3dCF7e|100000",
             "settled:hourly|eip155:84532|0x036cbd53842c5426634e7929541ec2318f3dcf7e|100000",

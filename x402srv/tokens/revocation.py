@@ -190,7 +190,7 @@ async def revoke_grant(
             return record, False
         result = await pipeline.transition(_revoking(record, now, reason))
         if isinstance(result, TransitionApplied):
-            pipeline.tally.add(f"revoked:{record.plan_id}")
+            pipeline.counters.add(f"revoked:{record.plan_id}")
             return result.record, True
         if isinstance(result, StateMismatch) and result.record is None:
             raise NotFound(f"no challenge {challenge_id}")

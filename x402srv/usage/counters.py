@@ -1,4 +1,4 @@
-"""Analytics counts: a dict increment on the hot path, per-hour counters in the store.
+"""The counters: a dict increment on the hot path, per-hour counters in the store.
 
 Each process counts what it answers in memory, per hour and name, and adds
 its counts to the store's counters (``Store.add_counts``) in one call every
@@ -26,6 +26,7 @@ holds a bounded set of counters whatever the traffic.
     delivered:<plan>            PAID -> DELIVERED
     owed:<plan>                 PAID -> OWED: paid, nothing delivered, owed back to the buyer
     revoked:<plan>              grants revoked (``x402srv.tokens.revocation``)
+    refunded:<who>              refunds on-chain by who asked: operator, auto (``x402srv.refunds``)
     settler:<name>:<outcome>    settler calls by outcome (settled, rejected, unknown)
     settler:<name>:ms           milliseconds spent in those calls
     tool:<tool>:<outcome>       MCP tool calls by outcome (``x402srv.gateway.mcp``); tools
@@ -45,7 +46,7 @@ from x402srv.access.records import ChallengeRecord, State
 from x402srv.errors import StoreUnavailable
 from x402srv.interfaces import Clock, Store
 
-__all__ = ["BUYER_SIDE_OUTCOMES", "HOUR", "MAX_REASONS", "Tally", "clean", "hour_of"]
+__all__ = ["BUYER_SIDE_OUTCOMES", "HOUR", "MAX_REASONS", "Counters", "clean", "hour_of"]
 
 log = logging.getLogger("x402srv.usage.counters")
 
@@ -68,7 +69,7 @@ def clean(text: str, *, limit: int = 64) -> str:
     return _UNCLEAN.sub("_", text.strip().lower())[:limit] or "unknown"
 
 
-class Tally:
+class Counters:
     """One process's counts since its last flush, and the flushing."""
 
     def __init__(
@@ -139,7 +140,7 @@ class Tally:
         try:
             await self.store.add_counts(counts, forget_before=forget)
         except StoreUnavailable:
-            log.warning("analytics: the store is unavailable; the counts wait for the next flush")
+            log.warning("counters: the store is unavailable; the counts wait for the next flush")
             for key, n in counts.items():
                 self._counts[key] = self._counts.get(key, 0) + n
             return
@@ -154,13 +155,13 @@ class Tally:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._kicked = loop.create_task(self._flush_logged(), name="x402srv-tally-kick")
+        self._kicked = loop.create_task(self._flush_logged(), name="x402srv-counters-kick")
 
     async def _flush_logged(self) -> None:
         try:
             await self.flush()
         except Exception:
-            log.exception("analytics: flushing the counts failed")
+            log.exception("counters: flushing the counts failed")
 
     async def run_forever(self, interval: float) -> None:
         """The server's background task: a flush every ``interval`` seconds."""

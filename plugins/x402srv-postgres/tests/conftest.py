@@ -15,7 +15,16 @@ from x402srv_postgres.testing import PostgresServer
 
 from x402srv.plugin import Secret
 
-TABLES = ("payment_claims", "tx_claims", "challenges", "leases", "tasks", "rate_counters", "counts")
+TABLES = (
+    "payment_claims",
+    "tx_claims",
+    "challenges",
+    "leases",
+    "tasks",
+    "rate_counters",
+    "counts",
+    "refunds",
+)
 
 
 @pytest.fixture(scope="session")

@@ -76,6 +76,7 @@ from .connection import (
 from .credits import CreditMethods
 from .dump import DumpMethods
 from .options import PostgresOptions
+from .refunds import RefundMethods
 from .statements import Statements, storable
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ DEADLOCK = "40P01"
 SWEEP_COUNTERS, SWEEP_EVERY = 1000, 1.0
 
 
-class PostgresStore(CreditMethods, DumpMethods):
+class PostgresStore(CreditMethods, DumpMethods, RefundMethods):
     """A ``Store`` (and ``CreditStore``) on one PostgreSQL database, or a DSN that finds it."""
 
     name = "postgres"

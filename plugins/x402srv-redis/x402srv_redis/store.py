@@ -56,7 +56,7 @@ from x402srv.plugin import (
     tx_claim_key,
 )
 
-from . import credit_scripts, durability, scripts
+from . import credit_scripts, durability, refund_scripts, scripts
 from .connection import (
     RETRY_AFTER,
     UNAVAILABLE,
@@ -71,6 +71,7 @@ from .credits import CreditMethods
 from .dump import DumpMethods
 from .keys import KeySpace
 from .options import RedisOptions
+from .refunds import RefundMethods
 from .replicas import run_waited, writes
 
 __all__ = ["RedisStore"]
@@ -90,7 +91,7 @@ MAX_ROUNDS = 64
 SWEEP_BUCKETS = 8
 
 
-class RedisStore(CreditMethods, DumpMethods):
+class RedisStore(CreditMethods, DumpMethods, RefundMethods):
     """A ``Store`` on one Redis primary, reached at one URL (a ``CreditStore`` too: ``credits``)."""
 
     name = "redis"
@@ -125,7 +126,7 @@ class RedisStore(CreditMethods, DumpMethods):
         client, self._sentinels = client_for(self.url, self.options)
         self._scripts = {
             name: client.register_script(getattr(module, name))
-            for module in (scripts, credit_scripts)
+            for module in (scripts, credit_scripts, refund_scripts)
             for name in module.__all__
         }
         if self.options.wait_replicas:

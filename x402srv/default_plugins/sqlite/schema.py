@@ -20,7 +20,7 @@ its ``keep_until``) and the keys credited to each (``credit_entries``, whose
 unique ``(grant_id, key)`` is what makes a credit count once); 5 files each
 record under its payer (``payer``, lowercase, with a partial index ending in
 ``(updated_at, challenge_id)`` for the console's newest-first search;
-existing rows get theirs from their JSON) and adds the analytics counters
+existing rows get theirs from their JSON) and adds the counters
 ``counts``, keyed by time bucket and name. Each step runs in the one
 transaction that sets the version, so a file is at one version or the next,
 never in between.
@@ -37,7 +37,7 @@ from x402srv.errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -125,6 +125,20 @@ _SCHEMA_V5 = (
     ) WITHOUT ROWID""",
 )
 
+#: Refunds (docs/refunds.md): the record's JSON, with the columns the claim and listings read.
+_SCHEMA_V6 = (
+    """CREATE TABLE refunds (
+        refund_id TEXT PRIMARY KEY,
+        purchase_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        record TEXT NOT NULL
+    )""",
+    "CREATE INDEX refunds_by_purchase ON refunds (purchase_id)",
+    "CREATE INDEX refunds_by_created ON refunds (created_at, refund_id)",
+    "CREATE INDEX refunds_by_state ON refunds (state, created_at, refund_id)",
+)
+
 #: The statements that bring a file from version ``n - 1`` to ``n``.
 _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1),
@@ -132,6 +146,7 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, _SCHEMA_V3),
     (4, _SCHEMA_V4),
     (5, _SCHEMA_V5),
+    (6, _SCHEMA_V6),
 )
 
 

@@ -39,6 +39,7 @@ from x402srv.access.records import ChallengeRecord, PaymentKey, State
 from x402srv.config.fields import PluginOptions
 from x402srv.default_plugins.sqlite import credits as credits_ops
 from x402srv.default_plugins.sqlite import dump, ops, reports
+from x402srv.default_plugins.sqlite import refunds as refund_ops
 from x402srv.default_plugins.sqlite.batch import (
     Created,
     GroupCommit,
@@ -62,6 +63,8 @@ from x402srv.interfaces import (
     TransitionRequest,
 )
 from x402srv.interfaces import TransitionResult as Result
+from x402srv.refunds.records import RefundMove, RefundRecord, RefundState
+from x402srv.refunds.rules import OverRefund, RefundCreated, RefundMismatch, RefundMoved
 from x402srv.server.plugin_context import PluginContext
 from x402srv.stores.rules import nameable
 
@@ -267,6 +270,33 @@ class SqliteStore:
         if not nameable(grant_id):
             return None
         return await self._run("get_credits", lambda c: credits_ops.get_credits(c, grant_id))
+
+    async def create_refund(self, refund: RefundRecord, *, paid: int) -> RefundCreated | OverRefund:
+        return await self._run("create_refund", lambda c: refund_ops.create(c, refund, paid))
+
+    async def move_refund(self, move: RefundMove) -> RefundMoved | RefundMismatch:
+        return await self._run("move_refund", lambda c: refund_ops.move(c, move))
+
+    async def get_refund(self, refund_id: str) -> RefundRecord | None:
+        if not nameable(refund_id):
+            return None
+        return await self._run("get_refund", lambda c: refund_ops.get(c, refund_id))
+
+    async def list_refunds(
+        self,
+        *,
+        purchase_id: str | None = None,
+        states: Sequence[RefundState] | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[RefundRecord]:
+        return await self._run(
+            "list_refunds",
+            lambda c: refund_ops.listing(c, purchase_id, states, after, limit),
+        )
+
+    async def import_refunds(self, refunds: Sequence[RefundRecord]) -> None:
+        await self._run("import_refunds", lambda c: refund_ops.import_refunds(c, refunds))
 
     async def export_items(self) -> AsyncIterator[ExportItem]:
         """Page by page (``dump``): challenges, tasks, credit accounts, leases."""

@@ -106,7 +106,7 @@ class _Door:
     def count(self, tool: str, outcome: str) -> None:
         """One call in /metrics and in the console's counters (``x402srv.usage.counters``)."""
         metrics.current().tool_call(self.label(tool), outcome)
-        self.gate.pipeline.tally.add(f"tool:{self.label(tool)}:{outcome}")
+        self.gate.pipeline.counters.add(f"tool:{self.label(tool)}:{outcome}")
 
     def listed(self) -> Rewrite:
         async def rewrite(document: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +144,7 @@ class _Door:
         if usage is not None and failed and self.meter is not None and self.server.refund_on_error:
             usage = await self.meter.refund(usage)
         if usage is not None and usage.cost:
-            self.gate.pipeline.tally.add(f"tool:{self.label(decision.tool)}:credits", usage.cost)
+            self.gate.pipeline.counters.add(f"tool:{self.label(decision.tool)}:credits", usage.cost)
         meta: dict[str, Any] = {}
         if decision.granted is not None:
             meta[PAYMENT_RESPONSE_META] = decision.granted.receipt

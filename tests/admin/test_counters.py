@@ -1,4 +1,4 @@
-"""Analytics counts: a dict increment per event, flushed to the store's hourly counters.
+"""The counters: a dict increment per event, flushed to the store's hourly counters.
 
 The property the issue asks for is tested end to end first: a flood of unpaid
 probes moves counters, not rows (the store holds no more records after it
@@ -17,7 +17,7 @@ from x402srv.default_plugins.memory_store import MemoryStore
 from x402srv.errors import StoreUnavailable
 from x402srv.interfaces import Store
 from x402srv.testing.builders import BASE_TIME, make_record
-from x402srv.usage.counters import HOUR, MAX_REASONS, Tally, clean, hour_of
+from x402srv.usage.counters import HOUR, MAX_REASONS, Counters, clean, hour_of
 
 
 class Clock:
@@ -55,10 +55,10 @@ async def test_an_unpaid_probe_flood_moves_counters_not_rows(tmp_path: Path) -> 
     await store.start()
     try:
         clock = Clock(BASE_TIME)
-        tally = Tally(store, clock)
+        counters = Counters(store, clock)
         for _ in range(490):
-            tally.add("unpaid")
-        await tally.flush()
+            counters.add("unpaid")
+        await counters.flush()
         assert await store.list_challenges(limit=1000) == []
         assert await _everything(store) == {(hour_of(BASE_TIME), "unpaid"): 490}
     finally:
@@ -67,32 +67,32 @@ async def test_an_unpaid_probe_flood_moves_counters_not_rows(tmp_path: Path) -> 
 
 async def test_counts_go_to_the_hour_they_happened_in() -> None:
     store, clock = MemoryStore(), Clock(BASE_TIME)
-    tally = Tally(store, clock)
-    tally.add("unpaid", 2)
+    counters = Counters(store, clock)
+    counters.add("unpaid", 2)
     clock.now += HOUR
-    tally.add("unpaid")
-    tally.add("challenge:hourly")
-    await tally.flush()
+    counters.add("unpaid")
+    counters.add("challenge:hourly")
+    await counters.flush()
     hour = hour_of(BASE_TIME)
     assert await _everything(store) == {
         (hour, "unpaid"): 2,
         (hour + HOUR, "unpaid"): 1,
         (hour + HOUR, "challenge:hourly"): 1,
     }
-    await tally.flush()  # nothing new: nothing added twice
+    await counters.flush()  # nothing new: nothing added twice
     assert (await _everything(store))[(hour, "unpaid")] == 2
 
 
 async def test_settled_and_delivered_come_from_the_transitions() -> None:
     """SETTLING -> PAID and PAID -> DELIVERED count; PAID -> PAID and a revocation do not."""
     store, clock = MemoryStore(), Clock(BASE_TIME)
-    tally = Tally(store, clock)
+    counters = Counters(store, clock)
     record = make_record(plan_id="daily", amount="1500000")
     steps = [State.SETTLING, State.PAID, State.PAID, State.DELIVERED, State.DELIVERED]
     for state in steps:
         record = record.apply(RecordChanges(), state, BASE_TIME, "a move")
-        tally.observe(record)
-    await tally.flush()
+        counters.observe(record)
+    await counters.flush()
     hour = hour_of(BASE_TIME)
     name = f"settled:daily|{record.network}|{record.asset}|1500000"
     assert await _everything(store) == {(hour, name): 1, (hour, "delivered:daily"): 1}
@@ -100,22 +100,22 @@ async def test_settled_and_delivered_come_from_the_transitions() -> None:
 
 async def test_counts_wait_for_a_store_that_is_down() -> None:
     store, clock = Down(), Clock(BASE_TIME)
-    tally = Tally(store, clock)
-    tally.add("unpaid", 3)
-    await tally.flush()  # logged, kept
-    tally.add("unpaid", 1)
+    counters = Counters(store, clock)
+    counters.add("unpaid", 3)
+    await counters.flush()  # logged, kept
+    counters.add("unpaid", 1)
     store.up = True
-    await tally.flush()
+    await counters.flush()
     assert await _everything(store) == {(hour_of(BASE_TIME), "unpaid"): 4}
 
 
 async def test_failure_reasons_are_cleaned_and_bounded() -> None:
     store, clock = MemoryStore(), Clock(BASE_TIME)
-    tally = Tally(store, clock)
-    tally.failed("Facilitator said: <script>alert(1)</script> " + "x" * 500)
+    counters = Counters(store, clock)
+    counters.failed("Facilitator said: <script>alert(1)</script> " + "x" * 500)
     for i in range(MAX_REASONS + 10):
-        tally.failed(f"reason {i}")
-    await tally.flush()
+        counters.failed(f"reason {i}")
+    await counters.flush()
     names = {name for _, name in await _everything(store)}
     assert all(len(name) <= len("failed:") + 64 for name in names)
     assert all(
@@ -142,10 +142,10 @@ def test_clean(text: str, cleaned: str) -> None:
 
 async def test_old_buckets_are_forgotten_by_the_next_flush() -> None:
     store, clock = MemoryStore(), Clock(BASE_TIME)
-    tally = Tally(store, clock, keep_seconds=10 * HOUR)
-    tally.add("unpaid")
-    await tally.flush()
+    counters = Counters(store, clock, keep_seconds=10 * HOUR)
+    counters.add("unpaid")
+    await counters.flush()
     clock.now += 20 * HOUR
-    tally.add("unpaid")
-    await tally.flush()
+    counters.add("unpaid")
+    await counters.flush()
     assert await _everything(store) == {(hour_of(clock.now), "unpaid"): 1}

@@ -97,7 +97,7 @@ def test_revenue_sums_count_times_price_per_bucket(config: Config) -> None:
         (H0, repriced): 2,
         (H0, "unpaid"): 500,
         (H0 - 10 * HOUR, name): 99,  # outside the window
-        (H0, "settled:broken"): 7,  # not a name the tally makes
+        (H0, "settled:broken"): 7,  # not a name the counters make
     }
     page = revenue(counts, window, config)
     assert page["buckets"] == [

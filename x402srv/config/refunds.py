@@ -1,0 +1,51 @@
+"""``[refunds]``: the refund wallet, and the automatic refunds (docs/refunds.md).
+
+The refund wallet signs every refund's EIP-3009 authorization; the network's
+settlers send it (so the wallet needs tokens, never gas). One key serves every
+network unless ``[[refunds.wallets]]`` names a network's own. Without a key no
+refund can be asked for; with one, ``check`` shows the wallet's address and
+``check`` and ``/readyz`` its token balance, warning below ``low_balance``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from x402srv.config.fields import StrictModel
+from x402srv.config.networks import network_name
+from x402srv.config.secrets import Secret, SecretValue
+
+__all__ = ["RefundWalletConfig", "RefundsConfig"]
+
+
+class RefundWalletConfig(StrictModel):
+    """``[[refunds.wallets]]``: the refund wallet of one network (CAIP-2 or a known name)."""
+
+    network: str
+    private_key: SecretValue
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        return network_name(value)
+
+
+class RefundsConfig(StrictModel):
+    private_key: SecretValue | None = None
+    wallets: list[RefundWalletConfig] = Field(default_factory=list, max_length=64)
+    #: Warn (``check``, ``/readyz``) when the wallet holds fewer atomic units than this.
+    low_balance: int = Field(default=1_000_000, ge=0)
+    #: How long a refund's signed authorization stays valid; a refund not on-chain by
+    #: then FAILED (nothing moved) and its amount may be refunded again.
+    authorization_seconds: int = Field(default=900, ge=30, le=86_400)
+
+    def key_for(self, network: str, caip2: str) -> Secret | None:
+        """The refund wallet's key on a network (its name or CAIP-2), or None: no refunds there."""
+        for wallet in self.wallets:
+            if wallet.network in (network, caip2):
+                return wallet.private_key
+        return self.private_key
+
+    @property
+    def enabled(self) -> bool:
+        return self.private_key is not None or bool(self.wallets)

@@ -1,0 +1,69 @@
+"""The refund sender of a running pipeline (server, ``x402srv reconcile``, the CLI).
+
+Built from what the pipeline already holds (its store, settlers and chain
+readers) plus the refund wallets of ``[refunds]``; a config without refunds,
+or a store that keeps none, has no sender and the pass does nothing. A refund
+that ends REFUNDED is counted, and one that gave back the whole purchase
+revokes its grant (``after_refund``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from x402srv.refunds.records import RefundRecord
+from x402srv.refunds.sender import RefundSender
+from x402srv.refunds.store import RefundStore, keeps_refunds
+from x402srv.refunds.wallet import wallets
+
+if TYPE_CHECKING:
+    from x402srv.access.pipeline import AccessPipeline
+
+__all__ = ["refund_pass", "sender_of"]
+
+log = logging.getLogger("x402srv.refunds")
+
+
+def sender_of(pipeline: AccessPipeline) -> RefundSender | None:
+    config, store = pipeline.config, pipeline.store
+    if not config.refunds.enabled or not keeps_refunds(store):
+        return None
+    assert isinstance(store, RefundStore)
+    return RefundSender(
+        config,
+        store,
+        pipeline.settler,
+        pipeline.chains,
+        wallets(config),
+        clock=pipeline.clock,
+        on_refunded=lambda refund: after_refund(pipeline, refund),
+    )
+
+
+async def after_refund(pipeline: AccessPipeline, refund: RefundRecord) -> None:
+    """A refund that gave back everything the purchase paid revokes its grant (unless told
+    not to, ``revoke_grant``): the buyer has their money, not the access it bought."""
+    from x402srv.access.records import State
+    from x402srv.refunds.service import money_of
+    from x402srv.tokens.revocation import revoke_grant
+
+    pipeline.counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
+    if not refund.revoke_grant:
+        return
+    money = await money_of(pipeline.store, refund.purchase_id)
+    purchase = money.purchase
+    if money.left > 0 or purchase.state is not State.DELIVERED or purchase.top_up_of:
+        return
+    if purchase.revoked_at is None:
+        await revoke_grant(
+            pipeline, purchase.challenge_id, reason=f"refunded in full ({refund.refund_id})"
+        )
+
+
+async def refund_pass(pipeline: AccessPipeline) -> list[RefundRecord]:
+    """Every open refund taken as far as it goes now (one reconciler pass's share)."""
+    sender = sender_of(pipeline)
+    if sender is None:
+        return []
+    return await sender.pass_over()
