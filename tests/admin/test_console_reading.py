@@ -14,7 +14,8 @@ import time
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from tests.support.console import Console, buy, console_pages
+from tests.support.console import Console, console_pages
+from tests.support.purchase import buy
 from x402srv.admin.chart import funnel_steps
 from x402srv.devchain import Devchain
 from x402srv.testing.buyers import encode_payment, signed_payment

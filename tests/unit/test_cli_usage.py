@@ -53,7 +53,8 @@ def test_version_names_the_core_and_each_installed_plugin(
 @pytest.mark.parametrize(
     ("argv", "word", "hint"),
     [
-        (["refunds", "--help"], "refunds", None),  # no serve help, no exit 0
+        (["xyzzy", "--help"], "xyzzy", None),  # no serve help, no exit 0
+        (["refund", "list"], "refund", "'refunds'"),
         (["chalenges", "list"], "chalenges", "'challenges'"),
         (["exprot"], "exprot", "'export'"),
         (["challenges", "shwo", "x"], "shwo", "'show'"),
@@ -74,6 +75,16 @@ def test_an_unknown_word_is_an_error_naming_the_closest(
     else:
         assert f"(did you mean {hint}?)" in err
     assert "--host" not in err  # serve's usage is not what a typo gets
+
+
+def test_a_commands_help_is_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: ``x402srv refunds --help`` printed serve's help; it is the refunds' now."""
+    with pytest.raises(SystemExit) as done:
+        main(["refunds", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: x402srv refunds ")
+    assert "--host" not in out
 
 
 def test_an_option_first_still_serves(capsys: pytest.CaptureFixture[str]) -> None:
