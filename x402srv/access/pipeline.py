@@ -67,6 +67,7 @@ from x402srv.access.ids import uuid4_str
 from x402srv.access.implicit_purchase import ImplicitPurchase
 from x402srv.access.new_challenge import ChallengeMaker, same_purchase
 from x402srv.access.payment_check import PaymentCheck, payment_key, sent_payment
+from x402srv.access.payment_ids import PaymentIds
 from x402srv.access.progress import AccessResult, Caller, Claimed, Next
 from x402srv.access.proof import PurchaseProof, replays
 from x402srv.access.records import ChallengeRecord, State
@@ -175,28 +176,36 @@ class AccessPipeline:
         self.observers.append(self.counters.observe)
         # The steps, in the order of the module docstring.
         lease_seconds = config.settlement.lease_seconds
-        self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.counters)  # 2
+        counters = self.counters
+        self.challenges = ChallengeMaker(config, store, clock, self.metrics, counters)  # 2
         payments = PaymentCheck(self.offers, clock)  # 5
         self.proof = PurchaseProof(payments)  # 4
+        #: Buyers' idempotency keys (payment-identifier), bound just before the claim.
+        self.payment_ids = PaymentIds(
+            store,
+            clock,
+            required=config.payment_identifier.required,
+            keep_seconds=config.reconciler.retention_days * 86_400,
+        )
         self.claimer = PaymentClaimer(  # 5-7
-            payments, self.mover, clock, self.counters, lease_seconds=lease_seconds
+            payments, self.mover, clock, counters, lease_seconds, self.payment_ids
         )
         self.implicit = ImplicitPurchase(  # 3, its last way
-            store, self.challenges, self.claimer, self.proof, self.counters
+            store, self.challenges, self.claimer, self.proof, counters
         )
         self.resolver = SettlingResolver(self.chains, self.mover, clock)  # 4, SETTLING
         self.delivery = Delivery(  # 10
             self.mover, issuer, self.offers, self.plans, self.metrics, clock
         )
         self.settlement = SettleStep(  # 8-9
-            settler,
-            self.mover,
-            self.resolver,
-            self.delivery,
-            self.offers,
-            clock,
-            self.metrics,
-            self.counters,
+            settler=settler,
+            mover=self.mover,
+            resolver=self.resolver,
+            delivery=self.delivery,
+            offers=self.offers,
+            clock=clock,
+            metrics=self.metrics,
+            counters=counters,
             lease_seconds=lease_seconds,
         )
 
@@ -268,12 +277,7 @@ class AccessPipeline:
         A2A calls without a payment), so this is where the counters count them.
         """
         self.counters.add("unpaid")
-        if self.limiter is not None and client is not None:
-            try:
-                await self.limiter.check(client)
-            except RateLimited:
-                self.counters.add("limited")
-                raise
+        await self.limit_failed(client)  # the one limit, whatever made the request unpaid
 
     async def limit_failed(self, client: str | None) -> None:
         """A payment that failed counts as an unpaid request; 429 past the limit.
@@ -333,6 +337,7 @@ class AccessPipeline:
         payload: PaymentPayload,
         grant: ChallengeRecord | None = None,
     ) -> AccessResult:
+        self.payment_ids.read(payload)  # 400 before anything is stored
         payment = sent_payment(payload)
         caller = Caller(body, payment)
         record = await find_challenge(self.store, body, payment)

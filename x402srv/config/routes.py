@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator
 
 from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel
@@ -75,6 +75,11 @@ class UsageCost(StrictModel):
         return value
 
 
+def _cost_kind(value: object) -> str:
+    """Which form of ``cost`` a value is, so an error names only that form's rule."""
+    return "~table" if isinstance(value, dict | UsageCost) else "~number"
+
+
 class RouteConfig(StrictModel):
     """One ``[[routes]]`` table: a path prefix x402srv forwards to the seller's API."""
 
@@ -88,7 +93,12 @@ class RouteConfig(StrictModel):
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
     description: str | None = Field(default=None, min_length=1)
-    cost: Annotated[int, Field(ge=1, le=1_000_000)] | UsageCost = 1
+    #: A number of credits, or a table: what the upstream reports (``UsageCost``).
+    cost: Annotated[
+        Annotated[Annotated[int, Field(ge=1, le=1_000_000)], Tag("~number")]
+        | Annotated[UsageCost, Tag("~table")],
+        Discriminator(_cost_kind),
+    ] = 1
     refund_on_5xx: bool = True
     #: What facilitators list (the bazaar extension): x402srv/config/discovery.py.
     discovery: DiscoveryConfig | None = None

@@ -115,7 +115,11 @@ class UsageCall:
         usage = await self._settle(self.sse.cost, missing_costs=self.terms.on_missing)
         if not self._streams_events:
             return b""  # not an event stream (or a fixed length): nothing can be appended
-        return usage_event(reserved=self.reserved, charged=usage.cost, balance=usage.balance)
+        # An upstream that stopped inside an event: end it, so ours stays an event of its own.
+        closing = b"\n\n" if self.sse.mid_event else b""
+        return closing + usage_event(
+            reserved=self.reserved, charged=usage.cost, balance=usage.balance
+        )
 
     async def failed(self, status: int, reported: int | None = None) -> dict[str, str]:
         """An upstream 5xx, failure or break: ``refund_on_5xx``, else settle on the report."""

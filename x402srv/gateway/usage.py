@@ -54,6 +54,11 @@ class SseUsage:
         self._event = ""
         self._data: list[str] = []
 
+    @property
+    def mid_event(self) -> bool:
+        """Whether the stream stopped inside an event (an unfinished line or event)."""
+        return bool(self._pending or self._event or self._data or self._skipping)
+
     def feed(self, chunk: bytes) -> None:
         lines = (self._pending + chunk).split(b"\n")
         self._pending = lines.pop()

@@ -54,6 +54,7 @@ FIELDS: Final = (
     "challengeId",
     "status",
     "resourceId",
+    "receipt",  # the signed offer-receipt receipt, compact JSON (docs/offer-receipt.md), or ""
 )
 #: Records read per store call.
 PAGE: Final = 500
@@ -104,7 +105,13 @@ def _row(record: ChallengeRecord, settled: float, config: Config) -> dict[str, s
         "challengeId": record.challenge_id,
         "status": _status(record),
         "resourceId": record.resource_id,
+        "receipt": _receipt(record),
     }
+
+
+def _receipt(record: ChallengeRecord) -> str:
+    signed = (record.grant or {}).get("receipt")
+    return json.dumps(signed, separators=(",", ":")) if isinstance(signed, dict) else ""
 
 
 async def sale_rows(store: Store, config: Config, start: float, end: float) -> list[dict[str, str]]:
