@@ -117,6 +117,21 @@ async def test_refunds_reach_the_buyer_once_and_never_past_what_was_paid(
     tx_hashes = {t.tx_hash.lower() for t in transfers}
     assert {line.split()[-1] for line in listed.stdout.splitlines()} == tx_hashes
 
+    ready = httpx.get(f"{seller.server.url}/readyz").json()
+    assert ready["status"] == "ready"
+    assert ready["refund_wallets"] == [
+        {
+            "network": devchain.network,
+            "asset": devchain.token.address,
+            "address": wallet.address,
+            "balance": str(9 * HOURLY),
+            "low": True,
+        }
+    ]
+    assert ready["warnings"] == [
+        f"refund wallet {wallet.address} on {devchain.network} holds less than "
+        f"refunds.low_balance of {devchain.token.address}"
+    ]
     checked = x402srv(seller, "check")
     assert wallet.address in checked.stdout
     assert f"refund wallet {wallet.address}" in checked.stderr
