@@ -98,6 +98,7 @@ class Stack:
         pay_to: str | None = None,
         store_options: Mapping[str, Any] | None = None,
         facilitator_url: str | None = None,
+        facilitator_options: Mapping[str, Any] | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
         """A seller config for this chain: sqlite, redis or postgres; gas-wallet or facilitator."""
@@ -123,6 +124,7 @@ class Stack:
             "facilitator": {
                 "strategy": "facilitator",
                 "facilitator_url": facilitator_url or self.facilitator.url,
+                **({"facilitator": dict(facilitator_options)} if facilitator_options else {}),
             },
         }
         # The unpaid-request limit stays on (its cost is part of every 402 measured), with

@@ -23,6 +23,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
         ├── TxAlreadyRedeemed        409 TX_ALREADY_REDEEMED
         ├── RequestIdConflict        409 REQUEST_ID_CONFLICT
+        ├── PaymentIdConflict        409 PAYMENT_ID_CONFLICT, a payment id bound to another payment
         ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
         ├── StateConflict            409 STATE_CONFLICT, admin: not in a state that allows it
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
@@ -68,6 +69,7 @@ __all__ = [
     "NotFound",
     "NotReady",
     "PaymentFailed",
+    "PaymentIdConflict",
     "PluginNotFound",
     "ProblemError",
     "RateLimited",
@@ -282,6 +284,14 @@ class RequestIdConflict(ProblemError):
     status = 409
     code = "REQUEST_ID_CONFLICT"
     title = "Request id conflict"
+
+
+class PaymentIdConflict(ProblemError):
+    """The payment's ``payment-identifier`` id is already bound to another payment."""
+
+    status = 409
+    code = "PAYMENT_ID_CONFLICT"
+    title = "Payment id conflict"
 
 
 class SettlementInProgress(ProblemError):

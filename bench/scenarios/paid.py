@@ -14,6 +14,8 @@ and a p99; the table prints their spread over the runs and judges the medians.
   every 100 ms, as the SDK's does as shipped (the bench's own polls every 5 ms):
   where that poll comes a moment before anvil has mined the block, ``/settle``
   answers 100 ms late;
+- on that one, x402srv as it was before issue 25 too (``watch_chain_after_seconds
+  = 0``: the buyer waits for ``/settle``'s answer, stall included);
 - x402srv with the gas wallet (it broadcasts the transfer itself), judged
   against the official middleware on the bench's facilitator.
 
@@ -122,6 +124,15 @@ def run(stack: Stack, samples: int, runs: int) -> list[Row]:
             stack.config(store="sqlite", settlement="facilitator", facilitator_url=paced),
             "paid-fac-sdk",
         ),
+        "unwatched": stack.x402srv(
+            stack.config(
+                store="sqlite",
+                settlement="facilitator",
+                facilitator_url=paced,
+                facilitator_options={"watch_chain_after_seconds": 0},
+            ),
+            "paid-fac-sdk-unwatched",
+        ),
     }
     gas = stack.x402srv(stack.config(store="sqlite", settlement="gas-wallet"), "paid-gas")
     pace = {"": "5 ms receipt polls", "sdk": "SDK's 100 ms receipt polls"}
@@ -137,6 +148,14 @@ def run(stack: Stack, samples: int, runs: int) -> list[Row]:
                     [],
                 ),
             ]
+        servers.append(
+            Server(
+                "x402srv facilitator, sqlite, SDK's pace, chain not watched (before)",
+                _post(settlers["unwatched"].access_url),
+                [],
+                [],
+            )
+        )
         servers.append(Server("x402srv gas wallet, sqlite", _post(gas.access_url), [], []))
         buyer = stack.chain.new_account(eth=0, usdc_atomic=10**12)
         _measure(servers, buyer, samples, runs)
@@ -145,12 +164,13 @@ def run(stack: Stack, samples: int, runs: int) -> list[Row]:
             stack.stop_app(url)
         for server in [*settlers.values(), gas]:
             stack.stop_server(server)
-    official, ours, sdk_official, sdk_ours, gas_wallet = servers
+    official, ours, sdk_official, sdk_ours, unwatched, gas_wallet = servers
     return [
         Row(SECTION, official.label, _figures(official)),
         Row(SECTION, ours.label, _figures(ours), _judged(ours, official)),
         Row(SECTION, sdk_official.label, _figures(sdk_official)),
         Row(SECTION, sdk_ours.label, _figures(sdk_ours), _judged(sdk_ours, sdk_official)),
+        Row(SECTION, unwatched.label, _figures(unwatched), _judged(unwatched, sdk_official)),
         Row(SECTION, gas_wallet.label, _figures(gas_wallet), _judged(gas_wallet, official)),
     ]
 

@@ -71,6 +71,7 @@ async def test_export_sales_as_csv_and_jsonl(console: Console, buyer: LocalAccou
         "challengeId": hourly["challengeId"],
         "status": "delivered",
         "resourceId": "default",
+        "receipt": "",  # no [offer_receipt] key: nothing signed
         "refundId": "",
     }
     assert rows[daily["challengeId"]]["amountUsd"] == "1.50"

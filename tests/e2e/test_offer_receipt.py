@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import base64
 import copy
+import csv
+import io
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +138,20 @@ async def test_offer_receipt_the_receipt_in_payment_response_and_grant_verifies(
     assert ours["payload"]["network"] == grant["network"]
     assert ours["payload"]["transaction"] == grant["txHash"]  # include_tx_hash = true
     assert not accepted(forged, receipt)
+    # export-sales writes it too, for the seller's books.
+    server = signing_seller.server
+    exported = subprocess.run(
+        [sys.executable, "-m", "x402srv", "export-sales", "--config", "seller.toml", "--from", "0"],
+        cwd=server.directory,
+        env={**os.environ, **server.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert exported.returncode == 0, exported.stderr
+    rows = {row["challengeId"]: row for row in csv.DictReader(io.StringIO(exported.stdout))}
+    assert json.loads(rows[grant["challengeId"]]["receipt"]) == receipt
 
 
 def test_offer_receipt_the_key_is_published_in_did_json(signing_seller: Seller) -> None:

@@ -16,11 +16,14 @@ from x402srv.config.models import Config
 from x402srv.testing.builders import BASE_TIME, make_record
 from x402srv.wire import offers as offers_module
 from x402srv.wire.offers import OfferBuilder, rfc3339, with_request_id
+from x402srv.wire.payment_identifier import SCHEMA
 
 REQUEST_ID = "5b0f3c1e-8a2d-4c6b-9e7f-1a2b3c4d5e6f"
 
 REQUIREMENT_KEYS = {"scheme", "network", "amount", "asset", "payTo", "maxTimeoutSeconds", "extra"}
-PAYMENT_REQUIRED_KEYS = {"x402Version", "error", "resource", "accepts"}
+PAYMENT_REQUIRED_KEYS = {"x402Version", "error", "resource", "accepts", "extensions"}
+#: What every 402 declares (docs/payment-identifier.md).
+EXTENSIONS = {"payment-identifier": {"info": {"required": False}, "schema": SCHEMA}}
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +223,7 @@ def test_challenge_offer_is_exactly_the_compact_json_of_its_documents(
         },
         # A discovery-first record's 402 (PENDING again) names its ids too.
         "accepts": [builder.offered_requirement(dataclasses.replace(record, implicit=False))],
+        "extensions": EXTENSIONS,
     }
     body = {
         **required,

@@ -13,6 +13,7 @@ from x402srv.access import moves
 from x402srv.access.failpoints import failpoint
 from x402srv.access.ids import uuid4_hex
 from x402srv.access.payment_check import PaymentCheck
+from x402srv.access.payment_ids import PaymentIds
 from x402srv.access.progress import CheckedPayment, Claimed, SentPayment
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.errors import InternalError, PaymentFailed, SettlementInProgress, TxAlreadyRedeemed
@@ -37,12 +38,14 @@ class PaymentClaimer:
         counters: Counters,
         *,
         lease_seconds: float,
+        payment_ids: PaymentIds | None = None,
     ) -> None:
         self.payments = payments
         self.mover = mover
         self.clock = clock
         self.counters = counters
         self.lease_seconds = lease_seconds
+        self.payment_ids = payment_ids
 
     def move(
         self, record: ChallengeRecord, payment: SentPayment, at: float
@@ -59,11 +62,17 @@ class PaymentClaimer:
         )
         return move, checked
 
+    async def bind_id(self, payment: SentPayment) -> None:
+        """The payment's payment-identifier id bound to it, once checked (``payment_ids``)."""
+        if self.payment_ids is not None:
+            await self.payment_ids.bind(payment)
+
     async def claim(
         self, record: ChallengeRecord, payment: SentPayment
     ) -> ChallengeRecord | Claimed:
         """The challenge claimed for ``payment``, or the record as another request left it."""
         move, checked = self.move(record, payment, self.clock())
+        await self.bind_id(payment)
         result = await self.mover.apply(move)
         if isinstance(result, PaymentClaimed):
             self.counters.failed("already_redeemed")

@@ -52,6 +52,7 @@ class ImplicitPurchase:
             plan, request_id, body.resource_id, implicit=True, grant=grant
         )
         claim, checked = self.claimer.move(pending, payment, pending.created_at)
+        await self.claimer.bind_id(payment)
         settling = pending.apply(claim.changes, State.SETTLING, claim.at, claim.reason)
         created = await self.store.create_challenge(settling, claim_payment=payment.key)
         if isinstance(created, PaymentClaimed):

@@ -67,6 +67,7 @@ from x402srv.access.ids import uuid4_str
 from x402srv.access.implicit_purchase import ImplicitPurchase
 from x402srv.access.new_challenge import ChallengeMaker, same_purchase
 from x402srv.access.payment_check import PaymentCheck, payment_key, sent_payment
+from x402srv.access.payment_ids import PaymentIds
 from x402srv.access.progress import AccessResult, Caller, Claimed, Next
 from x402srv.access.proof import PurchaseProof, replays
 from x402srv.access.records import ChallengeRecord, State
@@ -178,8 +179,20 @@ class AccessPipeline:
         self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.counters)  # 2
         payments = PaymentCheck(self.offers, clock)  # 5
         self.proof = PurchaseProof(payments)  # 4
+        #: Buyers' idempotency keys (payment-identifier), bound just before the claim.
+        self.payment_ids = PaymentIds(
+            store,
+            clock,
+            required=config.payment_identifier.required,
+            keep_seconds=config.reconciler.retention_days * 86_400,
+        )
         self.claimer = PaymentClaimer(  # 5-7
-            payments, self.mover, clock, self.counters, lease_seconds=lease_seconds
+            payments,
+            self.mover,
+            clock,
+            self.counters,
+            lease_seconds=lease_seconds,
+            payment_ids=self.payment_ids,
         )
         self.implicit = ImplicitPurchase(  # 3, its last way
             store, self.challenges, self.claimer, self.proof, self.counters
@@ -333,6 +346,7 @@ class AccessPipeline:
         payload: PaymentPayload,
         grant: ChallengeRecord | None = None,
     ) -> AccessResult:
+        self.payment_ids.read(payload)  # 400 before anything is stored
         payment = sent_payment(payload)
         caller = Caller(body, payment)
         record = await find_challenge(self.store, body, payment)

@@ -326,6 +326,12 @@ class Plan:
         return self.calls is not None or self.rate is not None
 
 
+class PaymentIdentifierConfig(StrictModel):
+    """``[payment_identifier]``: ``required = true`` refuses payments without an id (400)."""
+
+    required: bool = False
+
+
 class Config(_Model):
     seller: SellerConfig
     plans: list[PlanConfig] = Field(min_length=1)
@@ -346,6 +352,8 @@ class Config(_Model):
     refunds: RefundsConfig = RefundsConfig()
     #: Signed offers and receipts (x402srv/config/offer_receipt.py).
     offer_receipt: OfferReceiptConfig | None = None
+    #: Buyers' idempotency keys (x402srv/access/payment_ids.py): always declared.
+    payment_identifier: PaymentIdentifierConfig = PaymentIdentifierConfig()
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()

@@ -40,9 +40,15 @@ _SECRET_KEY: Final = re.compile(r"(url|dsn|password|secret|keys?|token|auth)$", 
 _SHOWN_STRING_LENGTH: Final = 24
 
 
+#: A union's tag (``Tag("~table")``) names a branch, not a key: paths leave it out.
+UNION_TAG: Final = "~"
+
+
 def _path(location: tuple[int | str, ...]) -> str:
     path = ""
     for part in location:
+        if isinstance(part, str) and part.startswith(UNION_TAG):
+            continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
 

@@ -12,6 +12,8 @@ connect_timeout_seconds = 5              # -> 502/504 problem details when excee
 read_timeout_seconds = 30
 max_body_bytes = 10485760
 cost = 1                                 # credits a call spends on plans that sell calls
+# or, priced by what the call used (docs/selling-calls.md, "Charging by use"):
+# cost = { reserve = 500, from = "header", header = "X-Usage-Cost", on_missing = "reserve" }
 refund_on_5xx = true                     # an upstream 5xx (or 502/504) gives them back
 ```
 
@@ -24,21 +26,58 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator
 
 from x402srv.config.discovery import DiscoveryConfig
 from x402srv.config.fields import StrictModel
 from x402srv.config.plans import PlanTerms
 from x402srv.config.secrets import SecretValue
 
-__all__ = ["DEFAULT_SECRET_HEADER", "RouteConfig", "check_routes"]
+__all__ = [
+    "DEFAULT_SECRET_HEADER",
+    "DEFAULT_USAGE_HEADER",
+    "RouteConfig",
+    "UsageCost",
+    "check_routes",
+]
 
 DEFAULT_SECRET_HEADER: Final = "X-X402-Gateway-Secret"  # noqa: S105 - a header name
 _PREFIX: Final = re.compile(r"/|(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
 _HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+#: Where a metered route's upstream reports a call's cost by default.
+DEFAULT_USAGE_HEADER: Final = "X-Usage-Cost"
+
+
+class UsageCost(StrictModel):
+    """``cost = { reserve = N, from = ... }``: a call costs what its upstream reports.
+
+    ``reserve`` credits are taken before forwarding; after the answer the
+    reported cost (capped at ``reserve``) is kept and the rest given back.
+    ``from = "header"`` reads the integer in ``header`` of the answer;
+    ``from = "sse"`` reads the ``cost`` field of the last ``event: usage`` of a
+    server-sent-events stream (docs/selling-calls.md, "Charging by use").
+    ``on_missing``: what a call whose upstream reported nothing usable costs.
+    """
+
+    reserve: int = Field(ge=1, le=1_000_000)
+    source: Literal["header", "sse"] = Field(default="header", alias="from")
+    header: str = DEFAULT_USAGE_HEADER
+    on_missing: Literal["reserve", "nothing"] = "reserve"
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, value: str) -> str:
+        if not _HEADER_NAME.fullmatch(value):
+            raise ValueError("must be an HTTP header name (letters, digits, '-')")
+        return value
+
+
+def _cost_kind(value: object) -> str:
+    """Which form of ``cost`` a value is, so an error names only that form's rule."""
+    return "~table" if isinstance(value, dict | UsageCost) else "~number"
 
 
 class RouteConfig(StrictModel):
@@ -54,7 +93,12 @@ class RouteConfig(StrictModel):
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
     description: str | None = Field(default=None, min_length=1)
-    cost: int = Field(default=1, ge=1, le=1_000_000)
+    #: A number of credits, or a table: what the upstream reports (``UsageCost``).
+    cost: Annotated[
+        Annotated[Annotated[int, Field(ge=1, le=1_000_000)], Tag("~number")]
+        | Annotated[UsageCost, Tag("~table")],
+        Discriminator(_cost_kind),
+    ] = 1
     refund_on_5xx: bool = True
     #: What facilitators list (the bazaar extension): x402srv/config/discovery.py.
     discovery: DiscoveryConfig | None = None
@@ -88,6 +132,16 @@ class RouteConfig(StrictModel):
         if not _HEADER_NAME.fullmatch(value):
             raise ValueError("must be an HTTP header name (letters, digits, '-')")
         return value
+
+    @property
+    def reserve(self) -> int:
+        """The credits a call takes before it is forwarded (all it costs, unless metered)."""
+        return self.cost.reserve if isinstance(self.cost, UsageCost) else self.cost
+
+    @property
+    def usage(self) -> UsageCost | None:
+        """How the upstream reports a call's cost, on a route that charges by use."""
+        return self.cost if isinstance(self.cost, UsageCost) else None
 
     @property
     def prefix_segments(self) -> tuple[str, ...]:
@@ -142,8 +196,8 @@ def _check_cost(plans: Mapping[str, PlanTerms], route: RouteConfig, path: str) -
         )
     for plan in selling:
         assert plan.calls is not None
-        if plan.calls < route.cost:
+        if plan.calls < route.reserve:
             raise ValueError(
-                f"{path}.cost: a call costs {route.cost} credits but plan {plan.plan_id!r} "
+                f"{path}.cost: a call costs {route.reserve} credits but plan {plan.plan_id!r} "
                 f"sells only {plan.calls}: its buyers could never make one"
             )

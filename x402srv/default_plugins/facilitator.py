@@ -19,10 +19,12 @@ docs/settlement.md#facilitator): a facilitator answers only once it has the
 transaction's receipt, and the official SDK's facilitator polls for it every
 100 ms, so when its first poll came a moment before the block was mined (anvil
 mines a moment after it accepts a transaction) the buyer waited ~100 ms for a
-transfer that was already final. From ``watch_chain_after_seconds`` on, x402srv
-reads ``authorizationState`` itself, at growing intervals; once it reads "used",
-the chain decides (``resolve_authorization``), and a transfer of this payment to
-payTo is ``Settled`` at once, whatever the facilitator answers later. Only a
+transfer that was already final. From ``watch_chain_after_seconds`` on (or twice
+the usual /settle, when that is longer: a loaded machine or a slow chain costs no
+reads while settlements go as usual), x402srv reads ``authorizationState``
+itself, at doubling intervals; once it reads "used", the newest blocks' logs name
+the transaction (``WATCH_LOOKBACK_BLOCKS``), and a receipt that moved this payment
+to payTo is ``Settled`` at once, whatever the facilitator answers later. Only a
 transfer ends the wait early: anything else the chain shows waits for the answer.
 
 How answers map to the pipeline (docs/protocol/flow.md, step 8):
@@ -61,8 +63,10 @@ others to fail over to (it is then skipped, and asked again by ``/readyz``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import statistics
 from typing import Any
 
 import httpx
@@ -113,8 +117,15 @@ class FacilitatorOptions(PluginOptions):
     watch_chain_after_seconds: float = Field(default=0.02, ge=0, le=60)
 
 
-#: Longest pause between two chain reads while /settle is out (the first is 10 ms).
+#: Longest pause between two chain reads while /settle is out.
 WATCH_MAX_POLL_SECONDS = 0.5
+#: The watch starts no sooner than this many times a usual /settle (the median of the
+#: last ``WATCH_SAMPLES`` answered), so settlements that go as usual cost no chain read.
+WATCH_AFTER_USUAL = 2.0
+WATCH_SAMPLES = 31
+#: Blocks searched for the transfer once the watch reads the authorization used: it was
+#: broadcast after /settle was sent, so only the newest blocks can hold it.
+WATCH_LOOKBACK_BLOCKS = 64
 
 
 class FacilitatorSettler:
@@ -163,6 +174,8 @@ class FacilitatorSettler:
         self._senders: frozenset[str] = frozenset()
         self._senders_asked_at: float | None = None  # loop time of the last /supported read
         self._client: httpx.AsyncClient | None = None
+        #: How long the last /settle requests took to be answered (``_watch``).
+        self._settle_seconds: collections.deque[float] = collections.deque(maxlen=WATCH_SAMPLES)
         #: /settle requests still out whose transfer the chain showed first (``_watch``).
         self._late: set[asyncio.Future[dict[str, Any]]] = set()
 
@@ -305,7 +318,7 @@ class FacilitatorSettler:
     async def _settle(
         self, request: SettlementRequest, body: dict[str, Any], hooks: SettlementHooks
     ) -> SettlementOutcome:
-        posting = asyncio.ensure_future(self._post("/settle", body))
+        posting = asyncio.ensure_future(self._timed_post("/settle", body))
         try:
             landed = await self._watch(request, posting)
         except BaseException:
@@ -386,6 +399,8 @@ class FacilitatorSettler:
         after = self._options.watch_chain_after_seconds
         if self._chain is None or after <= 0:
             return None
+        if len(self._settle_seconds) >= 5:  # a loaded machine or a slow chain: later
+            after = max(after, WATCH_AFTER_USUAL * statistics.median(self._settle_seconds))
         auth = request.authorization
         asset, pay_to = str(request.requirements["asset"]), str(request.requirements["payTo"])
         delay = after
@@ -397,25 +412,32 @@ class FacilitatorSettler:
             try:
                 if not await self._chain.authorization_state(asset, auth.payer, auth.nonce):
                     continue
-                verdict = await resolve_authorization(
-                    self._chain,
-                    asset=asset,
-                    payer=auth.payer,
-                    pay_to=pay_to,
-                    value=auth.value,
-                    nonce=auth.nonce,
-                    valid_before=auth.valid_before,
-                )
+                landed = await self._recent_transfer(request, asset, pay_to)
             except ChainUnavailable as exc:
                 log.debug("%s: watching the chain during /settle stopped: %s", self.label, exc)
                 await asyncio.wait({posting})
                 return None
-            if isinstance(verdict, Transferred):
-                log.debug(
-                    "%s: the chain shows %s before /settle answered", self.label, verdict.tx_hash
-                )
-                return verdict.tx_hash
+            if landed is not None:
+                log.debug("%s: the chain shows %s before /settle answered", self.label, landed)
+                return landed
             # used, but not (yet) as this payment's transfer: the answer decides
+
+    async def _recent_transfer(
+        self, request: SettlementRequest, asset: str, pay_to: str
+    ) -> str | None:
+        """The transaction of the last ``WATCH_LOOKBACK_BLOCKS`` that moved this payment."""
+        assert self._chain is not None
+        auth = request.authorization
+        events = await self._chain.authorization_events(
+            asset, auth.payer, auth.nonce, lookback=WATCH_LOOKBACK_BLOCKS
+        )
+        for event in events:
+            receipt = await self._chain.receipt(event.tx_hash)
+            if receipt is not None and receipt.settles(
+                asset, auth.payer, pay_to, auth.value, auth.nonce
+            ):
+                return receipt.tx_hash
+        return None
 
     def _late_answer(self, posting: asyncio.Future[dict[str, Any]]) -> None:
         """The answer of a /settle whose transfer the chain had shown already: only read."""
@@ -426,6 +448,14 @@ class FacilitatorSettler:
                 self.label,
                 type(posting.exception()).__name__,
             )
+
+    async def _timed_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``_post``, its time noted when answered: what a usual /settle takes (``_watch``)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        answer = await self._post(path, body)
+        self._settle_seconds.append(loop.time() - started)
+        return answer
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         assert self._client is not None, "settler not started"

@@ -118,12 +118,11 @@ def narrowed_offer(
             (accept for plan_id in plans for accept in by_plan[plan_id]), uuid4_str()
         ),
     }
-    extensions = dict(extensions or {})
+    extensions = {**pipeline.offers.extensions(), **(extensions or {})}
     signer = pipeline.offers.signer
     if signer is not None:  # signed offers (docs/offer-receipt.md)
         extensions[OFFER_RECEIPT] = signer.offers(resource["url"], required["accepts"])
-    if extensions:
-        required["extensions"] = extensions
+    required["extensions"] = extensions
     body = {
         **required,
         "plans": [p for p in discovery["plans"] if p["planId"] in plans],
@@ -326,7 +325,7 @@ class Gateway:
         if self.meter is None:
             return Forward(route, claims, granted)
         try:
-            usage = await self.meter.spend(claims, route.cost)
+            usage = await self.meter.spend(claims, route.reserve)  # a reservation if by use
         except CreditsExhausted as spent:
             return self._out_of_credits(route, resource_url, claims, spent)
         return Forward(route, claims, granted, usage)

@@ -96,6 +96,10 @@ def request_headers(
         # Only an address: a token issued before the payer came from the signature
         # alone may carry whatever a facilitator answered (docs/settlement.md).
         kept.append(("X-X402-Payer", claims.payer))
+    if route.usage is not None and route.usage.source == "sse":
+        # The gateway reads the stream's usage event: it must arrive undecoded.
+        kept = [(n, v) for n, v in kept if n.lower() != "accept-encoding"]
+        kept.append(("Accept-Encoding", "identity"))
     if route.secret is not None:
         kept.append((route.secret_header, route.secret.reveal()))
     kept += [("X-Forwarded-Proto", scheme), ("X-Forwarded-Host", host)]
@@ -162,15 +166,20 @@ async def forward(
     claims: AccessClaims,
     *,
     extra_response_headers: Mapping[str, str] | None = None,
-    on_status: Callable[[int], Awaitable[Mapping[str, str]]] | None = None,
+    on_status: Callable[[int, httpx.Headers], Awaitable[Mapping[str, str]]] | None = None,
+    watch: Callable[[bytes], None] | None = None,
+    tail: Callable[[], Awaitable[bytes]] | None = None,
 ) -> int | None:
     """Send the upstream's answer through ``request.respond``, or raise a ``ProblemError``.
 
     Raised only before the answer starts (nothing was sent to the client yet).
     Returns the upstream's status, or None when it broke in the middle of its
     answer (metered calls get their credits back for either failure).
-    ``on_status`` hears the upstream's status before the answer starts and
-    returns more headers for it (a metered call's refund and RateLimit fields).
+    ``on_status`` hears the upstream's status and headers before the answer
+    starts and returns more headers for it (a metered call's refund, its
+    settlement when the cost is in a header, and RateLimit fields). ``watch``
+    sees each chunk as it passes (a stream's usage events); ``tail`` is sent
+    after the upstream's last chunk, before the end (x402srv's usage event).
     """
     declared = _declared_length(request)
     if declared is not None and declared > route.max_body_bytes:
@@ -203,19 +212,25 @@ async def forward(
     try:
         extra = dict(extra_response_headers or {})
         if on_status is not None:
-            extra.update(await on_status(upstream.status_code))
+            extra.update(await on_status(upstream.status_code, upstream.headers))
         response = await request.respond(
             status=upstream.status_code,
             headers=Header(response_headers(upstream.headers, extra)),
         )
         try:
             async for chunk in upstream.aiter_raw():
+                if watch is not None:
+                    watch(chunk)
                 await response.send(chunk)
         except httpx.HTTPError as exc:
             log.warning("upstream %s broke mid-answer: %s", route.upstream, repr(exc))
             if request.transport is not None:
                 request.transport.close()  # no final chunk: the client sees the truncation
             return None
+        if tail is not None:
+            last = await tail()
+            if last:
+                await response.send(last)
         await response.eof()
     finally:
         await upstream.aclose()

@@ -17,6 +17,7 @@ buyer's ``Accept-Encoding``, not ours, so bodies pass through undecoded).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 import httpx
@@ -28,6 +29,7 @@ from x402srv.config.routes import RouteConfig
 from x402srv.errors import NotFound, ProblemError
 from x402srv.gateway.decide import Forward, Gateway, OutOfCredits
 from x402srv.gateway.forward import forward
+from x402srv.gateway.metered import UsageCall
 from x402srv.server.paths import gateway_segments
 from x402srv.server.problems import problem_response
 from x402srv.server.responses import offer_response
@@ -120,10 +122,13 @@ def install_gateway(
             response = offer_response(decision.offer)
             response.headers.update(decision.headers)
             return response
-        usage = decision.usage
         extra = _grant_headers(decision)
+        if decision.usage is not None and route.usage is not None and meter is not None:
+            call = UsageCall(meter, route, decision.usage, decision.claims.challenge_id)
+            return await _by_use(request, route, decision, call, extra)
+        usage = decision.usage
 
-        async def metered(status: int) -> dict[str, str]:
+        async def metered(status: int, _headers: object = None) -> dict[str, str]:
             """The RateLimit fields, after giving the credits back for a failed call."""
             nonlocal usage
             if usage is None:
@@ -147,6 +152,39 @@ def install_gateway(
             return response
         if status is None:  # the upstream broke in the middle of its answer
             await metered(500)
+        return None
+
+    async def _by_use(
+        request: Request,
+        route: RouteConfig,
+        decision: Forward,
+        call: UsageCall,
+        extra: dict[str, str],
+    ) -> HTTPResponse | None:
+        """A call charged by use: its reservation settled once, whatever happens to it."""
+        try:
+            try:
+                status = await forward(
+                    app.ctx.gateway_client,
+                    request,
+                    route,
+                    decision.claims,
+                    extra_response_headers=extra,
+                    on_status=call.answered,
+                    watch=call.watch,
+                    tail=call.ended,
+                )
+            except ProblemError as err:
+                response = problem_response(err)
+                response.headers.update({**extra, **await call.failed(err.status)})
+                return response
+            if status is None:  # the upstream broke in the middle of its answer
+                await call.failed(500)
+        finally:
+            if not call.settled:
+                # The buyer went away mid-answer (or the handler failed): the
+                # settlement still happens, and a cancellation does not stop it.
+                await asyncio.shield(call.abandoned())
         return None
 
     for index, route in enumerate(config.routes):

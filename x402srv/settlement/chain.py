@@ -278,9 +278,18 @@ class ChainReader:
         return found
 
     async def authorization_events(
-        self, asset: str, payer: str, nonce: str, *, to_block: int | None = None
+        self,
+        asset: str,
+        payer: str,
+        nonce: str,
+        *,
+        to_block: int | None = None,
+        lookback: int | None = None,
     ) -> list[Log]:
-        """AuthorizationUsed / AuthorizationCanceled logs of (payer, nonce), newest window only."""
+        """AuthorizationUsed / AuthorizationCanceled logs of (payer, nonce), newest window only.
+
+        The window is ``lookback`` blocks (default ``log_lookback_blocks``) up to ``to_block``.
+        """
         if to_block is None:
             to_block, _ = await self.latest_block()
         topics = [
@@ -288,5 +297,6 @@ class ChainReader:
             address_topic(payer),
             nonce.lower(),
         ]
-        start = max(0, to_block - self.log_lookback_blocks)
+        window = self.log_lookback_blocks if lookback is None else lookback
+        start = max(0, to_block - window)
         return await self.logs(asset, topics, start, to_block)

@@ -321,3 +321,53 @@ class CreditContract(StoreContractBase):
             3 * RACERS,
             RACERS,
         )
+
+    # ------------------------------------------------------------ reserve, then settle
+
+    async def test_a_reservation_settles_to_what_the_call_used(self, store: Store) -> None:
+        """A call charged by use (docs/selling-calls.md, "Charging by use").
+
+        The reservation is one atomic ``spend`` of the reserve, the settlement one
+        atomic ``refund`` of what the call did not use: between the two the
+        reserve counts against the balance, so no other call can spend it.
+        """
+        credits = _credits(store)
+        grant = await _funded(credits, 10)
+        reserved = await credits.spend(grant, 6, now=NOW, keep_until=KEEP)
+        assert (reserved.outcome, reserved.balance) == (SPENT, 4)
+        refused = await credits.spend(grant, 6, now=NOW, keep_until=KEEP)
+        assert (refused.outcome, refused.balance) == (NO_CREDITS, 4)  # held, not spendable
+        assert await credits.refund(grant, 6 - 2, now=NOW + 1) == 8  # used 2 of 6
+        account = await credits.get_credits(grant)
+        assert account is not None
+        assert account.balance == account.credited - account.spent + account.refunded == 8
+        assert account.calls == 1
+
+    async def test_racing_reservations_never_spend_more_than_the_balance(
+        self, sharing: tuple[Store, Store]
+    ) -> None:
+        """200 calls reserving 5 at once against 50 credits; each uses 1 to 5 and settles."""
+        stores = [_credits(s) for s in sharing]
+        grant = await _funded(stores[0], 50)
+
+        async def call(i: int) -> int:
+            store = stores[i % 2]
+            reserved = await store.spend(grant, 5, now=NOW, keep_until=KEEP)
+            if reserved.outcome is not SPENT:
+                return 0
+            used = 1 + i % 5
+            if used < 5:
+                assert await store.refund(grant, 5 - used, now=NOW) is not None
+            return used
+
+        charged = await asyncio.gather(*(call(i) for i in range(200)))
+        account = await stores[1].get_credits(grant)
+        assert account is not None
+        print(
+            f"\n[{type(stores[0]).__name__}] 200 concurrent reservations of 5 against 50 "
+            f"credits: {sum(1 for c in charged if c)} ran, {sum(charged)} charged, "
+            f"balance {account.balance}"
+        )
+        assert sum(charged) <= 50
+        assert account.balance == 50 - sum(charged) >= 0
+        assert account.calls == sum(1 for c in charged if c) >= 10

@@ -290,6 +290,27 @@ class Meter:
         metrics.current().credits_refunded(usage.plan.plan_id, usage.cost)
         return replace(usage, cost=0, balance=balance)
 
+    async def settle(self, usage: Usage, used: int) -> Usage:
+        """Keep ``used`` of a reservation (``spend`` of the reserve) and give the rest back.
+
+        A route charged by use (docs/selling-calls.md, "Charging by use") spends
+        its whole reserve before forwarding, so the reserve counts against the
+        balance while the call runs; this is the one atomic ``refund`` of what the
+        call did not use. ``used`` is capped at the reservation. A store outage
+        costs the buyer the reservation (logged), as ``refund`` does.
+        """
+        used = max(0, min(used, usage.cost))
+        release = usage.cost - used
+        if release == 0:
+            return usage
+        try:
+            balance = await self.store.refund(usage.grant_id, release, now=self.clock())
+        except StoreUnavailable:
+            log.warning("grant %s: %d reserved credits not released (store down)", *_who(usage))
+            return usage
+        metrics.current().credits_refunded(usage.plan.plan_id, release)
+        return replace(usage, cost=used, balance=balance)
+
     # ------------------------------------------------------------ sync forms
 
     def spend_sync(self, claims: AccessClaims, cost: int = 1) -> Usage | None:

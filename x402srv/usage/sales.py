@@ -59,7 +59,8 @@ FIELDS: Final = (
     "challengeId",
     "status",
     "resourceId",
-    "refundId",
+    "receipt",  # the signed offer-receipt receipt, compact JSON (docs/offer-receipt.md), or ""
+    "refundId",  # a refund row's refund (docs/refunds.md), or ""
 )
 #: Records read per store call.
 PAGE: Final = 500
@@ -110,8 +111,14 @@ def _row(record: ChallengeRecord, settled: float, config: Config) -> dict[str, s
         "challengeId": record.challenge_id,
         "status": _status(record),
         "resourceId": record.resource_id,
+        "receipt": _receipt(record),
         "refundId": "",
     }
+
+
+def _receipt(record: ChallengeRecord) -> str:
+    signed = (record.grant or {}).get("receipt")
+    return json.dumps(signed, separators=(",", ":")) if isinstance(signed, dict) else ""
 
 
 def _refunded_at(refund: RefundRecord) -> float | None:
@@ -140,6 +147,7 @@ def _refund_row(
         "challengeId": refund.purchase_id,
         "status": "refund",
         "resourceId": purchase.resource_id if purchase else "",
+        "receipt": "",
         "refundId": refund.refund_id,
     }
 

@@ -35,6 +35,7 @@ from x402srv.interfaces import Clock, IssuedCredential, system_clock
 from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.networks import NetworkInfo
 from x402srv.wire.offer_receipt import OFFER_RECEIPT, OfferReceiptSigner
+from x402srv.wire.payment_identifier import PAYMENT_IDENTIFIER, declaration
 from x402srv.wire.protocol import encode_header, requirement
 
 __all__ = [
@@ -129,8 +130,6 @@ class _ChallengeTemplate:
 
     parts: tuple[str, ...]
     members: str
-    #: Whether the document ends with its ``extensions`` (the plan's bazaar metadata).
-    extended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +188,16 @@ class OfferBuilder:
             else "application/json",
         }
 
+    def extensions(self, discovery: DiscoveryConfig | None = None) -> dict[str, Any]:
+        """What every 402 declares: payment-identifier, and a plan's or route's bazaar metadata.
+
+        (Signed offers are added per answer: they carry a validity.)
+        """
+        declared = {PAYMENT_IDENTIFIER: declaration(self._config.payment_identifier.required)}
+        if discovery is not None:
+            declared.update(bazaar_extension(discovery))
+        return declared
+
     def _plan_discovery(self, plan_id: str) -> DiscoveryConfig | None:
         return self._discoveries.get(plan_id)
 
@@ -203,8 +212,8 @@ class OfferBuilder:
         required, body = ids.join(self._discovery.header), ids.join(self._discovery.body)
         if self.signer is not None:
             offers = self.signer.offers(self._config.access_url, self.catalog.body["accepts"])
-            required = _with_offers(required, offers, extended=False)
-            body = _with_offers(body, offers, extended=False)
+            required = _with_offers(required, offers, extended=True)
+            body = _with_offers(body, offers, extended=True)
         header = base64.b64encode(required.encode()).decode("ascii")
         return PaymentOffer(header=header, content=body.encode())
 
@@ -240,6 +249,8 @@ class OfferBuilder:
         networks = config.resolved_networks
         if len(networks) > 1:
             body["networks"] = [network.caip2 for network in networks]
+        # Last in both documents, so signed offers can be added inside it (``_with_offers``).
+        required["extensions"] = body["extensions"] = self.extensions()
         catalog = PaymentOffer(body=body, header=encode_header(required))
         marked = [{**accept, "extra": {**accept["extra"], _IDS: True}} for accept in accepts]
         template = _DiscoveryTemplate(
@@ -297,7 +308,7 @@ class OfferBuilder:
         if self.signer is not None:
             accepts = [self.offered_requirement(record, offer) for offer in record.offers]
             offers = self.signer.offers(self._config.access_url, accepts)
-            required = _with_offers(required, offers, extended=template.extended)
+            required = _with_offers(required, offers, extended=True)
         body = (
             required[:-1]
             + ids
@@ -349,13 +360,11 @@ class OfferBuilder:
             "resource": self._resource(description, self._plan_discovery(record.plan_id)),
             "accepts": accepts,
         }
-        discovery = self._plan_discovery(record.plan_id)
-        if discovery is not None:
-            required["extensions"] = bazaar_extension(discovery)
+        required["extensions"] = self.extensions(self._plan_discovery(record.plan_id))
         parts = tuple(_compact(required).split(_IDS_JSON))
         assert len(parts) == len(accepts) + 1
         members = f',"planId":{_compact(record.plan_id)},"resourceId":'
-        return _ChallengeTemplate(parts=parts, members=members, extended="extensions" in required)
+        return _ChallengeTemplate(parts=parts, members=members)
 
     def grant(self, record: ChallengeRecord, credential: IssuedCredential) -> dict[str, Any]:
         assert record.tx_hash is not None

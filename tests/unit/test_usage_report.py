@@ -1,0 +1,94 @@
+"""What a route charged by use reads from its upstream (docs/selling-calls.md)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from x402srv.config.routes import RouteConfig
+from x402srv.gateway.usage import MAX_LINE, SseUsage, charge, header_cost
+
+
+def _route(cost: object) -> RouteConfig:
+    return RouteConfig.model_validate({"prefix": "/v1", "upstream": "http://x", "cost": cost})
+
+
+def test_the_last_usage_event_counts_across_chunk_boundaries() -> None:
+    sse = SseUsage()
+    for chunk in (
+        b"event: token\ndata: hi\n\n: a comment\n",
+        b'event: usage\r\ndata: {"co',
+        b'st": 12}\r\n\r\nevent: usage\ndata: {"cost": 40}\n',
+        b"\n",
+    ):
+        sse.feed(chunk)
+    assert (sse.cost, sse.invalid) == (40, 0)
+
+
+@pytest.mark.parametrize(
+    "data", ['{"cost": true}', '{"cost": -1}', '{"cost": 1.5}', "[12]", "twelve", '{"n": 3}']
+)
+def test_an_invalid_usage_event_is_counted_and_keeps_the_last_valid_one(data: str) -> None:
+    sse = SseUsage()
+    sse.feed(f'event: usage\ndata: {{"cost": 5}}\n\nevent: usage\ndata: {data}\n\n'.encode())
+    assert (sse.cost, sse.invalid) == (5, 1)
+
+
+def test_an_overlong_line_is_skipped_without_being_kept() -> None:
+    sse = SseUsage()
+    sse.feed(b"data: " + b"x" * (MAX_LINE + 10))
+    sse.feed(b"y" * 100 + b'\nevent: usage\ndata: {"cost": 3}\n\n')
+    assert sse.cost == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "cost"),
+    [("17", 17), (" 4 ", 4), (None, None), ("", None), ("-1", None), ("1e3", None)],
+)
+def test_a_header_report_is_a_decimal_integer(value: str | None, cost: int | None) -> None:
+    assert header_cost(value) == cost
+
+
+def test_the_charge_is_capped_at_the_reserve_and_missing_follows_the_seller() -> None:
+    assert charge(100, 30, on_missing="reserve") == 30
+    assert charge(100, 300, on_missing="reserve") == 100
+    assert charge(100, None, on_missing="reserve") == 100
+    assert charge(100, None, on_missing="nothing") == 0
+
+
+def test_a_route_cost_is_a_number_or_a_usage_table() -> None:
+    assert _route(3).reserve == 3 and _route(3).usage is None
+    usage = _route({"reserve": 500, "from": "sse", "on_missing": "nothing"}).usage
+    assert usage is not None
+    assert (usage.reserve, usage.source, usage.header, usage.on_missing) == (
+        500,
+        "sse",
+        "X-Usage-Cost",
+        "nothing",
+    )
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [
+        {"reserve": 0},
+        {"reserve": 5, "from": "trailer"},
+        {"reserve": 5, "source": "sse"},
+        {"reserve": 5, "header": "bad header"},
+        {"reserve": 5, "on_missing": "half"},
+        {"from": "header"},
+        "5",
+        True,
+    ],
+)
+def test_a_bad_usage_table_is_refused(cost: object) -> None:
+    with pytest.raises(ValidationError):
+        _route(cost)
+
+
+def test_a_stream_that_stops_inside_an_event_says_so() -> None:
+    sse = SseUsage()
+    sse.feed(b"event: token\ndata: hi\n\n")
+    assert not sse.mid_event
+    sse.feed(b"event: token\ndata: cut")
+    assert sse.mid_event

@@ -1,0 +1,146 @@
+"""One gateway call on a route charged by use: reserve, forward, settle exactly once.
+
+The gateway (``x402srv.gateway.decide``) has already reserved the route's
+``reserve`` (one atomic ``spend``); this settles it (one atomic ``refund`` of
+the unused part, ``Meter.settle``) at the first of:
+
+- the answer's headers, when the cost is in a header (``from = "header"``): the
+  answer then carries the settled RateLimit fields and ``X-X402-Cost``;
+- the end of the stream (``from = "sse"``): the answer started with the
+  reservation held (``X-X402-Reserved``, RateLimit after the reservation) and
+  ends with x402srv's ``x402-usage`` event (charged, reserved, balance);
+- an upstream 5xx or failure: the whole reservation back if ``refund_on_5xx``,
+  else what was reported (or ``on_missing``);
+- the buyer leaving mid-answer: what the upstream reported so far, else the
+  reservation.
+
+A missing or invalid report is logged with the grant and route.
+docs/selling-calls.md, "Charging by use", is the seller's and buyer's view.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Final
+
+from x402srv.config.routes import RouteConfig, UsageCost
+from x402srv.gateway.usage import SseUsage, charge, header_cost, usage_event
+from x402srv.usage.credits import Meter, Usage
+
+__all__ = ["COST_HEADER", "RESERVED_HEADER", "UsageCall"]
+
+#: What the call was charged (credits), on answers whose cost is in a header.
+COST_HEADER: Final = "X-X402-Cost"
+#: What a streamed call holds while it runs; its charge comes in the final event.
+RESERVED_HEADER: Final = "X-X402-Reserved"
+
+log = logging.getLogger("x402srv.gateway")
+
+
+class UsageCall:
+    """The reservation of one call and its single settlement."""
+
+    def __init__(self, meter: Meter, route: RouteConfig, usage: Usage, grant_id: str) -> None:
+        assert route.usage is not None
+        self.meter = meter
+        self.route = route
+        self.terms: UsageCost = route.usage
+        self.usage = usage
+        self.reserved = usage.cost
+        self.grant_id = grant_id
+        self.settled = False
+        self.sse = SseUsage() if self.terms.source == "sse" else None
+        self._streams_events = False
+
+    async def _settle(self, reported: int | None, *, missing_costs: str) -> Usage:
+        if self.settled:
+            return self.usage
+        self.settled = True
+        used = charge(self.reserved, reported, on_missing=missing_costs)
+        if reported is None:
+            log.warning(
+                "grant %s on %s: the upstream reported no valid cost; charged %d of %d reserved",
+                self.grant_id,
+                self.route.prefix,
+                used,
+                self.reserved,
+            )
+        elif reported > self.reserved:
+            log.warning(
+                "grant %s on %s: reported cost %d over the reservation; charged %d",
+                self.grant_id,
+                self.route.prefix,
+                reported,
+                self.reserved,
+            )
+        self.usage = await self.meter.settle(self.usage, used)
+        log.info(
+            "usage grant=%s route=%s reserved=%d charged=%d balance=%s",
+            self.grant_id,
+            self.route.prefix,
+            self.reserved,
+            self.usage.cost,
+            self.usage.balance,
+        )
+        return self.usage
+
+    def _reported(self) -> int | None:
+        return self.sse.cost if self.sse is not None else None
+
+    async def answered(self, status: int, headers: Mapping[str, str]) -> dict[str, str]:
+        """The answer's extra headers, settling now when the cost is already known."""
+        if status >= 500:
+            return await self.failed(status, header_cost(headers.get(self.terms.header)))
+        if self.sse is None:
+            usage = await self._settle(
+                header_cost(headers.get(self.terms.header)), missing_costs=self.terms.on_missing
+            )
+            return {**usage.headers(), COST_HEADER: str(usage.cost)}
+        content_type = headers.get("content-type", "")
+        self._streams_events = (
+            content_type.split(";")[0].strip().lower() == "text/event-stream"
+            and "content-length" not in headers
+        )
+        return {**self.usage.headers(), RESERVED_HEADER: str(self.reserved)}
+
+    def watch(self, chunk: bytes) -> None:
+        if self.sse is not None:
+            self.sse.feed(chunk)
+
+    async def ended(self) -> bytes:
+        """The stream is over: settle on its last report and tell the buyer (an SSE event)."""
+        if self.sse is None or self.settled:
+            return b""
+        usage = await self._settle(self.sse.cost, missing_costs=self.terms.on_missing)
+        if not self._streams_events:
+            return b""  # not an event stream (or a fixed length): nothing can be appended
+        # An upstream that stopped inside an event: end it, so ours stays an event of its own.
+        closing = b"\n\n" if self.sse.mid_event else b""
+        return closing + usage_event(
+            reserved=self.reserved, charged=usage.cost, balance=usage.balance
+        )
+
+    async def failed(self, status: int, reported: int | None = None) -> dict[str, str]:
+        """An upstream 5xx, failure or break: ``refund_on_5xx``, else settle on the report."""
+        if self.settled:
+            return self.usage.headers()
+        if self.route.refund_on_5xx:
+            self.settled = True
+            self.usage = await self.meter.refund(self.usage)
+            log.info(
+                "usage grant=%s route=%s reserved=%d charged=0 (upstream %d)",
+                self.grant_id,
+                self.route.prefix,
+                self.reserved,
+                status,
+            )
+        else:
+            if reported is None:
+                reported = self._reported()
+            await self._settle(reported, missing_costs=self.terms.on_missing)
+        return {**self.usage.headers(), COST_HEADER: str(self.usage.cost)}
+
+    async def abandoned(self) -> None:
+        """The buyer left mid-answer: what was reported so far, else the reservation."""
+        await self._settle(self._reported(), missing_costs="reserve")
