@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
+from tests.support.console import ADMIN_TOKEN, Console, console_pages
 from tests.support.paths import REPO
 from tests.support.seller import Seller, decode_header
 from x402srv.testing.buyers import paying_client
@@ -51,7 +52,8 @@ def ed25519_pem() -> str:
 def signing_seller(request: pytest.FixtureRequest, start_seller: Callable[..., Seller]) -> Seller:
     key = "0x" + bytes(SIGNING_KEY.key).hex() if request.param == "eip712" else ed25519_pem()
     table = {"format": request.param, "key": key, "include_tx_hash": True}
-    return start_seller("gas-wallet", real_card_url=True, offer_receipt=table)
+    admin = {"token": ADMIN_TOKEN, "prefix": "/ops"}  # the console shows receipts
+    return start_seller("gas-wallet", real_card_url=True, offer_receipt=table, admin=admin)
 
 
 def verify(items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -88,7 +90,7 @@ def accepted(result: dict[str, Any], signed: dict[str, Any]) -> bool:
     """What a verifier accepting it means: valid, and (EIP-712) recovered to our key."""
     if not result["ok"]:
         return False
-    return signed["format"] == "jws" or result["signer"] == SIGNING_KEY.address
+    return bool(signed["format"] == "jws" or result["signer"] == SIGNING_KEY.address)
 
 
 def test_offer_receipt_every_402_offer_verifies_and_a_tampered_one_does_not(
@@ -152,6 +154,11 @@ async def test_offer_receipt_the_receipt_in_payment_response_and_grant_verifies(
     assert exported.returncode == 0, exported.stderr
     rows = {row["challengeId"]: row for row in csv.DictReader(io.StringIO(exported.stdout))}
     assert json.loads(rows[grant["challengeId"]]["receipt"]) == receipt
+    # And the seller's console: the purchase's API view and its page.
+    console = Console(signing_seller, f"{signing_seller.server.url}/ops")
+    assert console.ok(f"/purchases/{grant['challengeId']}")["receipt"] == receipt
+    [page] = console_pages(console, f"/purchases/{grant['challengeId']}")
+    assert 'id="receipt"' in page and receipt["format"] in page
 
 
 def test_offer_receipt_the_key_is_published_in_did_json(signing_seller: Seller) -> None:

@@ -9,6 +9,8 @@ the record's payment and the offer it chose.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from x402srv.access import moves
 from x402srv.access.failpoints import failpoint
 from x402srv.access.ids import uuid4_hex
@@ -29,23 +31,14 @@ from x402srv.usage.counters import Counters
 __all__ = ["PaymentClaimer"]
 
 
+@dataclass(frozen=True, slots=True)
 class PaymentClaimer:
-    def __init__(
-        self,
-        payments: PaymentCheck,
-        mover: moves.Mover,
-        clock: Clock,
-        counters: Counters,
-        *,
-        lease_seconds: float,
-        payment_ids: PaymentIds | None = None,
-    ) -> None:
-        self.payments = payments
-        self.mover = mover
-        self.clock = clock
-        self.counters = counters
-        self.lease_seconds = lease_seconds
-        self.payment_ids = payment_ids
+    payments: PaymentCheck
+    mover: moves.Mover
+    clock: Clock
+    counters: Counters
+    lease_seconds: float
+    payment_ids: PaymentIds | None = None
 
     def move(
         self, record: ChallengeRecord, payment: SentPayment, at: float

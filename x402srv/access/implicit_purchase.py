@@ -12,6 +12,8 @@ exactly what anyone can rebuild from the chain.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from x402srv.access.claim_payment import PaymentClaimer
 from x402srv.access.failpoints import failpoint
 from x402srv.access.ids import uuid4_str
@@ -27,20 +29,13 @@ from x402srv.usage.counters import Counters
 __all__ = ["ImplicitPurchase"]
 
 
+@dataclass(frozen=True, slots=True)
 class ImplicitPurchase:
-    def __init__(
-        self,
-        store: Store,
-        challenges: ChallengeMaker,
-        claimer: PaymentClaimer,
-        proof: PurchaseProof,
-        counters: Counters,
-    ) -> None:
-        self.store = store
-        self.challenges = challenges
-        self.claimer = claimer
-        self.proof = proof
-        self.counters = counters
+    store: Store
+    challenges: ChallengeMaker
+    claimer: PaymentClaimer
+    proof: PurchaseProof
+    counters: Counters
 
     async def start(
         self, caller: Caller, payment: SentPayment, plan: Plan, grant: ChallengeRecord | None

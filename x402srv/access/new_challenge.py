@@ -11,6 +11,7 @@ proven nothing yet. A discovery-first purchase makes its record here too
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from x402srv.access.ids import uuid4_str
 from x402srv.access.records import ChallengeRecord
@@ -47,17 +48,15 @@ def same_purchase(
         raise RequestIdConflict(f"this request belongs to {what}; use a new requestId")
 
 
+@dataclass(frozen=True, slots=True)
 class ChallengeMaker:
     """Makes challenge records for the configured plans, and counts the ones it creates."""
 
-    def __init__(
-        self, config: Config, store: Store, clock: Clock, metrics: Metrics, counters: Counters
-    ) -> None:
-        self.config = config
-        self.store = store
-        self.clock = clock
-        self.metrics = metrics
-        self.counters = counters
+    config: Config
+    store: Store
+    clock: Clock
+    metrics: Metrics
+    counters: Counters
 
     async def open(
         self, body: AccessBody, request_id: str, plan: Plan, grant: ChallengeRecord | None

@@ -176,7 +176,8 @@ class AccessPipeline:
         self.observers.append(self.counters.observe)
         # The steps, in the order of the module docstring.
         lease_seconds = config.settlement.lease_seconds
-        self.challenges = ChallengeMaker(config, store, clock, self.metrics, self.counters)  # 2
+        counters = self.counters
+        self.challenges = ChallengeMaker(config, store, clock, self.metrics, counters)  # 2
         payments = PaymentCheck(self.offers, clock)  # 5
         self.proof = PurchaseProof(payments)  # 4
         #: Buyers' idempotency keys (payment-identifier), bound just before the claim.
@@ -187,29 +188,24 @@ class AccessPipeline:
             keep_seconds=config.reconciler.retention_days * 86_400,
         )
         self.claimer = PaymentClaimer(  # 5-7
-            payments,
-            self.mover,
-            clock,
-            self.counters,
-            lease_seconds=lease_seconds,
-            payment_ids=self.payment_ids,
+            payments, self.mover, clock, counters, lease_seconds, self.payment_ids
         )
         self.implicit = ImplicitPurchase(  # 3, its last way
-            store, self.challenges, self.claimer, self.proof, self.counters
+            store, self.challenges, self.claimer, self.proof, counters
         )
         self.resolver = SettlingResolver(self.chains, self.mover, clock)  # 4, SETTLING
         self.delivery = Delivery(  # 10
             self.mover, issuer, self.offers, self.plans, self.metrics, clock
         )
         self.settlement = SettleStep(  # 8-9
-            settler,
-            self.mover,
-            self.resolver,
-            self.delivery,
-            self.offers,
-            clock,
-            self.metrics,
-            self.counters,
+            settler=settler,
+            mover=self.mover,
+            resolver=self.resolver,
+            delivery=self.delivery,
+            offers=self.offers,
+            clock=clock,
+            metrics=self.metrics,
+            counters=counters,
             lease_seconds=lease_seconds,
         )
 
@@ -281,12 +277,7 @@ class AccessPipeline:
         A2A calls without a payment), so this is where the counters count them.
         """
         self.counters.add("unpaid")
-        if self.limiter is not None and client is not None:
-            try:
-                await self.limiter.check(client)
-            except RateLimited:
-                self.counters.add("limited")
-                raise
+        await self.limit_failed(client)  # the one limit, whatever made the request unpaid
 
     async def limit_failed(self, client: str | None) -> None:
         """A payment that failed counts as an unpaid request; 429 past the limit.

@@ -28,6 +28,7 @@ validity is no part of the proof (a paid buyer may come back after
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
 from x402srv.access.payment_check import PaymentCheck
 from x402srv.access.progress import Caller
@@ -65,11 +66,11 @@ def same_authorization(auth: Authorization, stored: PaymentDetails) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
 class PurchaseProof:
     """Whether a caller bought the challenge it asks about: nobody gets someone else's grant."""
 
-    def __init__(self, payments: PaymentCheck) -> None:
-        self.payments = payments
+    payments: PaymentCheck
 
     def proves(self, record: ChallengeRecord, caller: Caller) -> bool:
         """Whether the caller bought this challenge; raises 402 for a payment that fails.

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from x402srv.access import moves
 from x402srv.access.delivery import Delivery
@@ -68,29 +68,17 @@ SETTLER_RETRY_AFTER = 10
 SETTLER_UNAVAILABLE_REASON = "settler_unavailable"
 
 
+@dataclass(frozen=True, slots=True)
 class SettleStep:
-    def __init__(
-        self,
-        settler: Settler,
-        mover: moves.Mover,
-        resolver: SettlingResolver,
-        delivery: Delivery,
-        offers: OfferBuilder,
-        clock: Clock,
-        metrics: Metrics,
-        counters: Counters,
-        *,
-        lease_seconds: float,
-    ) -> None:
-        self.settler = settler
-        self.mover = mover
-        self.resolver = resolver
-        self.delivery = delivery
-        self.offers = offers
-        self.clock = clock
-        self.metrics = metrics
-        self.counters = counters
-        self.lease_seconds = lease_seconds
+    settler: Settler
+    mover: moves.Mover
+    resolver: SettlingResolver
+    delivery: Delivery
+    offers: OfferBuilder
+    clock: Clock
+    metrics: Metrics
+    counters: Counters
+    lease_seconds: float
 
     async def settle(self, claimed: Claimed) -> Next:
         """Steps 8-9 (and 10 once PAID) for a challenge this request claimed."""

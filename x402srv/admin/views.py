@@ -112,7 +112,14 @@ def purchase_view(record: ChallengeRecord, config: Config, now: float) -> dict[s
         "topUpOf": record.top_up_of,  # a top-up adds calls to that grant: no token of its own
         # Paid, nothing delivered: why, as the move to OWED said (refunds pay it back).
         "owedToBuyer": _owed(record),
+        # The signed offer-receipt receipt the buyer got (docs/offer-receipt.md), if any.
+        "receipt": _receipt(record),
     }
+
+
+def _receipt(record: ChallengeRecord) -> dict[str, Any] | None:
+    signed = (record.grant or {}).get("receipt")
+    return signed if isinstance(signed, dict) else None
 
 
 def _owed(record: ChallengeRecord) -> str | None:

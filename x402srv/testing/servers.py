@@ -21,7 +21,7 @@ from typing import Any, Self
 
 import httpx
 
-from x402srv.testing import toml
+from x402srv.testing.toml import dumps as toml_dumps
 
 __all__ = ["ServerProcess", "free_port", "seller_config", "wait_for_http"]
 
@@ -143,7 +143,7 @@ class ServerProcess:
         if self.process is not None:  # a restart: reap (or stop) the previous process first
             self.stop()
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(toml.dumps(self.config))
+        self.config_path.write_text(toml_dumps(self.config))
         command = [
             sys.executable,
             "-m",
