@@ -72,6 +72,7 @@ async def test_export_sales_as_csv_and_jsonl(console: Console, buyer: LocalAccou
         "status": "delivered",
         "resourceId": "default",
         "receipt": "",  # no [offer_receipt] key: nothing signed
+        "refundId": "",
     }
     assert rows[daily["challengeId"]]["amountUsd"] == "1.50"
     assert rows[daily["challengeId"]]["status"] == "revoked"

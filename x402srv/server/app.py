@@ -39,6 +39,7 @@ from x402srv.errors import (
 from x402srv.gateway.install import install_gateway
 from x402srv.gateway.mcp.install import install_mcp
 from x402srv.interfaces import Clock, system_clock
+from x402srv.refunds.wallet import refund_readiness
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
 from x402srv.server.index import index_document, index_html, wants_html
@@ -239,6 +240,7 @@ def _routes(
         built.chains,
         built.settlers,
         cache_seconds=config.server.readiness_cache_seconds,
+        extras=refund_readiness(config, built.chains),
     )
 
     @app.get("/readyz", name="readyz")
