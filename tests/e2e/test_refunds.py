@@ -117,6 +117,33 @@ async def test_refunds_reach_the_buyer_once_and_never_past_what_was_paid(
     tx_hashes = {t.tx_hash.lower() for t in transfers}
     assert {line.split()[-1] for line in listed.stdout.splitlines()} == tx_hashes
 
+    sales = x402srv(seller, "export-sales", "--from", "0", "--format", "jsonl")
+    assert sales.returncode == 0, sales.stderr
+    rows = [json.loads(line) for line in sales.stdout.splitlines()]
+    assert [(r["status"], r["amount"]) for r in rows] == [
+        ("revoked", "100000"),
+        ("refund", "-40000"),
+        ("refund", "-60000"),
+    ]
+    assert {r["challengeId"] for r in rows} == {grant["challengeId"]}  # linked to the purchase
+    assert {r["txHash"] for r in rows[1:]} == tx_hashes
+    assert sum(int(r["amount"]) for r in rows) == 0
+
+    ready = httpx.get(f"{seller.server.url}/readyz").json()
+    assert ready["status"] == "ready"
+    assert ready["refund_wallets"] == [
+        {
+            "network": devchain.network,
+            "asset": devchain.token.address,
+            "address": wallet.address,
+            "balance": str(9 * HOURLY),
+            "low": True,
+        }
+    ]
+    assert ready["warnings"] == [
+        f"refund wallet {wallet.address} on {devchain.network} holds less than "
+        f"refunds.low_balance of {devchain.token.address}"
+    ]
     checked = x402srv(seller, "check")
     assert wallet.address in checked.stdout
     assert f"refund wallet {wallet.address}" in checked.stderr

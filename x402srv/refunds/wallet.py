@@ -10,7 +10,7 @@ gas, the gas wallet is the fallback (docs/refunds.md). Its key is a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,14 @@ from x402srv.settlement.chain import ChainReader, ChainUnavailable, address_topi
 from x402srv.wire.eip712 import Eip3009Domain, TransferAuthorization
 from x402srv.wire.networks import NetworkInfo
 
-__all__ = ["RefundWallet", "WalletBalance", "balances", "wallet_for", "wallets"]
+__all__ = [
+    "RefundWallet",
+    "WalletBalance",
+    "balances",
+    "refund_readiness",
+    "wallet_for",
+    "wallets",
+]
 
 _BALANCE_OF = "0x70a08231"
 
@@ -157,3 +164,31 @@ async def balances(
             low = balance is None or balance < config.refunds.low_balance
             shown.append(WalletBalance(network.caip2, option.asset, wallet.address, balance, low))
     return shown
+
+
+def refund_readiness(
+    config: Config, chains: Mapping[str, ChainReader]
+) -> Callable[[], Awaitable[dict[str, Any]]] | None:
+    """What ``/readyz`` adds: each refund wallet's balance, and a warning when one is low.
+
+    A low refund wallet never makes the server unready (purchases still work);
+    ``warnings`` says so where an operator's probe looks.
+    """
+    found = wallets(config)
+    if not found:
+        return None
+
+    async def extras() -> dict[str, Any]:
+        held = await balances(config, chains, found)
+        shown: dict[str, Any] = {"refund_wallets": [each.to_dict() for each in held]}
+        low = [
+            f"refund wallet {each.address} on {each.network} holds less than "
+            f"refunds.low_balance of {each.asset}"
+            for each in held
+            if each.low
+        ]
+        if low:
+            shown["warnings"] = low
+        return shown
+
+    return extras

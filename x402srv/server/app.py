@@ -39,8 +39,10 @@ from x402srv.errors import (
 from x402srv.gateway.install import install_gateway
 from x402srv.gateway.mcp.install import install_mcp
 from x402srv.interfaces import Clock, system_clock
+from x402srv.refunds.wallet import refund_readiness
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
+from x402srv.server.index import index_document, index_html, wants_html
 from x402srv.server.logs import REQUEST_ID_HEADER, http_request_id
 from x402srv.server.problems import problem_response
 from x402srv.server.registry import Built, Registry
@@ -116,6 +118,8 @@ def create_app(
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
     install_mcp(app, pipeline, revocations)  # [[mcp]]: x402srv/gateway/mcp/
+    if not any(route.prefix == "/" for route in config.routes):
+        _index(app, config)  # GET /: x402srv/server/index.py
     sources = [revocations]
     if config.revocation.publish:
         sources.append(_revocation_list(app, config, built, clock))
@@ -126,6 +130,17 @@ def create_app(
         install_admin(app, pipeline, ready)
     _errors(app)
     return app
+
+
+def _index(app: Sanic[Any, Any], config: Config) -> None:
+    document, page = _json(index_document(config)), index_html(config).encode()
+
+    @app.get("/", name="index")
+    async def index(request: Request) -> HTTPResponse:
+        vary = {"Vary": "Accept"}
+        if wants_html(request.headers.get("accept")):
+            return HTTPResponse(page, headers=vary, content_type="text/html; charset=utf-8")
+        return HTTPResponse(document, headers=vary, content_type=_JSON)
 
 
 def _request_ids(app: Sanic[Any, Any]) -> None:
@@ -225,6 +240,7 @@ def _routes(
         built.chains,
         built.settlers,
         cache_seconds=config.server.readiness_cache_seconds,
+        extras=refund_readiness(config, built.chains),
     )
 
     @app.get("/readyz", name="readyz")

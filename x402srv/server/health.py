@@ -51,10 +51,21 @@ def _chain_probe(chain: ChainReader) -> Callable[[], Awaitable[str | None]]:
     return probe
 
 
+#: What ``/readyz`` shows beside its checks without ever failing on it (the refund wallets).
+Extras = Callable[[], Awaitable[dict[str, Any]]]
+
+
 async def readiness(
-    store: Store, chains: Mapping[str, ChainReader], settlers: NetworkSettlers
+    store: Store,
+    chains: Mapping[str, ChainReader],
+    settlers: NetworkSettlers,
+    extras: Extras | None = None,
 ) -> dict[str, Any]:
-    """The readiness document; raises ``NotReady`` (503) carrying it when a check fails."""
+    """The readiness document; raises ``NotReady`` (503) carrying it when a check fails.
+
+    ``extras`` add keys that inform without deciding (a refund wallet low on tokens
+    is a warning: purchases still work).
+    """
 
     async def store_probe() -> str | None:
         await store.ping()
@@ -73,11 +84,12 @@ async def readiness(
     probes["settlement"] = settlement_probe
     results = await asyncio.gather(*(_check(probe) for probe in probes.values()))
     checks = dict(zip(probes, results, strict=True))
+    shown = await extras() if extras is not None else {}
     if any(result != "ok" for result in checks.values()):
         failing = ", ".join(name for name, result in checks.items() if result != "ok")
-        extra = {"checks": checks, "settlers": states}
+        extra = {"checks": checks, "settlers": states, **shown}
         raise NotReady(f"not ready: {failing}", retry_after=5, extra=extra)
-    return {"status": "ready", "checks": checks, "settlers": states}
+    return {"status": "ready", "checks": checks, "settlers": states, **shown}
 
 
 class Readiness:
@@ -96,9 +108,10 @@ class Readiness:
         settlers: NetworkSettlers,
         *,
         cache_seconds: float,
+        extras: Extras | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._args = (store, chains, settlers)
+        self._args = (store, chains, settlers, extras)
         self._cache_seconds = cache_seconds
         self._monotonic = monotonic
         self._last: tuple[float, asyncio.Future[dict[str, Any]]] | None = None

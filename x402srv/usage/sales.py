@@ -6,7 +6,10 @@ network and asset, the amount in the token's atomic units and in US dollars
 and its status now: ``delivered``, ``paid`` (the credential is not issued
 yet: the reconciler or the buyer's retry will issue it), ``revoked``, or
 ``owed`` (a top-up whose grant was revoked or expired before it could be
-credited: the payment is owed back to the buyer).
+credited: the payment is owed back to the buyer). A refund that reached the
+chain is a row of its own (status ``refund``): a negative amount at the time
+it was refunded, its txHash, the buyer, and the purchase's challengeId and
+requestId, so the two rows add up; ``refundId`` names it.
 
 Every cell is safe to open in a spreadsheet (``cell``): a text that starts
 with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return would be read as a
@@ -36,6 +39,8 @@ from typing import Any, Final, Literal
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import Config
 from x402srv.interfaces import Store
+from x402srv.refunds.records import RefundRecord, RefundState
+from x402srv.refunds.store import RefundStore, keeps_refunds
 from x402srv.usage.figures import token_terms, usd
 from x402srv.wire.offers import rfc3339
 
@@ -55,6 +60,7 @@ FIELDS: Final = (
     "status",
     "resourceId",
     "receipt",  # the signed offer-receipt receipt, compact JSON (docs/offer-receipt.md), or ""
+    "refundId",  # a refund row's refund (docs/refunds.md), or ""
 )
 #: Records read per store call.
 PAGE: Final = 500
@@ -106,12 +112,66 @@ def _row(record: ChallengeRecord, settled: float, config: Config) -> dict[str, s
         "status": _status(record),
         "resourceId": record.resource_id,
         "receipt": _receipt(record),
+        "refundId": "",
     }
 
 
 def _receipt(record: ChallengeRecord) -> str:
     signed = (record.grant or {}).get("receipt")
     return json.dumps(signed, separators=(",", ":")) if isinstance(signed, dict) else ""
+
+
+def _refunded_at(refund: RefundRecord) -> float | None:
+    for step in refund.history:
+        if step.state is RefundState.REFUNDED:
+            return step.at
+    return None
+
+
+def _refund_row(
+    refund: RefundRecord, purchase: ChallengeRecord | None, at: float, config: Config
+) -> dict[str, str]:
+    """A refund as a negative sale, linked to its purchase by challengeId (docs/refunds.md)."""
+    decimals, pegged = token_terms(config, refund.network, refund.asset)
+    dollars = usd(refund.value, decimals) if pegged and decimals is not None else ""
+    return {
+        "settledAt": rfc3339(at),
+        "planId": purchase.plan_id if purchase else "",
+        "network": refund.network,
+        "asset": refund.asset,
+        "amount": f"-{refund.amount}",
+        "amountUsd": f"-{dollars}" if dollars else "",
+        "payer": refund.to,
+        "txHash": refund.tx_hash or "",
+        "requestId": purchase.request_id if purchase else "",
+        "challengeId": refund.purchase_id,
+        "status": "refund",
+        "resourceId": purchase.resource_id if purchase else "",
+        "receipt": "",
+        "refundId": refund.refund_id,
+    }
+
+
+async def _refund_rows(
+    store: Store, config: Config, start: float, end: float
+) -> list[tuple[float, str, dict[str, str]]]:
+    """Every refund that reached the chain in ``[start, end)``."""
+    if not keeps_refunds(store):
+        return []
+    assert isinstance(store, RefundStore)
+    found: list[tuple[float, str, dict[str, str]]] = []
+    after: tuple[float, str] | None = None
+    while True:
+        page = await store.list_refunds(states=[RefundState.REFUNDED], after=after, limit=PAGE)
+        for refund in page:
+            at = _refunded_at(refund)
+            if at is not None and start <= at < end:
+                purchase = await store.get_challenge(refund.purchase_id)
+                found.append((at, refund.refund_id, _refund_row(refund, purchase, at, config)))
+        # A refund reached the chain after it was asked for: none after ``end`` is in range.
+        if len(page) < PAGE or page[-1].created_at >= end:
+            return found
+        after = (page[-1].created_at, page[-1].refund_id)
 
 
 async def sale_rows(store: Store, config: Config, start: float, end: float) -> list[dict[str, str]]:
@@ -130,6 +190,7 @@ async def sale_rows(store: Store, config: Config, start: float, end: float) -> l
         if len(page) < PAGE or page[-1].updated_at < start:
             break
         before = (page[-1].updated_at, page[-1].challenge_id)
+    found += await _refund_rows(store, config, start, end)
     found.sort(key=lambda item: (item[0], item[1]))
     return [row for _, _, row in found]
 
