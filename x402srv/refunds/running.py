@@ -66,4 +66,8 @@ async def refund_pass(pipeline: AccessPipeline) -> list[RefundRecord]:
     sender = sender_of(pipeline)
     if sender is None:
         return []
+    if pipeline.config.refunds.auto_owed_top_ups:
+        from x402srv.refunds.automatic import owed_top_ups
+
+        await owed_top_ups(pipeline)
     return await sender.pass_over()
