@@ -24,7 +24,7 @@ import textwrap
 from collections.abc import Iterator
 
 from x402srv import errors, interfaces
-from x402srv.cli.main import _parser
+from x402srv.cli.parser import build_parser as _parser
 
 __all__ = [
     "a2a_error_codes",

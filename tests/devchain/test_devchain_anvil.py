@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -11,11 +12,13 @@ import pytest
 from tests.support.paths import REPO
 from x402srv.devchain import (
     ANVIL_ENV_VAR,
+    ANVIL_VERSION,
     AnvilNotFoundError,
     AnvilProcess,
     AnvilStartError,
     Devchain,
     RpcClient,
+    anvil_cache_dir,
     ensure_anvil,
     find_anvil,
 )
@@ -35,10 +38,35 @@ def test_find_anvil_from_a_subdirectory(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_find_anvil_explains_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Nothing here depends on what the parents of the temp dir hold (issue 30: a stray
+    /tmp/node_modules made it pass for the wrong reason, or fail): no parent is searched,
+    and the per-user cache is an empty directory of the test's own."""
     monkeypatch.delenv(ANVIL_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(AnvilNotFoundError, match="npm ci"):
-        find_anvil(tmp_path)
+    with pytest.raises(AnvilNotFoundError, match="npm ci") as caught:
+        find_anvil(tmp_path, parents=False)
+    assert str(tmp_path / "cache" / "x402srv" / f"anvil-{ANVIL_VERSION}") in str(caught.value)
+
+
+def test_anvil_installed_for_the_demo_is_found_in_the_per_user_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where ``ensure_anvil`` installs (``npm install --prefix <cache>``), never the cwd."""
+    monkeypatch.delenv(ANVIL_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = anvil_cache_dir()
+    assert cache == tmp_path / "cache" / "x402srv" / f"anvil-{ANVIL_VERSION}"
+    installed = cache / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
+    installed.parent.mkdir(parents=True)
+    shutil.copy(find_anvil(REPO), installed)  # the real binary, where npm --prefix puts it
+    work = tmp_path / "somewhere"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert find_anvil(work, parents=False) == installed
+    assert list(work.iterdir()) == []  # nothing was written where the demo ran
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert anvil_cache_dir() == Path.home() / ".cache" / "x402srv" / f"anvil-{ANVIL_VERSION}"
 
 
 def test_env_var_overrides_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -100,7 +100,11 @@ def test_every_sample_file_is_included_somewhere() -> None:
         for line in block.body
         if (include := INCLUDE.match(line))
     }
-    shown = {str(path.relative_to(REPO)) for path in (DOCS / "samples").iterdir()}
+    shown = {
+        str(path.relative_to(REPO))
+        for path in (DOCS / "samples").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
     helpers = {"docs/samples/package.json", "docs/samples/tsconfig.json"}  # make buy.ts run
     assert shown - helpers <= included
 

@@ -221,6 +221,24 @@ def test_junk_signature_payments_get_429_after_the_threshold_at_the_access_endpo
     assert paid.status_code == 200, paid.text
 
 
+def test_copies_of_a_mined_payment_get_429_after_the_threshold_at_the_access_endpoint(
+    start_seller: Callable[..., Seller], buyer: LocalAccount
+) -> None:
+    """A real signature read from the chain, with another requestId: 409, and counted."""
+    seller = limited_seller(start_seller)
+    payment = seller.pay_with(buyer, "hourly")  # 1 of LIMIT
+    body = {"planId": "hourly"}
+    paid = httpx.post(seller.access_url, json=body, headers={"PAYMENT-SIGNATURE": payment.header})
+    assert paid.status_code == 200, paid.text  # a paying request is never counted
+    rebuilt = copy.deepcopy(payment.document)
+    rebuilt["accepted"]["extra"]["requestId"] = "0b5e7c1e-9a4d-4f6b-8c2d-3e4f5a6b7c8d"
+    headers = {"PAYMENT-SIGNATURE": encode_payment(rebuilt)}
+    answers = [httpx.post(seller.access_url, json=body, headers=headers) for _ in range(LIMIT + 2)]
+    assert [a.status_code for a in answers] == [409] * (LIMIT - 1) + [429] * 3
+    assert_problem(answers[0], 409, "TX_ALREADY_REDEEMED")
+    assert_limited(answers[-1])
+
+
 def test_junk_signature_payments_get_429_after_the_threshold_at_the_gateway(
     start_seller: Callable[..., Seller], echo_upstream: AppProcess, buyer: LocalAccount
 ) -> None:

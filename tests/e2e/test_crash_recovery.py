@@ -76,5 +76,5 @@ def test_crash_then_recover(
 
     audited = x402srv(seller, "audit", "--from-block", str(start_block))
     assert audited.returncode == 0, audited.stdout + audited.stderr
-    assert "1 matched, 0 unmatched transfers, 0 records without their transfer" in audited.stderr
+    assert "1 transfer: 1 matched, 0 unmatched; 0 records without their transfer" in audited.stderr
     assert "accessToken" not in reconciled.stdout + audited.stdout

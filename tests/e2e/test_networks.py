@@ -469,7 +469,7 @@ def test_audit_covers_every_network_with_a_cursor_each(
         ), (grant, audited.stdout)
     [stray] = [line for line in lines if line.startswith("UNMATCHED")]
     assert stray.endswith(f"from {stranger.address.lower()}: no challenge accounts for it")
-    assert "3 matched, 1 unmatched transfers" in audited.stderr
+    assert "4 transfers: 3 matched, 1 unmatched" in audited.stderr
 
 
 def test_the_reconciler_decides_a_payment_on_the_second_chain_from_that_chain(

@@ -62,7 +62,9 @@ def test_challenges_list_show_cancel(seller: Seller, buyer: LocalAccount) -> Non
 
     cancelled = x402srv(seller, "challenges", "cancel", pending["challengeId"])
     assert cancelled.returncode == 0, cancelled.stderr
-    assert json.loads(cancelled.stdout)["state"] == "CANCELLED"
+    assert cancelled.stdout.startswith(f"cancelled {pending['challengeId']} (hourly): ")
+    shown = json.loads(x402srv(seller, "challenges", "show", pending["challengeId"]).stdout)
+    assert shown["state"] == "CANCELLED"
     header = encode_payment(signed_payment(buyer, seller.chain.token, pending["accepts"][0]))
     block = seller.chain.rpc.block_number()
     refused = httpx.post(

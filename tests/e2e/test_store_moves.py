@@ -28,6 +28,7 @@ from x402srv.cli.main import main
 from x402srv.devchain import Devchain
 from x402srv.testing import toml
 from x402srv.testing.buyers import encode_payment, signed_payment
+from x402srv.wire.offers import rfc3339
 
 
 @pytest.fixture
@@ -162,4 +163,5 @@ def test_a_seller_moves_through_every_store_with_nothing_lost(
         if json.loads(line).get("record", {}).get("challenge_id") == challenge_id
     )
     assert shown["state"] == exported["state"] == "DELIVERED"
-    assert shown["history"] == exported["history"]
+    # (show prints RFC 3339 times; the dump keeps the stored epoch seconds)
+    assert shown["history"] == [{**step, "at": rfc3339(step["at"])} for step in exported["history"]]

@@ -12,11 +12,14 @@ import base64
 import contextlib
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,3 +258,49 @@ def test_serve_the_example_config(served: str, example_dir: Path) -> None:
     assert record["request_id"] == body["requestId"]
     assert record["plan_id"] == "hourly"
     assert record["amount"] == "100000"
+
+
+def test_serve_on_a_terminal_names_no_flags_x402srv_lacks(example_dir: Path) -> None:
+    """Issue 30: on a terminal Sanic told the seller to "consider using '--debug' or '--dev'",
+    flags of its own command line, not of x402srv's. A real serve on a real pty."""
+    main_fd, terminal = pty.openpty()
+    port = str(free_port())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "x402srv", "--config", "config.example.toml", "--port", port],
+        cwd=example_dir,
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    seen = b""
+
+    def read(until: bytes | None, seconds: float) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (until is None or until not in seen):
+            if select.select([main_fd], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(main_fd, 65536)
+                except OSError:  # EIO: the process is gone, and with it the terminal's writer
+                    return
+            elif until is None and process.poll() is not None:
+                return
+
+    try:
+        read(b"Worker ready", 30)
+        assert b"Worker ready" in seen, seen.decode(errors="replace")
+        # (answering first: a SIGTERM right at "Worker ready" can be lost, see the t30 note)
+        wait_for_http(f"http://127.0.0.1:{port}/healthz", timeout=30, process=process)
+        os.killpg(process.pid, signal.SIGTERM)
+        read(None, 15)  # (a terminal nobody reads would block the server's last log lines)
+        assert process.wait(5) == 0, seen.decode(errors="replace")
+    finally:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        os.close(main_fd)
+    assert b"Consider using" not in seen
+    assert b"--debug" not in seen

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.configs import CUSTOM_ASSET, config_dict, custom_network_dict, make_config
 from x402srv.config.models import Config, Secret, load_config, parse_config, redact_url
+from x402srv.config.secrets import shown_url
 from x402srv.errors import ConfigError
 
 # Distinctive values: a leak of any of them anywhere is caught by a substring search.
@@ -160,9 +161,11 @@ def test_missing_secret_file_names_the_key_path(section: str, key: str, tmp_path
     assert str(tmp_path / "absent.txt") in message
 
 
-def test_empty_env_var_counts_as_not_set() -> None:
+def test_an_empty_env_var_is_refused_and_called_empty() -> None:
+    """Refused as before, and said as it is (issue 30): "not set" sent sellers looking for a
+    missing export when the variable was there, empty."""
     document = config_dict(credentials={"secret": {"env": "EMPTY"}})
-    assert "credentials.secret: environment variable EMPTY is not set" in config_error(
+    assert "credentials.secret: environment variable EMPTY is set but empty" in config_error(
         document, env={"EMPTY": ""}
     )
 
@@ -363,6 +366,33 @@ def test_redact_url_keeps_scheme_host_and_port_only(url: str, shown: str) -> Non
     assert URL_PASSWORD not in redact_url(url)
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://x402.org/facilitator", "https://x402.org/facilitator"),
+        (
+            "https://api.cdp.coinbase.com/platform/v2/x402",
+            "https://api.cdp.coinbase.com/platform/v2/x402",
+        ),
+        (f"https://fac.example.com/{URL_KEY}", "https://fac.example.com/<redacted>"),
+        (
+            f"https://fac.example.com/v2/{URL_KEY}/settle",
+            "https://fac.example.com/v2/<redacted>/settle",
+        ),
+        (f"https://fac.example.com/x?key={URL_KEY}", "https://fac.example.com/x?<redacted>"),
+        (f"https://user:{URL_PASSWORD}@fac.example.com/f", "https://<redacted>@fac.example.com/f"),
+        (f"https://fac.example.com:{URL_KEY}/f", "https://fac.example.com/<redacted>"),
+    ],
+)
+def test_a_facilitator_is_logged_with_its_path_and_without_credentials(
+    url: str, shown: str
+) -> None:
+    """Issue 30: ``https://x402.org/<redacted>`` hid a path that is no secret; keys stay hidden."""
+    assert shown_url(url) == shown
+    assert URL_KEY not in shown_url(url)
+    assert URL_PASSWORD not in shown_url(url)
+
+
 def test_redact_url_never_raises_on_a_malformed_port() -> None:
     shown = redact_url(f"https://rpc.example.com:{URL_KEY}/v2")
     assert URL_KEY not in shown
@@ -440,7 +470,8 @@ def test_describe_lists_every_network_with_its_tokens_and_no_secret() -> None:
     ]
     assert base["settlers"] == [
         {
-            "settler": "facilitator https://cdp.example.com/<redacted> #1 on eip155:8453",
+            "settler": "facilitator https://<redacted>@cdp.example.com/x?<redacted> "
+            "#1 on eip155:8453",
             "strategy": "facilitator",
             "from": "networks[0].settlers[0]",
             "facilitator_auth": "<secret: env FAC_TOKEN>",

@@ -87,7 +87,7 @@ def test_every_network_with_its_tokens_and_settlers_in_order() -> None:
     assert [(t.asset, t.decimals) for t in a.tokens] == [(USD6, 6), (USD18, 18)]
     assert [o.asset_name for o in a.options] == ["USD Coin", "Dollar18"]
     assert [s.label for s in a.settlers] == [
-        f"facilitator http://127.0.0.1:9/<redacted> #1 on eip155:{CHAIN_A}",
+        f"facilitator http://127.0.0.1:9/v1/<redacted> #1 on eip155:{CHAIN_A}",
         f"facilitator https://good.example.com #2 on eip155:{CHAIN_A}",
     ]
     # a network without settlers of its own is settled by [settlement]

@@ -46,7 +46,7 @@ async def test_a_dump_round_trips_through_the_format() -> None:
     }
     target = MemoryStore()
     counts = await import_store(target, lines, clock=_clock)
-    assert str(counts) == "3 challenge, 1 task, 0 credits, 0 lease, 2 count, 1 refund"
+    assert str(counts) == "3 challenges, 1 task, 2 hourly counters, 1 refund"
     assert await target.get_refund(REFUND.refund_id) == REFUND  # a refund moves whole
     assert await target.read_counts(start=0, end=3 * HOUR) == {
         (HOUR, "paid:hourly"): 3,

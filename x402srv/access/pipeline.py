@@ -82,6 +82,7 @@ from x402srv.errors import (
     RateLimited,
     SettlementInProgress,
     TierNotFound,
+    TxAlreadyRedeemed,
 )
 from x402srv.interfaces import (
     Clock,
@@ -239,11 +240,13 @@ class AccessPipeline:
 
         ``top_up_of`` (the gateway, for a token it verified) names the grant a
         payment tops up by its challengeId; a body names it by requestId (``topUp``).
-        A payment that fails counts against ``client``'s unpaid-request limit.
+        A payment that fails counts against ``client``'s unpaid-request limit, and
+        so does one already used for another purchase (a copy of a mined payment
+        costs a signature check and a store read, and anyone can make one).
         """
         try:
             return await self._access(body, payment, client, top_up_of)
-        except PaymentFailed:
+        except (PaymentFailed, TxAlreadyRedeemed):
             await self.limit_failed(client)
             raise
 

@@ -87,13 +87,29 @@ class PassReport:
     refunds: list[RefundRecord] = field(default_factory=list)
 
 
+#: What a page of each state is for, as ``x402srv reconcile`` shows its progress.
+_PHASES = {
+    State.SETTLING: "settling what requests left behind",
+    State.PAID: "delivering paid grants",
+    State.PENDING: "expiring unpaid challenges",
+}
+
+
 class Reconciler:
+    """``progress(done, total, phase)``: records looked at so far (``x402srv reconcile``'s bar)."""
+
     def __init__(
-        self, pipeline: AccessPipeline, options: ReconcilerConfig, *, holder: str | None = None
+        self,
+        pipeline: AccessPipeline,
+        options: ReconcilerConfig,
+        *,
+        holder: str | None = None,
+        progress: Callable[[int, int | None, str | None], None] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.options = options
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+        self._progress = progress
 
     def _note(self, report: PassReport, before: ChallengeRecord, after: ChallengeRecord) -> None:
         if after.state is not before.state:
@@ -110,6 +126,7 @@ class Reconciler:
     async def _pages(self, state: State, older_than: float) -> AsyncIterator[list[ChallengeRecord]]:
         """Every record in ``state`` last updated before ``older_than``, oldest first, once."""
         after: tuple[float, str] | None = None
+        seen = 0
         while True:
             batch = await self.pipeline.store.list_challenges(
                 states=[state],
@@ -118,6 +135,9 @@ class Reconciler:
                 limit=self.options.batch_size,
             )
             yield batch
+            seen += len(batch)
+            if self._progress is not None:
+                self._progress(seen, None, _PHASES.get(state, state.value))
             if len(batch) < self.options.batch_size:
                 return
             after = (batch[-1].updated_at, batch[-1].challenge_id)
@@ -183,6 +203,8 @@ class Reconciler:
     async def _prune(self, states: tuple[State, ...], cutoff: float) -> int:
         pruned = 0
         while True:
+            if self._progress is not None:
+                self._progress(pruned, None, "pruning old records")
             count = await self.pipeline.store.prune(
                 states=states, updated_before=cutoff, limit=self.options.batch_size
             )

@@ -109,7 +109,9 @@ class SettleStep:
         outcome = await self._run_settler(request, hooks)
         elapsed, outcome_name = time.perf_counter() - started, type(outcome).__name__.lower()
         self.metrics.settlement(self.settler.name, outcome_name, elapsed)
-        self.counters.settler(self.settler.name, outcome_name, elapsed)
+        # (the console keeps a refused payment, the buyer's doing, apart from a settler failing)
+        buyer_side = isinstance(outcome, Rejected) and not outcome.settler_failed
+        self.counters.settler(self.settler.name, "refused" if buyer_side else outcome_name, elapsed)
         try:
             return await self._after_settlement(hooks.record, outcome)
         except StoreUnavailable:

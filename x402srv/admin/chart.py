@@ -130,9 +130,18 @@ def revenue_chart(revenue: dict[str, Any]) -> Chart:
 
 @dataclass(frozen=True, slots=True)
 class FunnelStep:
+    """One row of the funnel: its bar and the percentage beside it are the same number.
+
+    ``percent_of_max`` (the bar) is the share of the widest step, ``share`` that
+    number as text; ``conversion``, the share of the step before, is said apart
+    and named so (the console's "50% of the step before"): a bar drawn a third
+    long beside "50%" told two stories at once.
+    """
+
     name: str
     count: int
     percent_of_max: float
+    share: str
     conversion: str | None  # share of the step before, as text
 
 
@@ -153,8 +162,9 @@ def funnel_steps(funnel: dict[str, Any]) -> list[FunnelStep]:
         count = int(stage["count"])
         conversion = None
         if before is not None:
-            conversion = f"{100 * count / before:.1f}%" if before else "—"
+            conversion = f"{100 * count / before:.0f}%" if before else "—"
         name = _NAMES.get(stage["stage"], stage["stage"])
-        steps.append(FunnelStep(name, count, 100 * count / top, conversion))
+        percent = 100 * count / top
+        steps.append(FunnelStep(name, count, percent, f"{percent:.0f}%", conversion))
         before = count
     return steps

@@ -42,6 +42,8 @@ from x402srv.admin.chart import funnel_steps, revenue_chart
 from x402srv.admin.gate import AdminGate
 from x402srv.admin.service import AdminService
 from x402srv.errors import NotFound, ProblemError
+from x402srv.usage.counters import BUYER_SIDE_OUTCOMES
+from x402srv.usage.money import amount_text, money
 
 __all__ = ["install_console"]
 
@@ -102,6 +104,15 @@ class Console:
             f"{text[:8]}…{text[-6:]}" if isinstance(text, str) and len(text) > 16 else text
         )
         self.env.filters["left"] = _time_left
+        # Amounts as a person reads them (x402srv.usage.money); the API keeps atomic units.
+        config = service.pipeline.config
+        self.env.filters["money"] = lambda row: amount_text(
+            config, row["network"], row["asset"], row["amount"]
+        )
+        self.env.filters["money_token"] = lambda row: (
+            money(config, row["network"], row["asset"], row["amount"]).token
+        )
+        self.env.globals["buyer_side"] = BUYER_SIDE_OUTCOMES
 
     def url(self, path: str = "/", **query: Any) -> str:
         wanted = {k: v for k, v in query.items() if v not in (None, "")}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,133 +31,24 @@ from pathlib import Path
 from x402srv.access.records import State
 from x402srv.cli import operations
 from x402srv.cli import refunds as refunds_cli
-from x402srv.cli.audit import AuditReport, audit_networks
+from x402srv.cli.audit import AuditReport, Transfer, audit_networks
+from x402srv.cli.output import Progress, counted, quiet_broken_pipe
+from x402srv.cli.parser import TOP_LEVEL_OPTIONS, build_parser
+from x402srv.cli.versions import EXAMPLE_NOTE, plugin_distributions
+from x402srv.config.lines import locate
 from x402srv.config.models import Config, load_config
 from x402srv.errors import ConfigError, ProblemError, StoreUnavailable
 from x402srv.server.logs import configure_logging
 from x402srv.server.registry import Registry
 from x402srv.stores.dump import write_atomically
+from x402srv.usage.money import amount_text
 from x402srv.wire.offers import rfc3339
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
-COMMANDS = (
-    "serve",
-    "check",
-    "plugins",
-    "migrate",
-    "export",
-    "import",
-    "reconcile",
-    "challenges",
-    "grants",
-    "refunds",
-    "export-sales",
-    "audit",
-    "demo",
-)
-
-#: ``sys.setswitchinterval`` of a serving process (Python's default is 0.005).
-SWITCH_INTERVAL_SECONDS = 0.001
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="x402srv",
-        description="Payment-gated access server (x402 v2, A2A agent card, bearer tokens).",
-        epilog="Without a command, x402srv serves: x402srv --config seller.toml",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
-    serve = commands.add_parser("serve", help="serve the access endpoint (default)")
-    serve.add_argument("--config", required=True, help="seller TOML file")
-    serve.add_argument("--host", help="override [server] host")
-    serve.add_argument("--port", type=int, help="override [server] port")
-    serve.add_argument("--workers", type=int, help="override [server] workers")
-    check = commands.add_parser(
-        "check", help="validate a config, print it without secrets, probe its settlers and RPCs"
-    )
-    check.add_argument("--config", required=True, help="seller TOML file")
-    check.add_argument(
-        "--strict",
-        action="store_true",
-        help="an unreachable or mismatched settler or RPC is an error (exit 2 when the config "
-        "names the wrong one, 1 when it does not answer), not a warning",
-    )
-    commands.add_parser("plugins", help="list installed plugins")
-    migrate = commands.add_parser(
-        "migrate",
-        help="bring the store's schema up to date (PostgreSQL: before starting a new version)",
-    )
-    migrate.add_argument("--config", required=True, help="seller TOML file")
-    export = commands.add_parser(
-        "export", help="write the store's records, claims, tasks, credits and leases as JSON lines"
-    )
-    export.add_argument("--config", required=True, help="seller TOML file")
-    export.add_argument(
-        "--output", help="file to write, readable by its owner only (default: standard output)"
-    )
-    load = commands.add_parser("import", help="load an export into an empty store")
-    load.add_argument("--config", required=True, help="seller TOML file")
-    load.add_argument("--input", help="file to read (default: standard input)")
-    reconcile = commands.add_parser("reconcile", help="run one reconciler pass and print it")
-    reconcile.add_argument("--config", required=True, help="seller TOML file")
-    reconcile.add_argument(
-        "--grace-seconds", type=float, help="override [reconciler] grace_seconds (0 after a crash)"
-    )
-    challenges = commands.add_parser("challenges", help="list, show or cancel challenges")
-    actions = challenges.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="challenges, oldest update first")
-    listing.add_argument("--config", required=True, help="seller TOML file")
-    listing.add_argument("--state", choices=[s.value for s in State], help="only this state")
-    listing.add_argument(
-        "--limit", type=int, default=100, help="at most this many challenges (default 100)"
-    )
-    for name, text in (
-        ("show", "one challenge with its history (and its grant's calls, if it sells them)"),
-        ("cancel", "PENDING -> CANCELLED"),
-    ):
-        action = actions.add_parser(name, help=text)
-        action.add_argument("challenge_id", help="the challengeId (a UUID)")
-        action.add_argument("--config", required=True, help="seller TOML file")
-    grants = commands.add_parser("grants", help="revoke a delivered grant")
-    grant_actions = grants.add_subparsers(dest="action", required=True)
-    revoke = grant_actions.add_parser(
-        "revoke", help="refuse its tokens everywhere (idempotent; recorded in its history)"
-    )
-    revoke.add_argument("challenge_id", help="the challengeId (the tokens' jti)")
-    revoke.add_argument("--config", required=True, help="seller TOML file")
-    revoke.add_argument("--reason", default="no reason given", help="kept in the history")
-    refunds_cli.add_parser(commands)
-    export = commands.add_parser("export-sales", help="one row per settled payment, for accounting")
-    export.add_argument("--config", required=True, help="seller TOML file")
-    export.add_argument(
-        "--from",
-        dest="start",
-        required=True,
-        help="first instant (RFC 3339, a date = UTC midnight, or epoch seconds)",
-    )
-    export.add_argument("--to", dest="end", help="end of the range, excluded (default: now)")
-    export.add_argument("--format", choices=["csv", "jsonl"], default="csv", help="default csv")
-    export.add_argument("--output", help="write to this file instead of stdout")
-    audit = commands.add_parser("audit", help="match on-chain transfers to the wallet with records")
-    audit.add_argument("--config", required=True, help="seller TOML file")
-    audit.add_argument(
-        "--from-block",
-        action="append",
-        required=True,
-        metavar="[NETWORK=]N",
-        help="first block to scan for transfers: N for every network, or NETWORK=N for one "
-        "(repeat it: each chain counts its own blocks)",
-    )
-    audit.add_argument(
-        "--to-block",
-        action="append",
-        metavar="[NETWORK=]M",
-        help="last block to scan, likewise (default: the latest)",
-    )
-    demo = commands.add_parser("demo", help="buy a plan on a local chain, step by step")
-    demo.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
-    return parser
+#: Commands that serve or narrate: their INFO log lines are what they show. The
+#: operator commands print what they did themselves, and log warnings only.
+_CHATTY = ("serve", "demo")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -202,20 +94,23 @@ def _check(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     if args.strict and findings:
-        print(f"x402srv: {len(findings)} probe(s) failed", file=sys.stderr)
+        print(f"x402srv: {counted(len(findings), 'probe')} failed", file=sys.stderr)
         return 2 if any(finding.config for finding in findings) else 1
-    warned = f" ({len(findings)} warning(s): see above)" if findings else ""
+    warned = f" ({counted(len(findings), 'warning')}: see above)" if findings else ""
     print(f"config OK{warned}", file=sys.stderr)
     return 0
 
 
 def _plugins(args: argparse.Namespace) -> int:
-
+    examples = {
+        plugin for dist in plugin_distributions() if dist.example for plugin in dist.plugins
+    }
     for row in Registry().describe():
         kinds = "; ".join(
             f"{kind}: {', '.join(names)}" for kind, names in row.items() if isinstance(names, list)
         )
-        print(f"{row['plugin']} ({row['distribution']})  {kinds}")
+        note = f"  ({EXAMPLE_NOTE})" if row["plugin"] in examples else ""
+        print(f"{row['plugin']} ({row['distribution']})  {kinds}{note}")
     return 0
 
 
@@ -234,11 +129,18 @@ def _migrate(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
-        if args.output:
-            with write_atomically(Path(args.output)) as out:
-                counts = asyncio.run(operations.export_records(config, out))
-        else:
-            counts = asyncio.run(operations.export_records(config, sys.stdout))
+        with Progress("export", "items") as progress:
+            if args.output:
+                with write_atomically(Path(args.output)) as out:
+                    counts = asyncio.run(
+                        operations.export_records(config, out, progress=progress.update)
+                    )
+            else:
+                counts = asyncio.run(
+                    operations.export_records(config, sys.stdout, progress=progress.update)
+                )
+    except BrokenPipeError:
+        raise  # (an OSError too: the reader of stdout went away, which is not an error here)
     except OSError as exc:
         print(f"x402srv: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
         return 1
@@ -252,11 +154,16 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
-        if args.input:
-            with open(args.input, encoding="utf-8") as lines:
-                counts = asyncio.run(operations.import_records(config, lines))
-        else:
-            counts = asyncio.run(operations.import_records(config, sys.stdin))
+        with Progress("import", "items") as progress:
+            if args.input:
+                with open(args.input, encoding="utf-8") as lines:
+                    counts = asyncio.run(
+                        operations.import_records(config, lines, progress=progress.update)
+                    )
+            else:
+                counts = asyncio.run(
+                    operations.import_records(config, sys.stdin, progress=progress.update)
+                )
     except OSError as exc:
         print(f"x402srv: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
         return 1
@@ -269,7 +176,10 @@ def _import(args: argparse.Namespace) -> int:
 
 def _reconcile(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    report = asyncio.run(operations.reconcile(config, grace_seconds=args.grace_seconds))
+    with Progress("reconcile", "records") as progress:
+        report = asyncio.run(
+            operations.reconcile(config, grace_seconds=args.grace_seconds, progress=progress.update)
+        )
     if report is None:
         print("x402srv: another reconciler holds the lease; try again", file=sys.stderr)
         return 1
@@ -278,11 +188,21 @@ def _reconcile(args: argparse.Namespace) -> int:
     for challenge_id in report.unresolved:
         print(f"{challenge_id}  unresolved (the chain has not decided yet, or the issuer failed)")
     print(
-        f"reconciled: {len(report.changes)} changed, {len(report.unresolved)} unresolved, "
-        f"{report.pruned} pruned",
+        f"reconciled: {len(report.changes):,} changed, {len(report.unresolved):,} unresolved, "
+        f"{counted(report.pruned, 'record')} and {counted(report.pruned_tasks, 'task')} pruned",
         file=sys.stderr,
     )
     return 0
+
+
+#: ``challenges list``: (header, width) of each column but the last, as ``docker ps`` lays out.
+_LIST_COLUMNS = (
+    ("CHALLENGE", 36),
+    ("STATE", 9),
+    ("PLAN", 12),
+    ("AMOUNT", 20),
+    ("UPDATED", 20),
+)
 
 
 def _challenges(args: argparse.Namespace) -> int:
@@ -290,18 +210,31 @@ def _challenges(args: argparse.Namespace) -> int:
     if args.action == "list":
         state = State(args.state) if args.state else None
         records = asyncio.run(operations.list_records(config, state=state, limit=args.limit))
+        print("  ".join(f"{name:{width}s}" for name, width in _LIST_COLUMNS) + "  REQUEST")
         for record in records:
             owed = "  owed to the buyer" if record.state is State.OWED else ""
-            print(
-                f"{record.challenge_id}  {record.state.value:9s}  {record.plan_id:12s}  "
-                f"{record.request_id}  updated {rfc3339(record.updated_at)}{owed}"
+            cells = (
+                record.challenge_id,
+                record.state.value,
+                record.plan_id,
+                amount_text(config, record.network, record.asset, record.amount),
+                rfc3339(record.updated_at),
             )
+            line = "  ".join(
+                f"{cell:{w}s}" for cell, (_, w) in zip(cells, _LIST_COLUMNS, strict=True)
+            )
+            print(f"{line}  {record.request_id}{owed}")
         return 0
     try:
         if args.action == "show":
             shown = asyncio.run(operations.show(config, args.challenge_id))
         else:
-            shown = operations.redacted(asyncio.run(operations.cancel(config, args.challenge_id)))
+            record = asyncio.run(operations.cancel(config, args.challenge_id))
+            print(
+                f"cancelled {record.challenge_id} ({record.plan_id}): a payment for it is "
+                "refused from now on (410 CHALLENGE_EXPIRED)"
+            )
+            return 0
     except ProblemError as exc:
         print(f"x402srv: {exc.detail}", file=sys.stderr)
         return 1
@@ -310,14 +243,21 @@ def _challenges(args: argparse.Namespace) -> int:
 
 
 def _grants(args: argparse.Namespace) -> int:
+    """One line, as ``docker rm`` says what it removed: the record is ``challenges show``'s."""
     config = load_config(args.config)
     try:
         record, revoked_now = asyncio.run(operations.revoke(config, args.challenge_id, args.reason))
     except ProblemError as exc:
         print(f"x402srv: {exc.detail}", file=sys.stderr)
         return 1
-    print(json.dumps(operations.redacted(record), indent=2))
-    print("revoked" if revoked_now else "already revoked", file=sys.stderr)
+    if revoked_now:
+        print(
+            f"revoked {record.challenge_id} ({record.plan_id}, paid "
+            f"{amount_text(config, record.network, record.asset, record.amount)}): its tokens "
+            f"are refused from now on; reason: {args.reason}"
+        )
+    else:
+        print(f"{record.challenge_id} was already revoked: nothing changed")
     return 0
 
 
@@ -341,7 +281,7 @@ def _export_sales(args: argparse.Namespace) -> int:
             out.write(text)
     else:
         sys.stdout.write(text)
-    print(f"{len(rows)} settled payment(s)", file=sys.stderr)
+    print(counted(len(rows), "settled payment"), file=sys.stderr)
     return 0
 
 
@@ -381,67 +321,98 @@ def _audit(args: argparse.Namespace) -> int:
     reports = asyncio.run(run())
     for report in reports:
         print(f"audit of {report.network} blocks {report.from_block}..{report.to_block}")
+
+        def paid(transfer: Transfer, network: str = report.network) -> str:
+            return f"{amount_text(config, network, transfer.asset, transfer.value):>22}"
+
         for transfer, challenge_id in report.matched:
-            print(f"matched    {transfer.tx_hash}  {transfer.value:>12}  challenge {challenge_id}")
+            print(f"matched    {transfer.tx_hash}  {paid(transfer)}  challenge {challenge_id}")
         for transfer, why in report.unmatched:
-            print(
-                f"UNMATCHED  {transfer.tx_hash}  {transfer.value:>12}  from {transfer.payer}: {why}"
-            )
+            print(f"UNMATCHED  {transfer.tx_hash}  {paid(transfer)}  from {transfer.payer}: {why}")
         for challenge_id, tx_hash in report.missing_on_chain:
             print(f"MISSING    {tx_hash}  challenge {challenge_id} claims it; the chain does not")
     skipped = [n.caip2 for n in config.resolved_networks if n.caip2 not in cursors]
     for caip2 in skipped:
         print(f"SKIPPED    {caip2}: no RPC URL, or no --from-block for it")
+    matched = sum(len(r.matched) for r in reports)
+    unmatched = sum(len(r.unmatched) for r in reports)
+    missing = sum(len(r.missing_on_chain) for r in reports)
     print(
-        f"{sum(len(r.matched) for r in reports)} matched, "
-        f"{sum(len(r.unmatched) for r in reports)} unmatched transfers, "
-        f"{sum(len(r.missing_on_chain) for r in reports)} records without their transfer, "
-        f"on {len(reports)} network(s)",
+        f"{counted(matched + unmatched, 'transfer')}: {matched:,} matched, {unmatched:,} "
+        f"unmatched; {counted(missing, 'record')} without their transfer; "
+        f"on {counted(len(reports), 'network')}",
         file=sys.stderr,
     )
     return 0 if all(r.clean for r in reports) and not skipped else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or (args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help")):
-        args_list.insert(0, "serve")
-    args = _parser().parse_args(args_list)
-    configure_logging()
-    try:
-        if args.command == "check":
-            return _check(args)
-        if args.command == "plugins":
-            return _plugins(args)
-        if args.command == "migrate":
-            return _migrate(args)
-        if args.command == "export":
-            return _export(args)
-        if args.command == "import":
-            return _import(args)
-        if args.command == "reconcile":
-            return _reconcile(args)
-        if args.command == "challenges":
-            return _challenges(args)
-        if args.command == "grants":
-            return _grants(args)
-        if args.command == "refunds":
-            return refunds_cli.run(args)
-        if args.command == "export-sales":
-            return _export_sales(args)
-        if args.command == "audit":
-            return _audit(args)
-        if args.command == "demo":
-            from x402srv.demo import run_demo  # only this command loads the demo (and the x402 SDK)
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "check":
+        return _check(args)
+    if args.command == "plugins":
+        return _plugins(args)
+    if args.command == "migrate":
+        return _migrate(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "import":
+        return _import(args)
+    if args.command == "reconcile":
+        return _reconcile(args)
+    if args.command == "challenges":
+        return _challenges(args)
+    if args.command == "grants":
+        return _grants(args)
+    if args.command == "refunds":
+        return refunds_cli.run(args)
+    if args.command == "export-sales":
+        return _export_sales(args)
+    if args.command == "audit":
+        return _audit(args)
+    if args.command == "demo":
+        from x402srv.demo import run_demo  # only this command loads the demo (and the x402 SDK)
 
-            return run_demo(keep=args.keep)
-        return _serve(args)
+        return run_demo(keep=args.keep)
+    return _serve(args)
+
+
+def _located(message: str, config_file: str | None) -> str:
+    """A config error with ``seller.toml:LINE:`` before each key path (``config.lines``)."""
+    if config_file is None:
+        return message
+    try:
+        source = Path(config_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # (load_config said so already)
+        return message
+    return locate(message, source, config_file)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run, and map what went wrong to an exit code (docs/cli.md)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args: argparse.Namespace | None = None
+    try:
+        if not args_list:  # as pip and docker do: the help, listing every command
+            parser.print_help()
+            return 0
+        if args_list[0].startswith("-") and args_list[0] not in TOP_LEVEL_OPTIONS:
+            args_list.insert(0, "serve")  # x402srv --config seller.toml (docs/cli.md)
+        args = parser.parse_args(args_list)
+        configure_logging(logging.INFO if args.command in _CHATTY else logging.WARNING)
+        return _run(args)
     except ConfigError as exc:
-        print(f"x402srv: configuration error: {exc}", file=sys.stderr)
+        text = _located(str(exc), getattr(args, "config", None))
+        print(
+            f"x402srv: configuration error:{'' if text[:1] == chr(10) else ' '}{text}",
+            file=sys.stderr,
+        )
         return 2
     except StoreUnavailable as exc:  # a subclass of ProblemError: before the generic case
         print(f"x402srv: the store cannot be reached: {exc.detail}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `x402srv ... | head`: the reader has all it wanted
+        return quiet_broken_pipe()
     except KeyboardInterrupt:
         return 0
 

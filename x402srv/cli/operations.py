@@ -29,12 +29,14 @@ from x402srv.interfaces import (
     system_clock,
 )
 from x402srv.server.registry import Registry
-from x402srv.stores.dump import DumpCounts, export_store, import_store
+from x402srv.stores.dump import DumpCounts, ProgressCallback, export_store, import_store
+from x402srv.usage.money import amount_text
 from x402srv.wire.offers import rfc3339
 
 __all__ = [
     "cancel",
     "credits_shown",
+    "displayed",
     "export_records",
     "export_sales",
     "import_records",
@@ -87,32 +89,46 @@ async def migrate(config: Config) -> list[str] | None:
 
 
 async def export_records(
-    config: Config, out: IO[str], *, clock: Clock = system_clock
+    config: Config,
+    out: IO[str],
+    *,
+    clock: Clock = system_clock,
+    progress: ProgressCallback | None = None,
 ) -> DumpCounts:
     """``x402srv export``: the store's whole content as JSON lines (``x402srv.stores.dump``)."""
     store = Registry().build(config, clock=clock).store
     await store.start()
     try:
-        return await export_store(store, out, clock=clock)
+        if progress is None:
+            return await export_store(store, out, clock=clock)
+        return await export_store(store, out, clock=clock, progress=progress)
     finally:
         await store.close()
 
 
 async def import_records(
-    config: Config, lines: Iterable[str], *, clock: Clock = system_clock
+    config: Config,
+    lines: Iterable[str],
+    *,
+    clock: Clock = system_clock,
+    progress: ProgressCallback | None = None,
 ) -> DumpCounts:
     """``x402srv import``: an export written into this config's (empty) store."""
     store = Registry().build(config, clock=clock).store
     await store.start()
     try:
-        return await import_store(store, lines, clock=clock)
+        if progress is None:
+            return await import_store(store, lines, clock=clock)
+        return await import_store(store, lines, clock=clock, progress=progress)
     finally:
         await store.close()
 
 
-async def reconcile(config: Config, *, grace_seconds: float | None) -> PassReport | None:
+async def reconcile(
+    config: Config, *, grace_seconds: float | None, progress: ProgressCallback | None = None
+) -> PassReport | None:
     async with opened(config) as pipeline:
-        reconciler = Reconciler(pipeline, config.reconciler)
+        reconciler = Reconciler(pipeline, config.reconciler, progress=progress)
         return await reconciler.run_exclusive(grace_seconds=grace_seconds, wait_seconds=30)
 
 
@@ -122,7 +138,7 @@ async def list_records(config: Config, *, state: State | None, limit: int) -> li
 
 
 async def show(config: Config, challenge_id: str) -> dict[str, Any]:
-    """A record for display (``redacted``), with its grant's credits when it sells calls.
+    """A record for display (``displayed``), with its grant's credits when it sells calls.
 
     A purchase of a plan that sells calls (or limits them) shows its grant's
     account: calls made, credits added, spent, refunded and left, each credit
@@ -134,9 +150,9 @@ async def show(config: Config, challenge_id: str) -> dict[str, Any]:
         record = await pipeline.store.get_challenge(challenge_id)
         if record is None:
             raise NotFound(f"no challenge {challenge_id}")
-        shown = redacted(record)
+        shown = displayed(record, config)
         if record.state is State.OWED:
-            shown["owed_to_buyer"] = owed_shown(record)
+            shown["owed_to_buyer"] = owed_shown(record, config)
         plan = config.plan_map.get(record.plan_id)
         metered = record.top_up_of is not None or (plan is not None and plan.metered)
         if metered and keeps_credits(pipeline.store):
@@ -146,11 +162,12 @@ async def show(config: Config, challenge_id: str) -> dict[str, Any]:
     return shown
 
 
-def owed_shown(record: ChallengeRecord) -> dict[str, Any]:
+def owed_shown(record: ChallengeRecord, config: Config) -> dict[str, Any]:
     """What an OWED record owes: the amount paid, to its payer, and why nothing was delivered."""
     why = next((t.reason for t in reversed(record.history) if t.state is State.OWED), None)
     return {
         "amount": record.amount,
+        "amount_shown": amount_text(config, record.network, record.asset, record.amount),
         "asset": record.asset,
         "network": record.network,
         "payer": record.payer,
@@ -230,3 +247,36 @@ def redacted(record: ChallengeRecord) -> dict[str, Any]:
     if data.get("grant") and "accessToken" in data["grant"]:
         data["grant"]["accessToken"] = "<redacted>"
     return data
+
+
+#: The keys of ``ChallengeRecord.to_dict`` (and its payment's) that hold epoch seconds.
+_TIMES = ("created_at", "expires_at", "updated_at", "revoked_at")
+_PAYMENT_TIMES = ("valid_after", "valid_before", "lease_until")
+
+
+def displayed(record: ChallengeRecord, config: Config) -> dict[str, Any]:
+    """``redacted``, for a person: RFC 3339 times, the amount in token units and USD too.
+
+    ``amount`` stays in atomic units (what the chain moved, as exports and the
+    API give it); ``amount_shown`` says it as money (``x402srv.usage.money``).
+    """
+    data = redacted(record)
+    data["amount_shown"] = amount_text(config, record.network, record.asset, record.amount)
+    for key in _TIMES:
+        if data.get(key) is not None:
+            data[key] = rfc3339(data[key])
+    for step in data["history"]:
+        step["at"] = rfc3339(step["at"])
+    if data.get("payment"):
+        for key in _PAYMENT_TIMES:
+            data["payment"][key] = rfc3339(data["payment"][key])
+    return dict(sorted(data.items(), key=lambda item: _ORDER.get(item[0], len(_ORDER))))
+
+
+#: ``amount_shown`` right after ``amount``; every other key in the record's own order.
+_ORDER = {
+    key: index
+    for index, key in enumerate(
+        ("challenge_id", "request_id", "plan_id", "resource_id", "amount", "amount_shown")
+    )
+}

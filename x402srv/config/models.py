@@ -683,7 +683,8 @@ def parse_config(
     try:
         return Config.model_validate(data, context=context)
     except ValidationError as exc:
-        lines = [_line(path, message) for path, message in problems(exc, config=True)]
+        found = problems(exc, config=True, model=Config)
+        lines = [_line(path, message) for path, message in found]
         if len(lines) == 1:  # one line on the terminal: `x402srv check` prints it as is
             raise ConfigError(f"invalid configuration: {lines[0]}") from None
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None

@@ -34,7 +34,7 @@ from functools import cached_property
 from pydantic import Field, field_validator, model_validator
 
 from x402srv.config.fields import StrictModel, checksum_address
-from x402srv.config.secrets import HttpUrlSecret, SecretValue, redact_url
+from x402srv.config.secrets import HttpUrlSecret, SecretValue, shown_url
 from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo, Token, canonical_network_name
 
 __all__ = [
@@ -202,7 +202,7 @@ def _label(config: SettlerConfig, position: int, caip2: str, default_url: str | 
     if strategy != "facilitator":
         return f"{strategy} #{position} on {caip2}"
     url = config.facilitator_url.reveal() if config.facilitator_url else default_url
-    shown = redact_url(url) if url else "(no URL)"
+    shown = shown_url(url.rstrip("/")) if url else "(no URL)"  # its path, never credentials
     return f"facilitator {shown} #{position} on {caip2}"
 
 

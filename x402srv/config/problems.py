@@ -13,10 +13,11 @@ secret. Wire input keeps pydantic's words and never shows a value.
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Any, Final
+from typing import Any, Final, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 __all__ = ["problems"]
 
@@ -90,18 +91,56 @@ def _wrong_type(expected: str, item: Any, path: str) -> str:
     return f"expected {expected}, got {_kind(value)}{_shown(value, path)}"
 
 
-def problems(error: ValidationError, *, config: bool = False) -> list[tuple[str, str]]:
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: itself, or inside ``X | None``, ``list[X]``, ``Annotated``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in get_args(annotation):
+        found = _model_in(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_keys(model: type[BaseModel], location: tuple[int | str, ...]) -> list[str]:
+    """The keys the table at ``location`` (under ``model``) accepts; [] when it is not a model."""
+    current: type[BaseModel] | None = model
+    for part in location:
+        if isinstance(part, int):
+            continue  # an element of an array of tables: the same model
+        if current is None or part not in current.model_fields:
+            return []
+        current = _model_in(current.model_fields[part].annotation)
+    if current is None:
+        return []
+    return [field.alias or name for name, field in current.model_fields.items()]
+
+
+def _unknown_key(location: tuple[int | str, ...], model: type[BaseModel] | None) -> str:
+    """ "unknown key", and the closest key the table takes (``unit_amout`` -> ``unit_amount``)."""
+    if model is None or not location or not isinstance(location[-1], str):
+        return "unknown key"
+    known = _known_keys(model, location[:-1])
+    close = difflib.get_close_matches(location[-1], known, n=1, cutoff=0.6)
+    return f"unknown key (did you mean `{close[0]}`?)" if close else "unknown key"
+
+
+def problems(
+    error: ValidationError, *, config: bool = False, model: type[BaseModel] | None = None
+) -> list[tuple[str, str]]:
     """Each failure as ``(path, message)``: ``plans[0].unit_amount``, "unknown key" ...
 
     ``config``: the seller's TOML (or a CLI override), whose type errors say what
-    was expected and what was given.
+    was expected and what was given. ``model``: the model that was validated,
+    so that an unknown key can be answered with the closest key its table takes.
     """
     found = []
     for item in error.errors(include_url=False, include_input=True):
         kind = item.get("type")
-        path = _path(tuple(item.get("loc", ())))
+        location = tuple(item.get("loc", ()))
+        path = _path(location)
         if kind == "extra_forbidden":
-            message = "unknown key"
+            message = _unknown_key(location, model)
         elif kind == "missing":
             message = "required key is missing"
         elif config and kind in _EXPECTED:

@@ -11,6 +11,7 @@ gateway's ``routes``) can use it without importing the other.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +24,7 @@ __all__ = [
     "Secret",
     "SecretValue",
     "redact_url",
+    "shown_url",
     "url_secret",
     "validation_context",
 ]
@@ -73,8 +75,10 @@ def _parse_secret(value: Any, info: ValidationInfo) -> Secret:
         if "env" in value and isinstance(value["env"], str):
             name = value["env"]
             found = env.get(name)
-            if not found:
+            if found is None:
                 raise ValueError(f"environment variable {name} is not set")
+            if not found.strip():  # set, to nothing: a different mistake with a different fix
+                raise ValueError(f"environment variable {name} is set but empty")
             return Secret(found, f"env {name}")
         if "file" in value and isinstance(value["file"], str):
             path = Path(value["file"])
@@ -108,6 +112,39 @@ def redact_url(url: str) -> str:
         return f"{parts.scheme}://{host}/<redacted>"
     hidden = parts.username or parts.password or parts.path.strip("/") or parts.query
     return f"{parts.scheme}://{host}{port}" + ("/<redacted>" if hidden else "")
+
+
+#: Path segments a log line shows as they are: lowercase words (``facilitator``,
+#: ``platform``) and short versions (``v2``, ``x402``). Anything else may be a key
+#: (``/v2/<key>`` is how RPC and some facilitator providers take theirs).
+_WORD_SEGMENT = re.compile(r"[a-z]{1,32}(?:[-_.][a-z]{1,32}){0,3}|[a-z]{0,4}\d{1,3}")
+
+
+def shown_url(url: str) -> str:
+    """A URL for a log line: its path where it reads as words; credentials never.
+
+    ``https://x402.org/facilitator`` is shown whole (a seller running several
+    facilitators tells them apart by path); a user-info part, the query and any
+    path segment that is not a plain word or version (a key, a token, an id)
+    are ``<redacted>``. ``redact_url`` (scheme, host and port only) stays the
+    rule for RPC URLs, whose paths are keys more often than not.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a non-numeric "port" may be a key itself: hide it with the rest
+        return f"{parts.scheme}://{host}/<redacted>"
+    user = "<redacted>@" if parts.username or parts.password else ""
+    segments = [
+        part if not part or _WORD_SEGMENT.fullmatch(part) else "<redacted>"
+        for part in parts.path.split("/")
+    ]
+    path = "/".join(segments).rstrip("/")
+    query = "?<redacted>" if parts.query else ""
+    return f"{parts.scheme}://{user}{host}{port}{path}{query}"
 
 
 def _valid_url(secret: Secret, schemes: tuple[str, ...], hosts_listed: tuple[str, ...]) -> Secret:

@@ -74,7 +74,7 @@ from pydantic import Field
 
 from x402srv.config.fields import PluginOptions
 from x402srv.config.models import Config, SettlerConfig
-from x402srv.config.secrets import redact_url
+from x402srv.config.secrets import shown_url
 from x402srv.errors import ConfigError
 from x402srv.hookspecs import Register, hookimpl
 from x402srv.interfaces import (
@@ -159,7 +159,7 @@ class FacilitatorSettler:
                 path="settlement.facilitator.read_timeout_seconds",
             )
         self._url = url.rstrip("/")
-        self.shown_url = redact_url(self._url)
+        self.shown_url = shown_url(self._url)  # the path is shown: only credentials are not
         self.label = label or f"facilitator {self.shown_url}"
         self._auth = settler.facilitator_auth
         self._options = options

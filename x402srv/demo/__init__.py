@@ -1,8 +1,8 @@
 """``x402srv demo``: a whole purchase on a local chain, in one command, explained as it runs.
 
-It starts anvil (installed with npm on first use), deploys our EIP-3009 token,
-funds a buyer, starts a seller (an x402srv process with gas-wallet settlement and
-sqlite, plus the seller's own API with ``GET /weather`` behind
+It starts anvil (installed with npm on first use, into a per-user cache), deploys
+our EIP-3009 token, funds a buyer, starts a seller (an x402srv process with gas-wallet
+settlement and sqlite, plus the seller's own API with ``GET /weather`` behind
 ``x402srv.guard.require_access``), buys a plan with the official ``x402`` client,
 calls the API with the token, and stops everything it started (by PID).
 
@@ -35,8 +35,8 @@ def run_demo(*, keep: bool = False) -> int:
         return 2
     if importlib.util.find_spec("x402srv_gaswallet") is None:
         print(
-            "x402srv demo: the seller settles with the gas-wallet plugin: "
-            "pip install ./plugins/x402srv-gaswallet (./run serve installs it)",
+            "x402srv demo: the seller settles with the gas-wallet plugin, which the demo "
+            "extra installs: pip install 'x402srv[demo]' (./run serve installs it)",
             file=sys.stderr,
         )
         return 2

@@ -30,7 +30,13 @@ from x402srv.demo.show import (
     token_amount,
 )
 from x402srv.demo.stack import PLANS, ApiProcess, DemoStack
-from x402srv.devchain import AnvilNotFoundError, Devchain, ensure_anvil, find_anvil
+from x402srv.devchain import (
+    AnvilNotFoundError,
+    Devchain,
+    anvil_cache_dir,
+    ensure_anvil,
+    find_anvil,
+)
 from x402srv.devchain.anvil import ANVIL_NPM_PACKAGE, ANVIL_VERSION
 from x402srv.testing.servers import ServerProcess
 
@@ -53,7 +59,7 @@ def _anvil(project_dir: Path, say: Say) -> Path:
     except AnvilNotFoundError:
         say(
             f"   anvil is not installed yet: npm install {ANVIL_NPM_PACKAGE}@{ANVIL_VERSION}"
-            f" into {project_dir / 'node_modules'} (first run only)"
+            f" into {anvil_cache_dir()} (first run only; your directory stays as it is)"
         )
         return ensure_anvil(project_dir)
 

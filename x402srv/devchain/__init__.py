@@ -18,6 +18,7 @@ from x402srv.devchain.anvil import (
     ANVIL_NPM_PACKAGE,
     ANVIL_VERSION,
     AnvilProcess,
+    anvil_cache_dir,
     ensure_anvil,
     find_anvil,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "TokenInfo",
     "TransactionFailedError",
     "TransferLog",
+    "anvil_cache_dir",
     "authorization_state",
     "balance_of",
     "deploy_batch_settle",

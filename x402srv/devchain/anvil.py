@@ -1,9 +1,12 @@
 """Find, install and run anvil (Foundry's local Ethereum node).
 
 anvil comes from the npm package pinned in package.json, so `npm ci` is the only set-up
-step. The binary is started directly, never through npx: npx would put a node process
-between us and anvil, and stopping "the process we started" by PID would leave anvil
-running.
+step in a checkout. Outside one (x402srv installed from wheels), `x402srv demo` installs
+that package once into a per-user cache directory, `~/.cache/x402srv/anvil-<version>`
+(`$XDG_CACHE_HOME` respected), as playwright keeps its browsers in `~/.cache/ms-playwright`:
+never into the current directory, where a stray `node_modules` would outlive the demo.
+The binary is started directly, never through npx: npx would put a node process between
+us and anvil, and stopping "the process we started" by PID would leave anvil running.
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ _RELATIVE_BINARY = Path("node_modules", *ANVIL_NPM_PACKAGE.split("/"), "bin", "a
 _PORT_ATTEMPTS = 3
 
 
-def find_anvil(start: Path | None = None) -> Path:
-    """Locate the anvil binary: $X402SRV_ANVIL, else node_modules in `start`, the cwd or a parent.
+def anvil_cache_dir() -> Path:
+    """Where ``ensure_anvil`` installs the pinned anvil for this user: never the cwd."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "x402srv" / f"anvil-{ANVIL_VERSION}"
+
+
+def find_anvil(start: Path | None = None, *, parents: bool = True) -> Path:
+    """Locate the anvil binary: $X402SRV_ANVIL, else node_modules in `start`, the cwd (and,
+    with ``parents``, their parents), else the per-user cache ``ensure_anvil`` fills.
 
     Searching parents lets tests and scripts run from any sub-directory of the checkout.
     """
@@ -48,26 +58,29 @@ def find_anvil(start: Path | None = None) -> Path:
     bases.append(Path.cwd().resolve())
     searched: list[Path] = []
     for base in bases:
-        for directory in (base, *base.parents):
+        for directory in (base, *base.parents) if parents else (base,):
             candidate = directory / _RELATIVE_BINARY
             if candidate in searched:
                 continue
             searched.append(candidate)
             if _is_executable(candidate):
                 return candidate
+    cached = anvil_cache_dir() / _RELATIVE_BINARY
+    if _is_executable(cached):
+        return cached
     raise AnvilNotFoundError(
-        f"anvil not found (looked for {_RELATIVE_BINARY} in {bases[0]} and its parents"
-        f"{' and in the cwd' if len(bases) > 1 else ''}). Run `npm ci` (or `npm install`) "
-        f"in the project directory, or set {ANVIL_ENV_VAR} to an anvil binary."
+        f"anvil not found (looked for {_RELATIVE_BINARY} in {bases[0]}"
+        f"{' and its parents' if parents else ''}{', the cwd' if len(bases) > 1 else ''}"
+        f" and {anvil_cache_dir()}). Run `npm ci` in the project directory, `x402srv demo` "
+        f"(it installs anvil into that cache), or set {ANVIL_ENV_VAR} to an anvil binary."
     )
 
 
-def ensure_anvil(project_dir: Path) -> Path:
-    """Return the anvil binary, installing the pinned npm package into `project_dir` if missing.
+def ensure_anvil(project_dir: Path | None = None) -> Path:
+    """The anvil binary; when none is found, the pinned npm package installed once into
+    ``anvil_cache_dir()`` (never into ``project_dir`` or the cwd).
 
-    For the demo: a fresh checkout should run with one command, as long as npm exists.
-    ``--no-save`` keeps npm from rewriting a checkout's package.json and lock (it would
-    loosen the pinned version to a range); in a checkout npm still installs the lock's tree.
+    For the demo: one command should work on a fresh machine, as long as npm exists.
     """
     try:
         return find_anvil(project_dir)
@@ -75,18 +88,23 @@ def ensure_anvil(project_dir: Path) -> Path:
         pass
     npm = shutil.which("npm")
     if npm is None:
-        raise AnvilNotFoundError("anvil is not installed and npm is not on PATH to install it")
+        raise AnvilNotFoundError(
+            "anvil is not installed and npm is not on PATH to install it (or set "
+            f"{ANVIL_ENV_VAR} to an anvil binary, e.g. from Foundry)"
+        )
+    target = anvil_cache_dir()
+    target.mkdir(parents=True, exist_ok=True)
     package = f"{ANVIL_NPM_PACKAGE}@{ANVIL_VERSION}"
     result = subprocess.run(
-        [npm, "install", "--no-save", "--no-audit", "--no-fund", package],
-        cwd=project_dir,
+        [npm, "install", "--prefix", str(target), "--no-save", "--no-audit", "--no-fund", package],
+        cwd=target,
         capture_output=True,
         text=True,
         check=False,
     )
     if result.returncode != 0:
         raise AnvilNotFoundError(f"npm install {package} failed:\n{result.stderr.strip()}")
-    return find_anvil(project_dir)
+    return find_anvil(target, parents=False)
 
 
 def _is_executable(path: Path) -> bool:

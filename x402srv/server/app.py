@@ -42,6 +42,7 @@ from x402srv.interfaces import Clock, system_clock
 from x402srv.refunds.wallet import refund_readiness
 from x402srv.server import metrics
 from x402srv.server.health import Readiness
+from x402srv.server.index import index_document, index_html, wants_html
 from x402srv.server.logs import REQUEST_ID_HEADER, http_request_id
 from x402srv.server.problems import problem_response
 from x402srv.server.registry import Built, Registry
@@ -117,6 +118,8 @@ def create_app(
     )
     install_gateway(app, pipeline, revocations)  # [[routes]]: x402srv/gateway/
     install_mcp(app, pipeline, revocations)  # [[mcp]]: x402srv/gateway/mcp/
+    if not any(route.prefix == "/" for route in config.routes):
+        _index(app, config)  # GET /: x402srv/server/index.py
     sources = [revocations]
     if config.revocation.publish:
         sources.append(_revocation_list(app, config, built, clock))
@@ -127,6 +130,17 @@ def create_app(
         install_admin(app, pipeline, ready)
     _errors(app)
     return app
+
+
+def _index(app: Sanic[Any, Any], config: Config) -> None:
+    document, page = _json(index_document(config)), index_html(config).encode()
+
+    @app.get("/", name="index")
+    async def index(request: Request) -> HTTPResponse:
+        vary = {"Vary": "Accept"}
+        if wants_html(request.headers.get("accept")):
+            return HTTPResponse(page, headers=vary, content_type="text/html; charset=utf-8")
+        return HTTPResponse(document, headers=vary, content_type=_JSON)
 
 
 def _request_ids(app: Sanic[Any, Any]) -> None:

@@ -108,7 +108,8 @@ class PluginContext:
                 context={"base_dir": self.config.base_dir, "env": self.config.env},
             )
         except ValidationError as exc:
-            lines = [self._line(path, message) for path, message in problems(exc, config=True)]
+            found = problems(exc, config=True, model=model)
+            lines = [self._line(path, message) for path, message in found]
             if len(lines) == 1:  # one line on the terminal, as for the core's tables
                 raise ConfigError(f"invalid plugin options: {lines[0]}") from None
             raise ConfigError("invalid plugin options:\n  " + "\n  ".join(lines)) from None

@@ -87,10 +87,12 @@ async def preflight(config: Config, built: Built) -> None:
 def _announce(config: Config) -> None:
     server = config.server
     log.info(
-        "serving %s on http://%s with %d worker(s)",
+        "serving %s on http://%s with %d worker%s; plans: %s",
         config.access_url,
         shown_address(server.host, server.port),
         server.workers,
+        "" if server.workers == 1 else "s",
+        ", ".join(f"{plan.plan_id} {plan.unit_amount}" for plan in config.plans),
     )
     admin = config.admin
     if admin is not None and admin.enabled and admin.port is not None:

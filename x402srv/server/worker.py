@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import sys
 import time
@@ -92,6 +93,9 @@ def run_worker(spec: WorkerSpec) -> None:
     # default 5 ms switch interval it could wait that long for the GIL while the
     # loop runs other requests (1 ms: +8% unpaid requests/s, lower p99).
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    # Sanic tells a terminal to "consider using '--debug' or '--dev'": flags of its own
+    # command, which x402srv does not have (a seller would look for them in vain).
+    os.environ.setdefault("SANIC_IGNORE_PRODUCTION_WARNING", "1")
     app = create_app(with_overrides(load_config(spec.config_path), spec.overrides))
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = GRACEFUL_SECONDS
     app.prepare(

@@ -31,7 +31,7 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -55,10 +55,12 @@ from x402srv.wire.offers import rfc3339
 __all__ = [
     "BATCH",
     "FORMAT",
+    "NOUNS",
     "VERSION",
     "Dump",
     "DumpCounts",
     "DumpError",
+    "ProgressCallback",
     "decode_item",
     "encode_item",
     "export_store",
@@ -82,12 +84,39 @@ class DumpError(ValueError):
     """The input is not a complete dump this x402srv reads, or the target store is not empty."""
 
 
+#: What each kind is called in a summary: (one, many).
+NOUNS = {
+    "challenge": ("challenge", "challenges"),
+    "task": ("task", "tasks"),
+    "credits": ("credit account", "credit accounts"),
+    "lease": ("lease", "leases"),
+    "count": ("hourly counter", "hourly counters"),
+    "refund": ("refund", "refunds"),
+}
+#: Items between two progress reports: often enough for a bar, cheap for a big store.
+PROGRESS_EVERY = 100
+
+#: ``progress(done, total, phase)``: ``total`` None while it is not known.
+ProgressCallback = Callable[[int, int | None, str | None], None]
+
+
+def _no_progress(done: int, total: int | None, phase: str | None) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class DumpCounts:
     counts: dict[str, int]
 
     def __str__(self) -> str:
-        return ", ".join(f"{self.counts.get(kind, 0)} {kind}" for kind in KINDS)
+        """``120 challenges, 1 task, 40 hourly counters``: the kinds it holds, counted."""
+        parts = []
+        for kind in KINDS:
+            n = self.counts.get(kind, 0)
+            one, many = NOUNS[kind]
+            if n:
+                parts.append(f"{n:,} {one if n == 1 else many}")
+        return ", ".join(parts) or "nothing (an empty store)"
 
 
 def portable(store: Store) -> PortableStore:
@@ -167,8 +196,14 @@ def _line(document: dict[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
 
 
-async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCounts:
-    """Write the header, every item, the counters and the end line to ``out``."""
+async def export_store(
+    store: Store, out: IO[str], *, clock: Clock, progress: ProgressCallback = _no_progress
+) -> DumpCounts:
+    """Write the header, every item, the counters, the refunds and the end line to ``out``.
+
+    ``progress`` hears of every ``PROGRESS_EVERY`` items written (the total is
+    not known before the last one: a store has no cheap count of everything).
+    """
     source = portable(store)
     out.write(
         _line(
@@ -181,9 +216,14 @@ async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCount
         )
     )
     counts: Counter[str] = Counter()
+    written = 0
+    progress(0, None, "writing items")
     async for item in source.export_items():
         out.write(_line(encode_item(item)))
         counts[kind_of(item)] += 1
+        written += 1
+        if written % PROGRESS_EVERY == 0:
+            progress(written, None, None)
     tallies = await store.read_counts(start=ALL_BUCKETS[0], end=ALL_BUCKETS[1])
     for (bucket, name), n in sorted(tallies.items()):
         out.write(_line({"kind": "count", "bucket": bucket, "name": name, "n": n}))
@@ -200,6 +240,7 @@ async def export_store(store: Store, out: IO[str], *, clock: Clock) -> DumpCount
                 break
             after = (page[-1].created_at, page[-1].refund_id)
     out.write(_line({"kind": "end", "counts": dict(counts)}))
+    progress(sum(counts.values()), sum(counts.values()), None)
     return DumpCounts(dict(counts))
 
 
@@ -210,7 +251,7 @@ class Dump:
     refunds: list[RefundRecord] = field(default_factory=list)
 
 
-def read_dump(lines: Iterable[str]) -> Dump:
+def read_dump(lines: Iterable[str], progress: ProgressCallback = _no_progress) -> Dump:
     """Everything of a complete dump, checked; ``DumpError`` names the first bad line."""
     items: list[ExportItem] = []
     tallies: dict[tuple[int, str], int] = {}
@@ -219,6 +260,8 @@ def read_dump(lines: Iterable[str]) -> Dump:
     ended: dict[str, Any] | None = None
     number = 0
     for number, text in enumerate(lines, start=1):
+        if number % PROGRESS_EVERY == 0:
+            progress(number, None, None)
         if not text.strip():
             continue
         try:
@@ -278,10 +321,17 @@ async def holds_anything(store: PortableStore) -> str | None:
     return None
 
 
-async def import_store(store: Store, lines: Iterable[str], *, clock: Clock) -> DumpCounts:
-    """Read and check everything, then write it in batches into an empty ``store``."""
+async def import_store(
+    store: Store, lines: Iterable[str], *, clock: Clock, progress: ProgressCallback = _no_progress
+) -> DumpCounts:
+    """Read and check everything, then write it in batches into an empty ``store``.
+
+    ``progress`` hears of the lines read (phase "reading and checking"), then of
+    the items written out of all of them (phase "writing"), batch by batch.
+    """
     target = portable(store)
-    dump = read_dump(lines)
+    progress(0, None, "reading and checking")
+    dump = read_dump(lines, progress)
     items = dump.items
     held = await holds_anything(target)
     if held is None and keeps_refunds(store):
@@ -295,19 +345,24 @@ async def import_store(store: Store, lines: Iterable[str], *, clock: Clock) -> D
     if dump.refunds and not keeps_refunds(store):
         raise DumpError(f"the {store.name} store keeps no refunds, and the dump holds some")
     counts: Counter[str] = Counter()
+    tallies = sorted(dump.tallies.items())
+    total = len(items) + len(tallies)
+    progress(0, total, "writing")
     for start in range(0, len(items), BATCH):
         batch = items[start : start + BATCH]
         await target.import_items(batch, now=clock())
         counts.update(kind_of(item) for item in batch)
-    tallies = sorted(dump.tallies.items())
+        progress(start + len(batch), total, None)
     for start in range(0, len(tallies), BATCH):
         await store.add_counts(dict(tallies[start : start + BATCH]), forget_before=0)
+        progress(len(items) + min(start + BATCH, len(tallies)), total, None)
     counts["count"] += len(tallies)
     if dump.refunds:
         assert isinstance(store, RefundStore)
         for start in range(0, len(dump.refunds), BATCH):
             await store.import_refunds(dump.refunds[start : start + BATCH])
         counts["refund"] += len(dump.refunds)
+    progress(total, total, None)
     return DumpCounts(dict(counts))
 
 

@@ -46,13 +46,16 @@ from x402srv.access.records import ChallengeRecord, State
 from x402srv.errors import StoreUnavailable
 from x402srv.interfaces import Clock, Store
 
-__all__ = ["HOUR", "MAX_REASONS", "Counters", "clean", "hour_of"]
+__all__ = ["BUYER_SIDE_OUTCOMES", "HOUR", "MAX_REASONS", "Counters", "clean", "hour_of"]
 
 log = logging.getLogger("x402srv.usage.counters")
 
 HOUR = 3600
 #: Distinct failure reasons one process counts per hour; more become ``failed:other``.
 MAX_REASONS = 64
+#: Settlement outcomes that are the buyer's doing, with what the console calls them: shown
+#: apart from the settler's own failures, never in red under its health.
+BUYER_SIDE_OUTCOMES = {"refused": "payments refused (buyer's side)"}
 _UNCLEAN = re.compile(r"[^a-z0-9_.:-]+")
 
 
@@ -104,6 +107,8 @@ class Counters:
         self.add(f"failed:{name}")
 
     def settler(self, name: str, outcome: str, seconds: float) -> None:
+        """One settlement call: ``outcome`` is ``settled``, ``refused`` (the buyer's payment:
+        not enough balance, a used nonce), ``rejected`` (the settler could not) or ``unknown``."""
         settler = clean(name)
         self.add(f"settler:{settler}:{clean(outcome)}")
         self.add(f"settler:{settler}:ms", round(seconds * 1000))

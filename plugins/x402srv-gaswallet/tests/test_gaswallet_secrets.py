@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 from eth_account.signers.local import LocalAccount
+from x402srv_gaswallet.rpc import connect, disconnect
 from x402srv_gaswallet.testing import (
     Configure,
     RecordingHooks,
@@ -52,6 +53,8 @@ async def test_key_and_rpc_credentials_never_reach_logs_outcomes_or_errors(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    # (the provider's own logger is held at WARNING: let its DEBUG lines through here too)
+    caplog.set_level(logging.DEBUG, logger="x402srv_gaswallet.rpc")
     relay = await RpcRelay(devchain.rpc_url).start()
     try:
         # A hosted-RPC style URL: credentials in the user info and the API key in the path.
@@ -97,3 +100,15 @@ def test_a_config_error_about_the_key_does_not_quote_it(configure: Configure) ->
 
     assert "ab" * 31 not in str(caught.value)
     assert caught.value.__cause__ is None
+
+
+async def test_closing_the_rpc_connection_logs_nothing_at_info(
+    devchain: Devchain, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30: web3's "Successfully disconnected from ..." at INFO on every close (each
+    ``check``, each start-up preflight) told a seller nothing they could act on."""
+    caplog.set_level(logging.INFO)
+    w3 = await connect(devchain.rpc_url, request_timeout=5)
+    assert await w3.eth.chain_id == devchain.chain_id
+    await disconnect(w3)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("x402srv_gaswallet")] == []

@@ -47,6 +47,9 @@ class _RedactUrls(logging.Filter):
 _LOG = logging.getLogger("x402srv_gaswallet.rpc")
 _REDACTOR = _RedactUrls()
 _LOG.addFilter(_REDACTOR)
+# web3's provider says "Successfully disconnected from ..." at INFO on every close (each
+# check, each start-up preflight): nothing a seller acts on. Its warnings still show.
+_LOG.setLevel(logging.WARNING)
 
 
 #: Reads are retried twice, briefly. A send is not: web3 would repeat it behind our
