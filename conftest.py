@@ -12,8 +12,9 @@ from sanic import Sanic
 # Apps are built per test; test mode avoids Sanic's app-name registry clashes.
 Sanic.test_mode = True
 
-# tests.support.leaks: the run fails if it leaves a process or a temp directory behind.
-pytest_plugins = ["x402srv.testing.fixtures", "tests.support.leaks"]
+# tests.support.leaks: the run fails if it leaves a process or a temp directory behind;
+# tests.support.fixture_scopes: which scope started a seller (it stops at that scope's end).
+pytest_plugins = ["x402srv.testing.fixtures", "tests.support.leaks", "tests.support.fixture_scopes"]
 # PostgreSQL clusters for the postgres plugin's tests and the core's end-to-end tests.
 if importlib.util.find_spec("x402srv_postgres") is not None:
     pytest_plugins.append("x402srv_postgres.fixtures")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,54 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
+from tests.support.fixture_scopes import current_scope
 from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
+
+
+@dataclass
+class Running:
+    """The sellers ``start_seller`` started and nobody stopped yet, with the scope they serve."""
+
+    sellers: list[tuple[str, Seller]] = field(default_factory=list)
+
+    def add(self, seller: Seller) -> None:
+        # A fixture being set up owns it; otherwise the test's own body started it.
+        self.sellers.append((current_scope(), seller))
+
+    def stop(self, scope: str | None = None) -> None:
+        """Stop those of ``scope`` (all with None), all at once: each stop mostly waits."""
+        stopping = [s for o, s in self.sellers if scope is None or o == scope]
+        self.sellers = [(o, s) for o, s in self.sellers if scope is not None and o != scope]
+        with ThreadPoolExecutor(max(1, len(stopping))) as pool:
+            list(pool.map(lambda seller: seller.server.stop(), stopping))
+
+
+@pytest.fixture(scope="session")
+def running_sellers() -> Running:
+    return Running()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_sellers_of_a_module(running_sellers: Running) -> Iterator[None]:
+    """Sellers of a module's module-scoped fixtures stop when its tests are done.
+
+    An idle server is not free: its timers and background passes take about 0.2 s
+    of CPU a minute, and the chain answers its polls; kept to the end of the
+    session, the hundred-odd servers the tests start would take a good part of a
+    core. Those of session-scoped fixtures stay to the end of the session.
+    """
+    yield
+    running_sellers.stop("module")
+
+
+@pytest.fixture(autouse=True)
+def _stop_the_sellers_of_a_test(running_sellers: Running) -> Iterator[None]:
+    """A seller a test (or its function-scoped fixtures) started stops when the test ends."""
+    yield
+    running_sellers.stop("function")
 
 
 @pytest.fixture(scope="session")
@@ -28,12 +74,14 @@ def start_seller(
     devchain: Devchain,
     facilitator: Callable[..., FacilitatorProcess],
     tmp_path_factory: pytest.TempPathFactory,
+    running_sellers: Running,
 ) -> Iterator[Callable[..., Seller]]:
-    """``start_seller(strategy, **config overrides) -> Seller``; all stopped at session end.
+    """``start_seller(strategy, **config overrides) -> Seller``.
 
+    A seller stops at the end of the scope that started it: the test's, its
+    module's (a module-scoped fixture), or the session's.
     Its agent card says ``http://127.0.0.1`` (no port) unless ``real_card_url`` is set.
     """
-    running: list[Seller] = []
     shared_facilitator: list[str] = []
 
     def start(
@@ -69,12 +117,11 @@ def start_seller(
             config["seller"]["agent_url"] = f"http://127.0.0.1:{port}"
         server = ServerProcess(config, directory, workers=workers, env=env, port=port).start()
         seller = Seller(server, wallet, strategy, config, devchain)
-        running.append(seller)
+        running_sellers.add(seller)
         return seller
 
     yield start
-    for seller in running:
-        seller.server.stop()
+    running_sellers.stop()
 
 
 @pytest.fixture(scope="session", params=["gas-wallet", "facilitator"])

@@ -51,6 +51,7 @@ from tests.support.a2a_jsonrpc import (
 )
 from tests.support.clock import MovableClock
 from tests.support.faults import facilitator_seller, issuer_failing_once
+from tests.support.networks import wait_for_file
 from tests.support.purchase import HOURLY
 from tests.support.seller import JWT_SECRET, Seller
 from x402srv.config.models import parse_config
@@ -109,9 +110,12 @@ async def test_an_unknown_outcome_keeps_the_task_working_until_the_chain_tells(
     start_seller: Callable[..., Seller],
     facilitator: Callable[..., FacilitatorProcess],
     buyer: LocalAccount,
+    tmp_path: Path,
 ) -> None:
     """Our timeout fires first; the facilitator settles later; tasks/get ends completed."""
-    seller = facilitator_seller(start_seller, facilitator("settle-late", delay=4).url)
+    gate = tmp_path / "gate"  # the facilitator holds the settlement until the test opens it
+    gate.mkdir()
+    seller = facilitator_seller(start_seller, facilitator("settle-gate", gate=gate).url)
     url = a2a_url(seller)
     task = open_task(url)
     working = task_of(pay(url, task, payment_for(seller, buyer, task)))
@@ -122,16 +126,17 @@ async def test_an_unknown_outcome_keeps_the_task_working_until_the_chain_tells(
     assert metadata["x402srv.problem"]["code"] in ("SETTLEMENT_PENDING", "SETTLEMENT_IN_PROGRESS")
     assert "artifacts" not in working
 
-    deadline = time.monotonic() + 30
-    while _transfers(seller) == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    assert _transfers(seller) == 0
+    (gate / "go-1").touch()  # long after our read timeout, the facilitator goes on
+    wait_for_file(gate / "done-1")
     assert _transfers(seller) == 1  # the facilitator finished on its own
 
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         polled = task_of(get(url, task["id"]))
         if polled["status"]["state"] != "working":
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert polled["status"]["state"] == "completed", polled
     assert grant_of(polled)["challengeId"] == task["metadata"]["x402srv.challengeId"]
     assert _transfers(seller) == 1  # resolved from the chain, not settled again

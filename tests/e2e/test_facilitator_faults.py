@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.support.faults import FAST, facilitator_seller
+from tests.support.networks import wait_for_file
 from tests.support.problems import assert_problem
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
@@ -65,9 +67,12 @@ def test_facilitator_hangs_past_the_timeout_then_settles(
     start_seller: Callable[..., Seller],
     facilitator: Callable[..., FacilitatorProcess],
     buyer: LocalAccount,
+    tmp_path: Path,
 ) -> None:
     """Our timeout fires first (502); the facilitator settles later; the retry gets the grant."""
-    process = facilitator("settle-late", delay=4)
+    gate = tmp_path / "gate"  # the facilitator holds the settlement until the test opens it
+    gate.mkdir()
+    process = facilitator("settle-gate", gate=gate)
     seller = facilitator_seller(start_seller, process.url)
     payment = seller.pay_with(buyer, "hourly")
     header = payment.header
@@ -77,9 +82,8 @@ def test_facilitator_hangs_past_the_timeout_then_settles(
     assert int(pending.headers["retry-after"]) >= 1
     assert _transfers(seller) == 0
 
-    deadline = time.monotonic() + 20
-    while _transfers(seller) == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    (gate / "go-1").touch()  # long after our read timeout, the facilitator goes on
+    wait_for_file(gate / "done-1")
     assert _transfers(seller) == 1  # the facilitator finished on its own
 
     retried = _pay(seller, header)

@@ -39,9 +39,19 @@ async def mint_token(
     ttl: int = 600,
     secret: str = JWT_SECRET,
     payer: str = "0x" + "ab" * 20,
+    issued_ago: float = 0.0,
 ) -> str:
-    """A token exactly as the gateway's own ``jwt`` issuer signs one (no purchase needed)."""
-    issuer = JwtIssuer(secret.encode(), issuer=AGENT_URL, audience=AGENT_URL, clock=time.time)
+    """A token exactly as the gateway's own ``jwt`` issuer signs one (no purchase needed).
+
+    ``issued_ago``: seconds before now on the issuer's clock, so a test gets a token
+    that has already expired (``ttl=1, issued_ago=1.1``) without waiting for it to.
+    """
+    issuer = JwtIssuer(
+        secret.encode(),
+        issuer=AGENT_URL,
+        audience=AGENT_URL,
+        clock=lambda: time.time() - issued_ago,
+    )
     credential = await issuer.issue(
         GrantRequest(
             request_id=str(uuid.uuid4()),

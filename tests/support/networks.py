@@ -32,7 +32,7 @@ from x402srv.testing.servers import ServerProcess, free_port
 
 GAS_ENV = "X402SRV_TEST_NETWORKS_GAS_KEY"
 #: Short enough for a test, long enough for anvil: the facilitator's read timeout.
-READ_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
