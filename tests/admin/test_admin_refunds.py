@@ -42,6 +42,7 @@ async def test_a_partial_refund_through_the_admin_api(
         env={REFUND_KEY_ENV: "0x" + bytes(wallet.key).hex()},
         refunds={"private_key": {"env": REFUND_KEY_ENV}},
         admin={"token": ADMIN_TOKEN, "prefix": "/ops"},
+        metrics={"enabled": True},
     )
     console = Console(seller, f"{seller.server.url}/ops")
     buyer = devchain.new_account(eth=0, usdc_atomic=HOURLY)
@@ -70,3 +71,5 @@ async def test_a_partial_refund_through_the_admin_api(
     transfers = devchain.transfer_logs(from_address=wallet.address, from_block=start_block)
     assert [(t.to.lower(), t.value) for t in transfers] == [(buyer.address.lower(), 30_000)]
     assert transfers[0].tx_hash.lower() == answer["refund"]["tx_hash"]
+    exposed = httpx.get(f"{seller.server.url}/metrics").text
+    assert 'x402srv_refunds_total{outcome="refunded",reason="operator"} 1.0' in exposed

@@ -30,6 +30,7 @@ from x402srv.refunds.records import OPEN_STATES, RefundMove, RefundRecord, Refun
 from x402srv.refunds.rules import RefundMoved
 from x402srv.refunds.store import RefundStore
 from x402srv.refunds.wallet import RefundWallet
+from x402srv.server import metrics
 from x402srv.settlement.chain import ChainReader, ChainUnavailable
 from x402srv.settlement.verdicts import NotTransferred, Transferred, resolve_authorization
 
@@ -78,9 +79,15 @@ class RefundSender:
         self.on_refunded = on_refunded
 
     async def _move(self, record: RefundRecord, move: RefundMove) -> RefundRecord:
-        """The record after ``move``, or as it is now when someone else moved it first."""
+        """The record after ``move``, or as it is now when someone else moved it first.
+
+        The process whose move ends a refund counts it (``x402srv_refunds_total``), once.
+        """
         moved = await self.store.move_refund(move)
         if isinstance(moved, RefundMoved):
+            if move.to in (RefundState.REFUNDED, RefundState.FAILED):
+                who = "operator" if record.asked_by.startswith("operator") else record.asked_by
+                metrics.current().refund(who[:40], move.to.value.lower())
             return moved.record
         return moved.record or record
 
