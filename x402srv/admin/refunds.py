@@ -13,8 +13,10 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from x402srv.errors import InvalidRequest, StateConflict
+from x402srv.refunds.records import RefundRecord
 from x402srv.refunds.running import sender_of
 from x402srv.refunds.service import PurchaseMoney, money_of, request_refund
+from x402srv.wire.offers import rfc3339
 
 if TYPE_CHECKING:
     from x402srv.access.pipeline import AccessPipeline
@@ -30,8 +32,18 @@ def _shown(money: PurchaseMoney) -> dict[str, Any]:
         "paid": str(money.paid),
         "refunded": str(money.refunded),
         "left": str(money.left),
-        "refunds": [refund.to_dict() for refund in money.refunds],
+        "refunds": [_refund(refund) for refund in money.refunds],
     }
+
+
+def _refund(refund: RefundRecord) -> dict[str, Any]:
+    """A refund as the console and the API show it: its times in RFC 3339."""
+    shown = refund.to_dict()
+    for key in ("created_at", "updated_at"):
+        shown[key] = rfc3339(shown[key])
+    for step in shown["history"]:
+        step["at"] = rfc3339(step["at"])
+    return shown
 
 
 async def purchase_refunds(pipeline: AccessPipeline, challenge_id: str) -> dict[str, Any]:
@@ -70,4 +82,4 @@ async def ask_refund(
         clock=pipeline.clock,
     )
     refund = await sender.send(refund)
-    return {"refund": refund.to_dict(), **_shown(await money_of(pipeline.store, challenge_id))}
+    return {"refund": _refund(refund), **_shown(await money_of(pipeline.store, challenge_id))}

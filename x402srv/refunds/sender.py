@@ -187,7 +187,9 @@ class RefundSender:
         record = hooks.record
         if isinstance(outcome, Settled):
             failpoint("refund-after-send")
-            return await self._refunded(record, outcome.tx_hash, f"settled by {outcome.by}")
+            return await self._refunded(
+                record, outcome.tx_hash, f"settled by {outcome.by or 'the network settler'}"
+            )
         if isinstance(outcome, Unknown):
             return await self.note(record, f"outcome unknown: {outcome.reason}", outcome.tx_hash)
         assert isinstance(outcome, Rejected)
