@@ -53,13 +53,15 @@ def refunding_seller(
 
 
 def refund(seller: Seller, purchase_id: str, *args: str, env: dict[str, str] | None = None) -> Any:
-    saved = dict(seller.server.env)
-    seller.server.env.update(env or {})
+    target = seller.server.env
+    assert isinstance(target, dict)  # (the process's own env, changed for this one command)
+    saved = dict(target)
+    target.update(env or {})
     try:
         return x402srv(seller, "refunds", "create", purchase_id, "--reason", "test", *args)
     finally:
-        seller.server.env.clear()
-        seller.server.env.update(saved)
+        target.clear()
+        target.update(saved)
 
 
 async def test_a_full_refund_with_keep_grant_leaves_the_grant_standing(
