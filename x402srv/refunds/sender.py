@@ -69,6 +69,7 @@ class RefundSender:
         *,
         clock: Clock,
         on_refunded: Callable[[RefundRecord], Awaitable[None]] | None = None,
+        on_transferred: Callable[[RefundRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -77,6 +78,9 @@ class RefundSender:
         self.wallets = wallets
         self.clock = clock
         self.on_refunded = on_refunded
+        # Runs before SENDING -> REFUNDED, once the chain shows the transfer: a crash after
+        # it leaves the refund SENDING, so the next pass runs it again (it must be idempotent).
+        self.on_transferred = on_transferred
 
     async def _move(self, record: RefundRecord, move: RefundMove) -> RefundRecord:
         """The record after ``move``, or as it is now when someone else moved it first.
@@ -162,6 +166,9 @@ class RefundSender:
         return None
 
     async def _refunded(self, record: RefundRecord, tx_hash: str, why: str) -> RefundRecord:
+        if self.on_transferred is not None:
+            await self.on_transferred(record)
+        failpoint("refund-transfer-seen")
         done = RefundMove(
             record.refund_id,
             RefundState.SENDING,
