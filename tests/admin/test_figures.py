@@ -242,4 +242,4 @@ def test_the_revenue_chart_stacks_plans_and_scales_to_the_highest_bucket(
     steps = funnel_steps(
         {"stages": [{"stage": "unpaid", "count": 490}, {"stage": "settled", "count": 5}]}
     )
-    assert [(s.count, s.conversion) for s in steps] == [(490, None), (5, "1.0%")]
+    assert [(s.count, s.conversion) for s in steps] == [(490, None), (5, "1%")]

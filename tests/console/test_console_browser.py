@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 
@@ -96,6 +97,7 @@ async def test_buy_find_revoke_and_see_the_gateway_refuse(
     browser.wait_for(row)
     assert "DELIVERED" in browser.text(row)
     assert grant["planId"] in browser.text(row)
+    assert re.search(r"\d+\.\d\d USDC \(\$\d+\.\d\d\)", browser.text(row))  # money, not 1000000
     browser.screenshot("purchases")
 
     # Search it by txHash, then by payer.
@@ -189,6 +191,7 @@ async def test_the_overview_and_a_phone_sized_screen(
     funnel = browser.text(".funnel")
     for stage in ("Unpaid requests", "Challenges", "Payments tried", "Settled", "Delivered"):
         assert stage in funnel
+    assert "of the step before" in funnel  # the step-to-step share, said apart from the bars
     assert "ready" in browser.text("#settlers")
     browser.screenshot("overview")
 

@@ -159,6 +159,56 @@ def test_a_stop_signal_ends_the_server_within_2s(
     assert "Traceback" not in server.logs()
 
 
+#: Serves like ``x402srv --config FILE --port N``, and signals itself in the last start-up step.
+SIGNAL_AT_START = """
+import os, signal, sys
+from x402srv.server import worker
+
+made = worker.create_app
+
+def create_app(config):
+    app = made(config)
+
+    async def stop_me(app):  # the moment a deploy's SIGTERM can meet: "Worker ready"
+        os.kill(os.getpid(), getattr(signal, sys.argv[3]))
+
+    app.register_listener(stop_me, "after_server_start", priority=-1_000_000)
+    return app
+
+worker.create_app = create_app
+from x402srv.cli.main import main
+sys.exit(main(["--config", sys.argv[1], "--port", sys.argv[2]]))
+"""
+
+
+@pytest.mark.parametrize("signame", SIGNALS)
+def test_a_stop_signal_as_the_server_finishes_starting_is_not_lost(
+    signame: str, devchain: Devchain, facilitator_url: str, tmp_path: Path
+) -> None:
+    """Sanic stopped its loop at once, and start-up's last step swallowed that stop.
+
+    The server then served on, deaf to the signal, until a kill: the signal
+    comes here from the app's own last start-up listener, exactly that moment.
+    """
+    path = tmp_path / "seller.toml"
+    path.write_text(toml.dumps(config(devchain, facilitator_url)))
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_AT_START, str(path), str(free_port()), signame],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:  # still serving: the bug; the test must not leave it
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, output.decode(errors="replace")[-3000:]
+    assert b"Traceback" not in output
+
+
 @pytest.mark.parametrize("workers", [1, 4])
 def test_a_request_in_flight_finishes_during_the_stop(
     workers: int,

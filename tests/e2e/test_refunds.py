@@ -53,13 +53,15 @@ def refunding_seller(
 
 
 def refund(seller: Seller, purchase_id: str, *args: str, env: dict[str, str] | None = None) -> Any:
-    saved = dict(seller.server.env)
-    seller.server.env.update(env or {})
+    target = seller.server.env
+    assert isinstance(target, dict)  # (the process's own env, changed for this one command)
+    saved = dict(target)
+    target.update(env or {})
     try:
         return x402srv(seller, "refunds", "create", purchase_id, "--reason", "test", *args)
     finally:
-        seller.server.env.clear()
-        seller.server.env.update(saved)
+        target.clear()
+        target.update(saved)
 
 
 async def test_a_full_refund_with_keep_grant_leaves_the_grant_standing(
@@ -75,6 +77,30 @@ async def test_a_full_refund_with_keep_grant_leaves_the_grant_standing(
         seller.access_url, json={"planId": "hourly", "requestId": grant["requestId"]}
     )
     assert replay.status_code == 200, replay.text
+
+
+async def test_a_kill_before_a_full_refund_is_marked_leaves_no_grant_standing(
+    start_seller: Callable[..., Seller], devchain: Devchain
+) -> None:
+    """The grant is revoked before the refund is marked REFUNDED, never after.
+
+    Revoking after the mark left a refunded grant standing when the process died
+    between the two: later passes do not look at finished refunds.
+    """
+    seller, _ = refunding_seller(start_seller, devchain, "gas-wallet")
+    buyer = devchain.new_account(eth=0, usdc_atomic=HOURLY)
+    grant = await buy(seller, buyer)
+    killed = refund(seller, grant["challengeId"], env={"X402SRV_FAILPOINT": "refund-transfer-seen"})
+    assert killed.returncode == -9, killed.stderr
+    reconciled = x402srv(seller, "reconcile", "--grace-seconds", "0")
+    assert reconciled.returncode == 0, reconciled.stderr
+    listed = x402srv(seller, "refunds", "list", "--purchase", grant["challengeId"])
+    assert listed.stdout.count("REFUNDED") == 1, listed.stdout
+    sales = x402srv(seller, "export-sales", "--from", "0", "--format", "jsonl")
+    rows = [json.loads(line) for line in sales.stdout.splitlines()]
+    purchase = [r for r in rows if r["status"] != "refund"]
+    assert [r["status"] for r in purchase] == ["revoked"], rows  # its tokens are refused
+    assert devchain.balance_of(buyer.address) == HOURLY  # paid back once
 
 
 @pytest.mark.parametrize("strategy", ["facilitator", "gas-wallet"])

@@ -98,6 +98,6 @@ async def test_a_late_top_up_of_a_revoked_grant_is_owed_to_the_buyer(
     overview, page, listing = console_pages(
         console, "/", f"/purchases/{top_up}", "/purchases?state=OWED"
     )
-    assert "1 payment(s) owed to buyers" in overview
+    assert "1 payment owed to buyers" in overview
     assert 'id="owed"' in page and "OWED to buyer" in page and buyer.address in page
     assert top_up in listing and "OWED to buyer" in listing

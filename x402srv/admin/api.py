@@ -8,6 +8,9 @@ Under ``[admin] prefix`` (``/admin``)::
     GET  /api/purchases?q&state&cursor&limit     newest first; q: payer, txHash, requestId,
                                                  challengeId
     GET  /api/purchases/<challengeId>      one purchase with its history and explorer link
+    GET  /api/purchases/<challengeId>/refunds   paid, refunded, left, and its refunds
+    POST /api/purchases/<challengeId>/refunds   {"reason", "amount"?, "keepGrant"?}: refund
+                                                and send it (docs/refunds.md)
     GET  /api/grants?payer&cursor&limit    delivered grants: time left, usage, revoked
     POST /api/grants/<challengeId>/revoke  {"reason"?}: idempotent
     GET  /api/challenges?state&cursor&limit
@@ -31,6 +34,7 @@ from sanic.response import HTTPResponse
 
 from x402srv.admin.auth import CSRF_HEADER, Admin
 from x402srv.admin.gate import AdminGate
+from x402srv.admin.refunds import ask_refund, purchase_refunds
 from x402srv.admin.service import AdminService
 from x402srv.errors import InvalidRequest
 
@@ -111,6 +115,15 @@ def install_api(app: Sanic[Any, Any], gate: AdminGate, service: AdminService) ->
     @route("/purchases/<challenge_id:str>", "GET", "purchase")
     async def purchase(request: Request, admin: Admin, challenge_id: str) -> HTTPResponse:
         return _json(await service.purchase(challenge_id))
+
+    @route("/purchases/<challenge_id:str>/refunds", "GET", "purchase_refunds")
+    async def refunds_of(request: Request, admin: Admin, challenge_id: str) -> HTTPResponse:
+        return _json(await purchase_refunds(service.pipeline, challenge_id))
+
+    @route("/purchases/<challenge_id:str>/refunds", "POST", "refund", mutating=True)
+    async def refund(request: Request, admin: Admin, challenge_id: str) -> HTTPResponse:
+        answer = await ask_refund(service.pipeline, challenge_id, _body(request), admin.name)
+        return _json(answer, status=201)
 
     @route("/grants", "GET", "grants")
     async def grants(request: Request, admin: Admin) -> HTTPResponse:

@@ -17,6 +17,7 @@ Pages (GET) and actions (POST, with the session's CSRF token)::
     /grants           grants with their time left and usage; revoke
     /challenges       by state; cancel a PENDING one
     POST /grants/<id>/revoke, /challenges/<id>/cancel
+    POST /purchases/<id>/refund   a confirmation page, then the refund (console_refunds)
 
 Every answer is ``no-store`` with a strict Content-Security-Policy (scripts,
 styles and forms from this origin only) and may not be framed.
@@ -39,6 +40,7 @@ from x402srv._version import __version__
 from x402srv.access.records import State
 from x402srv.admin.auth import COOKIE, CSRF_HEADER, Admin
 from x402srv.admin.chart import funnel_steps, revenue_chart
+from x402srv.admin.console_refunds import install_refund_pages, refunds_panel
 from x402srv.admin.gate import AdminGate
 from x402srv.admin.service import AdminService
 from x402srv.errors import NotFound, ProblemError
@@ -329,6 +331,7 @@ def install_console(
             csrf=gate.auth.csrf_token(admin),
             p=detail,
             pretty=json.dumps(detail.get("grant"), indent=2) if detail.get("grant") else None,
+            refunds=await refunds_panel(service.pipeline, challenge_id),
         )
 
     page("/purchases/<challenge_id:str>")(purchase)
@@ -355,6 +358,7 @@ def install_console(
         return redirect(back if back.startswith(prefix + "/") else here, status=303)
 
     page("/grants/<challenge_id:str>/revoke", ("POST",), mutating=True)(revoke)
+    install_refund_pages(page, console.render, console.url, service.pipeline, gate.auth.csrf_token)
 
     async def challenges(request: Request[Any, Any], admin: Admin) -> HTTPResponse:
         state, cursor = arg(request, "state"), arg(request, "cursor")

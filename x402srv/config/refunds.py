@@ -5,6 +5,7 @@ settlers send it (so the wallet needs tokens, never gas). One key serves every
 network unless ``[[refunds.wallets]]`` names a network's own. Without a key no
 refund can be asked for; with one, ``check`` shows the wallet's address and
 ``check`` and ``/readyz`` its token balance, warning below ``low_balance``.
+Automatic refunds are each off until switched on (``auto_owed_top_ups``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class RefundsConfig(StrictModel):
     #: How long a refund's signed authorization stays valid; a refund not on-chain by
     #: then FAILED (nothing moved) and its amount may be refunded again.
     authorization_seconds: int = Field(default=900, ge=30, le=86_400)
+    #: Refund, on every reconciler pass, each top-up that could not be credited (OWED).
+    auto_owed_top_ups: bool = False
 
     def key_for(self, network: str, caip2: str) -> Secret | None:
         """The refund wallet's key on a network (its name or CAIP-2), or None: no refunds there."""

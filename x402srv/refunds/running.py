@@ -4,7 +4,10 @@ Built from what the pipeline already holds (its store, settlers and chain
 readers) plus the refund wallets of ``[refunds]``; a config without refunds,
 or a store that keeps none, has no sender and the pass does nothing. A refund
 that ends REFUNDED is counted, and one that gave back the whole purchase
-revokes its grant (``after_refund``).
+revokes its grant (``revoke_when_repaid``) before the refund is marked REFUNDED:
+a crash in between leaves it SENDING, and the next pass, seeing the transfer on
+chain, revokes (again: a no-op) and marks it then. Revoking after the mark would
+leave a refunded grant standing when a crash fell between the two.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from x402srv.refunds.wallet import wallets
 if TYPE_CHECKING:
     from x402srv.access.pipeline import AccessPipeline
 
-__all__ = ["refund_pass", "sender_of"]
+__all__ = ["refund_pass", "revoke_when_repaid", "sender_of"]
 
 log = logging.getLogger("x402srv.refunds")
 
@@ -38,17 +41,26 @@ def sender_of(pipeline: AccessPipeline) -> RefundSender | None:
         wallets(config),
         clock=pipeline.clock,
         on_refunded=lambda refund: after_refund(pipeline, refund),
+        on_transferred=lambda refund: revoke_when_repaid(pipeline, refund),
     )
 
 
 async def after_refund(pipeline: AccessPipeline, refund: RefundRecord) -> None:
-    """A refund that gave back everything the purchase paid revokes its grant (unless told
-    not to, ``revoke_grant``): the buyer has their money, not the access it bought."""
+    """A refund that ended REFUNDED is counted (by the process whose move ended it)."""
+    pipeline.counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
+
+
+async def revoke_when_repaid(pipeline: AccessPipeline, refund: RefundRecord) -> None:
+    """A refund that gives back everything the purchase paid revokes its grant (unless told
+    not to, ``revoke_grant``): the buyer has their money, not the access it bought.
+
+    Called once the chain shows the refund's transfer, before it is marked REFUNDED (a
+    SENDING refund already counts against what is left, see ``rules.refunded``).
+    """
     from x402srv.access.records import State
     from x402srv.refunds.service import money_of
     from x402srv.tokens.revocation import revoke_grant
 
-    pipeline.counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
     if not refund.revoke_grant:
         return
     money = await money_of(pipeline.store, refund.purchase_id)
@@ -66,4 +78,8 @@ async def refund_pass(pipeline: AccessPipeline) -> list[RefundRecord]:
     sender = sender_of(pipeline)
     if sender is None:
         return []
+    if pipeline.config.refunds.auto_owed_top_ups:
+        from x402srv.refunds.automatic import owed_top_ups
+
+        await owed_top_ups(pipeline)
     return await sender.pass_over()

@@ -30,6 +30,7 @@ from x402srv.refunds.records import OPEN_STATES, RefundMove, RefundRecord, Refun
 from x402srv.refunds.rules import RefundMoved
 from x402srv.refunds.store import RefundStore
 from x402srv.refunds.wallet import RefundWallet
+from x402srv.server import metrics
 from x402srv.settlement.chain import ChainReader, ChainUnavailable
 from x402srv.settlement.verdicts import NotTransferred, Transferred, resolve_authorization
 
@@ -68,6 +69,7 @@ class RefundSender:
         *,
         clock: Clock,
         on_refunded: Callable[[RefundRecord], Awaitable[None]] | None = None,
+        on_transferred: Callable[[RefundRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -76,11 +78,20 @@ class RefundSender:
         self.wallets = wallets
         self.clock = clock
         self.on_refunded = on_refunded
+        # Runs before SENDING -> REFUNDED, once the chain shows the transfer: a crash after
+        # it leaves the refund SENDING, so the next pass runs it again (it must be idempotent).
+        self.on_transferred = on_transferred
 
     async def _move(self, record: RefundRecord, move: RefundMove) -> RefundRecord:
-        """The record after ``move``, or as it is now when someone else moved it first."""
+        """The record after ``move``, or as it is now when someone else moved it first.
+
+        The process whose move ends a refund counts it (``x402srv_refunds_total``), once.
+        """
         moved = await self.store.move_refund(move)
         if isinstance(moved, RefundMoved):
+            if move.to in (RefundState.REFUNDED, RefundState.FAILED):
+                who = "operator" if record.asked_by.startswith("operator") else record.asked_by
+                metrics.current().refund(who[:40], move.to.value.lower())
             return moved.record
         return moved.record or record
 
@@ -155,6 +166,9 @@ class RefundSender:
         return None
 
     async def _refunded(self, record: RefundRecord, tx_hash: str, why: str) -> RefundRecord:
+        if self.on_transferred is not None:
+            await self.on_transferred(record)
+        failpoint("refund-transfer-seen")
         done = RefundMove(
             record.refund_id,
             RefundState.SENDING,
@@ -180,7 +194,9 @@ class RefundSender:
         record = hooks.record
         if isinstance(outcome, Settled):
             failpoint("refund-after-send")
-            return await self._refunded(record, outcome.tx_hash, f"settled by {outcome.by}")
+            return await self._refunded(
+                record, outcome.tx_hash, f"settled by {outcome.by or 'the network settler'}"
+            )
         if isinstance(outcome, Unknown):
             return await self.note(record, f"outcome unknown: {outcome.reason}", outcome.tx_hash)
         assert isinstance(outcome, Rejected)

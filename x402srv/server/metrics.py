@@ -28,6 +28,9 @@ and whichever worker answers ``/metrics`` adds them all up.
                                                       outcome: ok | tool_error | upstream_error |
                                                       payment_required | payment_refused |
                                                       credits_exhausted | refused
+    x402srv_refunds_total{reason, outcome}            refunds that ended (docs/refunds.md);
+                                                      reason: operator | auto:<rule>;
+                                                      outcome: refunded | failed
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ class Metrics:
         return None
 
     def tool_call(self, tool: str, outcome: str) -> None:
+        return None
+
+    def refund(self, reason: str, outcome: str) -> None:
         return None
 
     def exposition(self) -> tuple[bytes, str]:
@@ -164,6 +170,12 @@ class PrometheusMetrics(Metrics):
             ["tool", "outcome"],
             registry=registry,
         )
+        self._refunds = prometheus_client.Counter(
+            "x402srv_refunds",
+            "Refunds that ended, by who asked (operator, auto:<rule>) and outcome",
+            ["reason", "outcome"],
+            registry=registry,
+        )
 
     def challenge_created(self) -> None:
         self._challenges.inc()
@@ -201,6 +213,9 @@ class PrometheusMetrics(Metrics):
 
     def tool_call(self, tool: str, outcome: str) -> None:
         self._tool_calls.labels(tool, outcome).inc()
+
+    def refund(self, reason: str, outcome: str) -> None:
+        self._refunds.labels(reason, outcome).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         prometheus = self._prometheus

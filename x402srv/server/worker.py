@@ -107,29 +107,61 @@ def run_worker(spec: WorkerSpec) -> None:
     listening = Listening(app)
     if spec.listeners.admin is not None:
         listening.serve_also(spec.listeners.admin)
+    _take_over_signals(app, supervised=supervised)
     if spec.ready is not None:
         _report_ready(app, spec.ready)
     Sanic.serve_single(primary=app)
     gc.freeze()  # the exit's collection walked every object of the heap: seconds, for nothing
 
 
-def _report_ready(app: Sanic[Any, Any], ready: Connection) -> None:
-    """Once serving: take over SIGTERM from Sanic, ignore SIGINT, tell the supervisor."""
+#: Our signal handlers go in before every other start-up listener (higher runs first).
+_SIGNALS_FIRST = 1_000_000
 
-    @app.after_server_start
-    async def serving(app: Sanic[Any, Any]) -> None:
+
+def _take_over_signals(app: Sanic[Any, Any], *, supervised: bool) -> None:
+    """Once the loop runs: SIGTERM (and SIGINT, unless supervised) stop the app, never lost.
+
+    Sanic's own handlers call ``app.stop()`` at once, which stops the event
+    loop; a signal that came while the last start-up listener finished was
+    swallowed by that ``run_until_complete`` and the server then served on,
+    deaf to it (a SIGTERM right at "Worker ready": a deploy's stop waits for
+    its kill timeout). Ours wait until the app is serving, then stop it. A
+    supervised worker ignores SIGINT: a terminal's Ctrl-C reaches the main
+    process, which stops the workers (``supervisor``).
+    """
+    signals = (signal.SIGTERM,) if supervised else (signal.SIGTERM, signal.SIGINT)
+
+    async def take_over(app: Sanic[Any, Any]) -> None:
         loop = asyncio.get_running_loop()
+
+        def stop_once_serving() -> None:
+            if app.state.is_running:  # set just before the loop runs for good
+                app.stop(terminate=False)
+            else:  # still starting: look again at the loop's next turn
+                loop.call_soon(stop_once_serving)
 
         def stop() -> None:
             # Off the loop's handlers first: Sanic resets the ones it finds there to
             # the default action (die) when the loop stops.
-            loop.remove_signal_handler(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            app.stop(terminate=False)
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, signal.SIG_IGN)
+            stop_once_serving()
 
-        loop.add_signal_handler(signal.SIGTERM, stop)
-        loop.remove_signal_handler(signal.SIGINT)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in signals:
+            loop.add_signal_handler(signum, stop)
+        if supervised:
+            loop.remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    app.register_listener(take_over, "after_server_start", priority=_SIGNALS_FIRST)
+
+
+def _report_ready(app: Sanic[Any, Any], ready: Connection) -> None:
+    """Once serving: tell the supervisor."""
+
+    @app.after_server_start
+    async def serving(app: Sanic[Any, Any]) -> None:
         ready.send_bytes(b"ready")
         ready.close()
 
