@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eth_account import Account
-from eth_account.signers.local import LocalAccount
 from eth_typing import Hash32
 
 from x402srv.config.models import Config
@@ -25,6 +23,9 @@ from x402srv.refunds.records import RefundRecord
 from x402srv.settlement.chain import ChainReader, ChainUnavailable, address_topic
 from x402srv.wire.eip712 import Eip3009Domain, TransferAuthorization
 from x402srv.wire.networks import NetworkInfo
+
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
 
 __all__ = [
     "RefundWallet",
@@ -42,6 +43,10 @@ class RefundWallet:
     """One refund key, opened once; ``repr`` shows the address, never the key."""
 
     def __init__(self, key: Secret) -> None:
+        # (eth_account here, not at the top: it takes ~0.25 s of CPU to import, and every
+        # x402srv process imports this module, a seller without refunds too)
+        from eth_account import Account
+
         try:
             self._account: LocalAccount = Account.from_key(key.reveal())
         except (ValueError, TypeError):

@@ -32,9 +32,6 @@ import json
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
-from eth_account import Account
-from eth_account.messages import encode_typed_data
-
 from x402srv.config.offer_receipt import OfferReceiptConfig, ed25519_key, secp256k1_key
 from x402srv.interfaces import Clock, system_clock
 
@@ -208,6 +205,10 @@ class OfferReceiptSigner:
         self.format = config.format
         self._offers: dict[tuple[Any, ...], tuple[int, int, list[dict[str, Any]]]] = {}
         if config.format == "eip712":
+            # (eth_account here, not at the top: it takes ~0.25 s of CPU to import, and
+            # every x402srv process imports this module, a seller without receipts too)
+            from eth_account import Account
+
             self._eth_key = secp256k1_key(config.key.reveal())
             self.address: str | None = Account.from_key(self._eth_key).address
         else:
@@ -225,6 +226,9 @@ class OfferReceiptSigner:
             "domain": {"name": domain, "version": "1", "chainId": 1},
             "message": payload,
         }
+        from eth_account import Account
+        from eth_account.messages import encode_typed_data
+
         signed = Account.sign_message(encode_typed_data(full_message=typed), self._eth_key)
         return "0x" + bytes(signed.signature).hex()
 

@@ -7,13 +7,16 @@ wait that would outlive the SETTLING lease.
 
 from __future__ import annotations
 
-from eth_account import Account
-from eth_account.signers.local import LocalAccount
+from typing import TYPE_CHECKING
 
 from x402srv.plugin import ConfigError, PluginContext, Register, Secret, Settler, hookimpl
 
 from .options import LEASE_MARGIN_SECONDS, GasWalletOptions
-from .settler import GasWalletSettler
+
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+
+    from .settler import GasWalletSettler
 
 __all__ = ["build_gas_wallet", "register_settlers"]
 
@@ -25,6 +28,10 @@ def build_gas_wallet(ctx: PluginContext) -> GasWalletSettler:
     ``[[networks.settlers]]``, or the one network's ``[settlement]``); its key is
     that settler's own ``gas_wallet_private_key``, else ``[settlement]``'s.
     """
+    # (web3 and eth_account are imported here, when a config has a gas wallet: every
+    # x402srv process loads every plugin, and they take ~0.5 s of CPU to import)
+    from .settler import GasWalletSettler
+
     options = ctx.parse_options(GasWalletOptions)
     settlement = ctx.config.settlement
     secret = ctx.settlement.gas_wallet_private_key or settlement.gas_wallet_private_key
@@ -71,6 +78,8 @@ def _rpc_path(ctx: PluginContext) -> str:
 
 
 def _account(secret: Secret, key_path: str) -> LocalAccount:
+    from eth_account import Account
+
     try:
         account: LocalAccount = Account.from_key(secret.reveal())
     except Exception:
