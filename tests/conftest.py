@@ -40,8 +40,9 @@ class Running:
         """Stop those of ``scope`` (all with None), all at once: each stop mostly waits."""
         stopping = [s for o, s in self.sellers if scope is None or o == scope]
         self.sellers = [(o, s) for o, s in self.sellers if scope is not None and o != scope]
-        with ThreadPoolExecutor(max(1, len(stopping))) as pool:
-            list(pool.map(lambda seller: seller.server.stop(), stopping))
+        if stopping:
+            with ThreadPoolExecutor(len(stopping)) as pool:
+                list(pool.map(lambda seller: seller.server.stop(), stopping))
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,9 @@ the grants it got.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from tests.support.seller import JWT_SECRET
+from x402srv.cli import operations
+from x402srv.config.models import load_config
 from x402srv.devchain import Devchain, TokenInfo, mint, transfer_logs
 from x402srv.testing.servers import ServerProcess, free_port
 
@@ -191,25 +192,16 @@ def sender(option: Option, tx_hash: str) -> str:
 
 
 def record(server: ServerProcess, challenge_id: str) -> dict[str, Any]:
-    """``x402srv challenges show``: the record and its history, as an operator reads it."""
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "x402srv",
-            "challenges",
-            "show",
-            challenge_id,
-            "--config",
-            str(server.config_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=server.directory,
-        env={**os.environ, **server.env},
-    )
-    return dict(json.loads(shown.stdout))
+    """The record and its history as ``x402srv challenges show`` prints it, as an operator reads it.
+
+    The command's own function on the server's config, in this process: a
+    command started for each look would cost more than a second of CPU, on the
+    core the servers under test need. (``tests/e2e/test_operations.py`` runs
+    the command itself.)
+    """
+    config = load_config(server.config_path, env={**os.environ, **server.env})
+    shown = asyncio.run(operations.show(config, challenge_id))
+    return dict(json.loads(json.dumps(shown)))  # what the command prints, read back
 
 
 def reasons(server: ServerProcess, challenge_id: str) -> list[str]:
