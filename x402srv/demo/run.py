@@ -53,9 +53,20 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
+def _let_signals_in() -> None:
+    """A Python call: a signal that arrived meanwhile has its handler run here, at the latest.
+
+    Ctrl-C reaches anvil too (one process group): the demo may see anvil gone
+    (a refused connection) before its own handler has run, and must not call
+    that a failure.
+    """
+
+
 @contextmanager
 def _signals_raise() -> Iterator[None]:
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in _SIGNALS[1:]}
+    # SIGINT too: asyncio.run would otherwise put in its own handler, which cancels
+    # the running step, and the error it ends with could be taken for a failure.
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in _SIGNALS}
     try:
         yield
     finally:
@@ -103,6 +114,12 @@ def run(*, keep: bool = False, out: TextIO | None = None) -> int:
         say(f"\ninterrupted by {exc}")
         return 128 + exc.signum
     except Exception as exc:  # report it with the servers' logs; ``finally`` stops them
+        try:
+            with _signals_raise():
+                _let_signals_in()
+        except Interrupted as stopped:  # the failure came from the stop signal itself
+            say(f"\ninterrupted by {stopped}")
+            return 128 + stopped.signum
         expected = isinstance(exc, DemoFailed | DevchainError | RuntimeError | httpx.HTTPError)
         say(f"\ndemo failed: {exc if expected else f'{type(exc).__name__}: {exc}'}")
         logs = stack.logs()
