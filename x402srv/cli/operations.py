@@ -23,13 +23,20 @@ from x402srv.interfaces import (
     CreditStore,
     MigratingStore,
     StateMismatch,
+    Store,
     TransitionApplied,
     TransitionRequest,
     keeps_credits,
     system_clock,
 )
 from x402srv.server.registry import Registry
-from x402srv.stores.dump import DumpCounts, ProgressCallback, export_store, import_store
+from x402srv.stores.dump import (
+    DumpCounts,
+    ProgressCallback,
+    export_store,
+    import_store,
+    no_progress,
+)
 from x402srv.usage.money import amount_text
 from x402srv.wire.offers import rfc3339
 
@@ -96,14 +103,8 @@ async def export_records(
     progress: ProgressCallback | None = None,
 ) -> DumpCounts:
     """``x402srv export``: the store's whole content as JSON lines (``x402srv.stores.dump``)."""
-    store = Registry().build(config, clock=clock).store
-    await store.start()
-    try:
-        if progress is None:
-            return await export_store(store, out, clock=clock)
-        return await export_store(store, out, clock=clock, progress=progress)
-    finally:
-        await store.close()
+    async with _store_of(config, clock) as store:
+        return await export_store(store, out, clock=clock, progress=progress or no_progress)
 
 
 async def import_records(
@@ -114,12 +115,17 @@ async def import_records(
     progress: ProgressCallback | None = None,
 ) -> DumpCounts:
     """``x402srv import``: an export written into this config's (empty) store."""
+    async with _store_of(config, clock) as store:
+        return await import_store(store, lines, clock=clock, progress=progress or no_progress)
+
+
+@asynccontextmanager
+async def _store_of(config: Config, clock: Clock) -> AsyncIterator[Store]:
+    """The store ``config`` names, opened for one command and closed after it."""
     store = Registry().build(config, clock=clock).store
     await store.start()
     try:
-        if progress is None:
-            return await import_store(store, lines, clock=clock)
-        return await import_store(store, lines, clock=clock, progress=progress)
+        yield store
     finally:
         await store.close()
 

@@ -66,6 +66,7 @@ __all__ = [
     "export_store",
     "holds_anything",
     "import_store",
+    "no_progress",
     "portable",
     "read_dump",
     "write_atomically",
@@ -100,7 +101,7 @@ PROGRESS_EVERY = 100
 ProgressCallback = Callable[[int, int | None, str | None], None]
 
 
-def _no_progress(done: int, total: int | None, phase: str | None) -> None:
+def no_progress(done: int, total: int | None, phase: str | None) -> None:
     return None
 
 
@@ -197,7 +198,7 @@ def _line(document: dict[str, Any]) -> str:
 
 
 async def export_store(
-    store: Store, out: IO[str], *, clock: Clock, progress: ProgressCallback = _no_progress
+    store: Store, out: IO[str], *, clock: Clock, progress: ProgressCallback = no_progress
 ) -> DumpCounts:
     """Write the header, every item, the counters, the refunds and the end line to ``out``.
 
@@ -251,7 +252,7 @@ class Dump:
     refunds: list[RefundRecord] = field(default_factory=list)
 
 
-def read_dump(lines: Iterable[str], progress: ProgressCallback = _no_progress) -> Dump:
+def read_dump(lines: Iterable[str], progress: ProgressCallback = no_progress) -> Dump:
     """Everything of a complete dump, checked; ``DumpError`` names the first bad line."""
     items: list[ExportItem] = []
     tallies: dict[tuple[int, str], int] = {}
@@ -322,7 +323,7 @@ async def holds_anything(store: PortableStore) -> str | None:
 
 
 async def import_store(
-    store: Store, lines: Iterable[str], *, clock: Clock, progress: ProgressCallback = _no_progress
+    store: Store, lines: Iterable[str], *, clock: Clock, progress: ProgressCallback = no_progress
 ) -> DumpCounts:
     """Read and check everything, then write it in batches into an empty ``store``.
 
