@@ -40,6 +40,7 @@ import pytest
 from tests.support.apps import AppProcess
 from tests.support.console import ADMIN_TOKEN, Console
 from tests.support.gateway import AGENT_URL, eddsa_credentials, gateway_routes
+from tests.support.leaks import process_stat
 from tests.support.problems import assert_problem
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
@@ -160,13 +161,10 @@ def _worker_restarted(server: ServerProcess) -> None:
 def _children(pid: int) -> set[int]:
     """The live processes whose parent is ``pid`` (from /proc: Linux, as the supervisor)."""
     found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.add(int(stat.parent.name))
+    for entry in Path("/proc").iterdir():
+        stat = process_stat(entry.name) if entry.name.isdigit() else None
+        if stat is not None and stat[0] == pid and stat[1] not in ("Z", "X"):
+            found.add(int(entry.name))
     return found
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["MARKER", "Leftover", "leftover_processes"]
+__all__ = ["MARKER", "Leftover", "leftover_processes", "process_stat"]
 
 #: The environment variable that marks a process as started by this test session.
 MARKER = "X402SRV_TEST_SESSION"
@@ -54,7 +54,7 @@ class Leftover:
     why: str  # "child of the session" or "carries X402SRV_TEST_SESSION"
 
 
-def _stat(pid: str) -> tuple[int, str] | None:
+def process_stat(pid: str) -> tuple[int, str] | None:
     """``(ppid, state)`` of a process, or None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -80,7 +80,7 @@ def leftover_processes(session_pid: int) -> list[Leftover]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == session_pid:
             continue
-        stat = _stat(entry)
+        stat = process_stat(entry)
         if stat is None or stat[1] in ("Z", "X"):  # gone, or dead and not reaped yet
             continue
         pid = int(entry)
@@ -109,7 +109,7 @@ def _kill(leftovers: list[Leftover]) -> None:
             os.kill(leftover.pid, signal.SIGKILL)
     deadline = time.monotonic() + _KILL_WAIT_SECONDS
     while time.monotonic() < deadline:
-        alive = [p for p in leftovers if (s := _stat(str(p.pid))) and s[1] not in ("Z", "X")]
+        alive = [p for p in leftovers if (s := process_stat(str(p.pid))) and s[1] not in ("Z", "X")]
         if not alive:
             return
         with contextlib.suppress(ChildProcessError):
