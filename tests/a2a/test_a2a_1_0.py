@@ -218,26 +218,26 @@ def test_a2a_1_0_s3_3_4_no_extended_card(seller: Seller) -> None:
 
 def test_a2a_1_0_agent_card_parses_as_a_1_0_card_with_no_unknown_field(seller: Seller) -> None:
     """The kit's CARD-STRUCT-001: the 1.0 schema allows no 0.3 field (url, protocolVersion ...)."""
-    response = httpx.get(f"{seller.server.url}/.well-known/agent-card.json")
+    response = httpx.get(f"{seller.server.url}/.well-known/agent-card.json", headers=V10)
     card = response.json()
     ParseDict(card, a2a_pb2.AgentCard())  # unknown fields refused
     assert not {"url", "preferredTransport", "additionalInterfaces", "protocolVersion"} & set(card)
     assert "stateTransitionHistory" not in card["capabilities"]
     assert response.headers["vary"] == "A2A-Version"
     assert response.headers["etag"] and response.headers["last-modified"]
-    again = httpx.get(response.url, headers={"If-None-Match": response.headers["etag"]})
+    again = httpx.get(response.url, headers={**V10, "If-None-Match": response.headers["etag"]})
     assert again.status_code == 304
 
 
 @pytest.mark.parametrize(
     ("path", "header", "version"),
     [
-        ("agent-card.json", None, "1.0"),
+        ("agent-card.json", None, "0.3"),  # a 0.3 client's resolver reads it with no header
         ("agent-card.json", "1.0", "1.0"),
         ("agent-card.json", "0.3", "0.3"),
         ("agent.json", None, "0.3"),
         ("agent.json", "1.0", "1.0"),
-        ("agent-card.json", "7.1", "1.0"),  # a version we do not serve: the path decides
+        ("agent-card.json", "7.1", "0.3"),  # a version we do not serve: the 0.3 card
     ],
 )
 def test_a2a_0_3_clients_get_a_0_3_card_by_path_or_header(

@@ -212,7 +212,7 @@ def _routes(
 
     async def agent_card_route(request: Request) -> HTTPResponse:
         # Negotiated (docs/a2a.md, "Two agent cards"): caches must key on the header.
-        version = card_version(request.path, request.headers.get(VERSION_HEADER))
+        version = card_version(request.headers.get(VERSION_HEADER))
         headers = {**_CARD_HEADERS, "ETag": tags[version], "Last-Modified": modified}
         if request.headers.get("if-none-match") == tags[version]:
             return HTTPResponse(status=304, headers=headers)

@@ -28,26 +28,22 @@ __all__ = ["X402_EXTENSION_URI", "agent_card", "agent_card_v1", "card_version"]
 
 X402_EXTENSION_URI = "https://github.com/google-agentic-commerce/a2a-x402/blob/main/spec/v0.2"
 
-#: Where each card is served when the request names no version.
-V1_CARD_PATH: Final = "/.well-known/agent-card.json"
-V03_CARD_PATH: Final = "/.well-known/agent.json"
 #: Fields of the 0.3 card that 1.0's AgentCard does not have.
 _V03_ONLY: Final = ("url", "preferredTransport", "additionalInterfaces", "protocolVersion")
 _MAJOR = re.compile(r"\s*(\d{1,3})(?:\.\d{1,3}){0,2}\s*")
 
 
-def card_version(path: str, header: str | None) -> Literal["1.0", "0.3"]:
-    """The card a GET receives: the ``A2A-Version`` it names, else the one of its path.
+def card_version(header: str | None) -> Literal["1.0", "0.3"]:
+    """The card a GET receives: 1.0 when ``A2A-Version`` names 1.x, else the 0.3 card.
 
-    ``agent-card.json`` (the 1.0 path, where the A2A kit and 1.0 clients look)
-    answers 1.0; ``agent.json`` (where 0.3-era clients look) answers 0.3; a header
-    ``0.x`` or ``1.x`` chooses on either path. A header naming no version we
-    serve is ignored here: the card is how a client finds out what we speak.
+    Both paths answer the same card for the same request (docs/protocol/wire.md,
+    "The agent card"): 0.3-era clients, the ``a2a-sdk`` 0.3 resolver among them,
+    read ``agent-card.json`` without the header and need the card with ``url``.
+    A header naming no version we serve is ignored here: the card is how a
+    client finds out what we speak.
     """
     match = _MAJOR.fullmatch(header or "")
-    if match and match.group(1) in ("0", "1"):
-        return "0.3" if match.group(1) == "0" else "1.0"
-    return "0.3" if path.endswith(V03_CARD_PATH) else "1.0"
+    return "1.0" if match and match.group(1) == "1" else "0.3"
 
 
 def agent_card_v1(config: Config) -> dict[str, Any]:
