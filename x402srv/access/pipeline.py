@@ -25,7 +25,8 @@ of ``x402srv/access/`` named beside it; this one only puts them in order.
     compare-and-set re-reads the record and answers from its state now.
     DELIVERED -> the grant (410 GRANT_REVOKED once the seller revoked it),
     PAID -> step 10, both only on proof (``proof``); OWED (a top-up its
-    grant can no longer use) -> 410 GRANT_REVOKED naming the owed payment;
+    grant can no longer use, or a purchase not delivered in time: refunds)
+    -> 410 GRANT_REVOKED naming the owed payment (GRANT_REFUNDED once refunded);
     SETTLING -> the chain decides at once (``recovery``), else 409 while a
     lease runs, 502 after (``settle_step``); EXPIRED/CANCELLED -> 410;
     PENDING past expiresAt -> 410.
@@ -389,6 +390,9 @@ class AccessPipeline:
             raise await refunded_answer(self.store, record.challenge_id) or GrantRevoked(
                 "the grant this top-up was for was revoked or expired before the top-up "
                 f"could be credited; its payment ({record.tx_hash}) is recorded as owed to you"
+                if record.top_up_of is not None
+                else "the access credential could not be issued in time; its payment "
+                f"({record.tx_hash}) is recorded as owed to you"
             )
         if state is State.PAID:
             self.proof.prove(record, caller)

@@ -78,8 +78,13 @@ async def refund_pass(pipeline: AccessPipeline) -> list[RefundRecord]:
     sender = sender_of(pipeline)
     if sender is None:
         return []
-    if pipeline.config.refunds.auto_owed_top_ups:
+    rules = pipeline.config.refunds
+    if rules.auto_owed_top_ups:
         from x402srv.refunds.automatic import owed_top_ups
 
         await owed_top_ups(pipeline)
+    if rules.auto_undelivered_after_seconds is not None:
+        from x402srv.refunds.automatic import undelivered
+
+        await undelivered(pipeline)
     return await sender.pass_over()
