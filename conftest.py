@@ -3,14 +3,21 @@
 import importlib.util
 import os
 import ssl
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 from httpx._transports import default as httpx_transports
 from sanic import Sanic
 
+from x402srv.testing import launcher
+
 # Apps are built per test; test mode avoids Sanic's app-name registry clashes.
 Sanic.test_mode = True
+# x402srv processes (servers, operator commands) are forked from one warm interpreter that
+# imported x402srv once, instead of each importing it again (x402srv/testing/launcher.py).
+launcher.WARM = True
 
 # tests.support.leaks: the run fails if it leaves a process or a temp directory behind;
 # tests.support.fixture_scopes: which scope started a seller (it stops at that scope's end).
@@ -47,3 +54,10 @@ def _share_the_default_ssl_context() -> None:
 
 
 _share_the_default_ssl_context()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_zygote() -> Iterator[None]:
+    """The warm interpreter stops before the leak check looks for what the session left."""
+    yield
+    launcher.shutdown()

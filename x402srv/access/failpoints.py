@@ -26,9 +26,8 @@ POINTS = ("after-claim", "after-broadcast", "after-paid", "after-grant")
 #: Reached only by purchases and top-ups of plans that sell calls.
 CREDIT_POINTS = ("after-credit",)
 
-_ARMED: str | None = os.environ.get("X402SRV_FAILPOINT") or None
-
-
 def failpoint(name: str) -> None:
-    if _ARMED is not None and name == _ARMED:
+    # (read at each call, not at import: a test process forked from an interpreter that
+    # imported this module already, x402srv.testing.zygote, has its own environment)
+    if name == os.environ.get("X402SRV_FAILPOINT"):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,12 +20,14 @@ from typing import Any, Self
 
 import httpx
 
+from x402srv.testing import launcher
+from x402srv.testing.launcher import Launched
 from x402srv.testing.toml import dumps as toml_dumps
 
 __all__ = ["ServerProcess", "free_port", "seller_config", "wait_for_http"]
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: subprocess.Popen[bytes] | Launched) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -40,7 +41,7 @@ def free_port() -> int:
 
 
 def wait_for_http(
-    url: str, *, timeout: float, process: subprocess.Popen[bytes] | None = None
+    url: str, *, timeout: float, process: subprocess.Popen[bytes] | Launched | None = None
 ) -> None:
     """GET ``url`` until it answers below 500, failing early if ``process`` exits.
 
@@ -113,14 +114,19 @@ def seller_config(
 
 @dataclass
 class ServerProcess:
-    """``python -m x402srv --config FILE`` on a free port."""
+    """``python -m x402srv --config FILE`` on a free port.
+
+    In a test session it is forked from the warm zygote (``launcher.WARM``);
+    ``fresh=True`` starts a fresh interpreter there too.
+    """
 
     config: Mapping[str, Any]
     directory: Path
     workers: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | Launched | None = None
+    fresh: bool = False
 
     @property
     def config_path(self) -> Path:
@@ -144,25 +150,16 @@ class ServerProcess:
             self.stop()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(toml_dumps(self.config))
-        command = [
-            sys.executable,
-            "-m",
-            "x402srv",
-            "--config",
-            str(self.config_path),
-            "--port",
-            str(self.port),
-            "--workers",
-            str(self.workers),
-        ]
+        args = ["--config", str(self.config_path), "--port", str(self.port)]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                command,
+            self.process = launcher.popen(
+                [*args, "--workers", str(self.workers)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
                 cwd=self.directory,
                 start_new_session=True,  # its own process group: kill() takes workers along
+                fresh=self.fresh,
             )
         try:
             wait_for_http(
