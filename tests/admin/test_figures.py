@@ -192,6 +192,8 @@ async def test_a_metered_grant_shows_its_credits() -> None:
     """``usage`` of the grants list: the store's account of a plan that sells calls."""
     from x402srv.admin.views import usage_view
     from x402srv.default_plugins.memory_store import MemoryStore
+    from x402srv.interfaces import UsedCall
+    from x402srv.wire.offers import rfc3339
 
     store = MemoryStore()
     keep = NOW + 86_400
@@ -200,18 +202,23 @@ async def test_a_metered_grant_shows_its_credits() -> None:
     for _ in range(3):
         await store.spend("grant-1", 2, now=NOW + 20, keep_until=keep)
     await store.refund("grant-1", 2, now=NOW + 30)
+    await store.spend("grant-1", 4, now=NOW + 40, keep_until=keep)  # a call charged by use
+    await store.settle("grant-1", 3, now=NOW + 41, call=UsedCall(NOW + 41, "/v1/complete", 4, 1))
     usage = usage_view(await store.get_credits("grant-1"), 100)
     assert usage is not None
-    assert {k: v for k, v in usage.items() if k != "lastHours"} == {
+    assert {k: v for k, v in usage.items() if k not in ("lastHours", "usedCalls")} == {
         "planCalls": 100,
-        "balance": 146,
+        "balance": 145,
         "credited": 150,
-        "spent": 6,
-        "refunded": 2,
-        "calls": 3,
+        "spent": 10,
+        "refunded": 5,
+        "calls": 4,
         "topUps": 1,
     }
     assert usage["lastHours"][0]["hour"] == "2023-11-14T22:00:00Z"
+    assert usage["usedCalls"] == [
+        {"at": rfc3339(NOW + 41), "route": "/v1/complete", "reserved": 4, "charged": 1}
+    ]
     assert usage_view(await store.get_credits("no-such-grant"), 100) is None
 
 
