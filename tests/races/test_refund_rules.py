@@ -27,6 +27,7 @@ from x402srv.refunds.automatic import UNUSED_MARK, undelivered, unused_share
 from x402srv.refunds.records import RefundRecord, RefundState
 from x402srv.refunds.store import RefundStore
 from x402srv.tokens.revocation import RevocationBook, _revoking, revoke_grant
+from x402srv.usage.figures import funnel, period, revenue
 
 DEADLINE = 600
 
@@ -100,6 +101,13 @@ async def test_a_purchase_not_delivered_in_time_is_refunded_once(
     assert [(t.to.lower(), t.value) for t in transfers] == [(buyer.address.lower(), HOURLY)]
     assert transfers[0].tx_hash.lower() == refund.tx_hash
     assert devchain.balance_of(buyer.address) == HOURLY
+
+    # The console's figures: the sale stays counted, its revenue is refunded to nothing.
+    await rig.pipeline.counters.flush()
+    counts = await rig.store.inner.read_counts(start=0, end=int(rig.clock()) + 3600)
+    (total,) = revenue(counts, period(rig.clock(), None, None, "day"), rig.config)["totals"]
+    assert (total["count"], total["amount"], total["refunded"]) == (1, "0", str(HOURLY))
+    assert (funnel(counts)["owed"], funnel(counts)["refunded"]) == (1, 1)
 
     # The buyer's retry, now that an issuer would work: no grant, the refund and its txHash.
     working = rig.competitor(issuer=CountingIssuer(rig.clock))
