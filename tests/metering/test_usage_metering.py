@@ -24,6 +24,7 @@ from tests.support.credentials import bearer
 from tests.support.metering import limits
 from tests.support.paths import REPO
 from tests.support.seller import Seller
+from tests.support.trailers import TrailerUpstream, read_with_trailers
 from x402srv.testing.buyers import paying_client
 
 SAMPLES = REPO / "docs" / "samples"
@@ -43,8 +44,24 @@ def llm_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProces
     app.stop()
 
 
-def _routes(upstream: str, **extra: Any) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def trailer_upstream() -> Iterator[TrailerUpstream]:
+    upstream = TrailerUpstream().start()
+    yield upstream
+    upstream.stop()
+
+
+def _routes(upstream: str, trailed: str) -> list[dict[str, Any]]:
     routes = [{**route, "upstream": upstream} for route in TOML["routes"]]
+    # a chunked answer whose cost comes in its trailer section
+    routes.append(
+        {
+            "prefix": "/v1/trailed",
+            "upstream": trailed,
+            "plans": ["tokens"],
+            "cost": {"reserve": RESERVE, "from": "trailer", "header": "X-Usage-Cost"},
+        }
+    )
     # a route no grant can reserve for once it spent anything: the refusal
     routes.append(
         {
@@ -75,9 +92,15 @@ HOUR = {"plan_id": "hour", "unit_amount": "$0.01", "description": "An hour, unme
 
 
 @pytest.fixture(scope="module")
-def usage_gateway(start_seller: Callable[..., Seller], llm_upstream: AppProcess) -> Seller:
+def usage_gateway(
+    start_seller: Callable[..., Seller],
+    llm_upstream: AppProcess,
+    trailer_upstream: TrailerUpstream,
+) -> Seller:
     return start_seller(
-        "gas-wallet", plans=[*TOML["plans"], HOUR], routes=_routes(llm_upstream.url)
+        "gas-wallet",
+        plans=[*TOML["plans"], HOUR],
+        routes=_routes(llm_upstream.url, trailer_upstream.url),
     )
 
 
@@ -232,3 +255,54 @@ async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(
         await asyncio.sleep(1.5)  # the gateway notices and settles
         after = await client.post(f"{url}/v1/count", json={"max_tokens": 1}, headers=bearer(token))
     assert _left(after) == balance - RESERVE - 1
+
+
+async def test_a_trailer_report_is_charged_and_the_buyer_reads_its_charge_in_trailers(
+    usage_gateway: Seller, buyer: LocalAccount
+) -> None:
+    token, paid = await _bought(usage_gateway, buyer)
+    balance = _left(paid)
+    url = f"{usage_gateway.server.url}/v1/trailed"
+    answer = await read_with_trailers(
+        url, headers=bearer(token), body=json.dumps({"max_tokens": 40}).encode()
+    )
+    assert answer.status == 200
+    assert answer.headers["x-x402-reserved"] == str(RESERVE)
+    assert answer.headers["trailer"] == "X-X402-Cost, RateLimit"
+    assert limits(answer.headers["ratelimit"])["credits"]["r"] == balance - RESERVE
+    assert len(answer.body.splitlines()) == 40  # the body passed whole
+    balance -= 40
+    assert answer.trailers["x-x402-cost"] == "40"  # the upstream's trailer, settled
+    assert limits(answer.trailers["ratelimit"])["credits"]["r"] == balance
+    assert "x-usage-cost" not in answer.trailers  # the upstream's own trailer stays upstream
+
+    silent = await read_with_trailers(
+        url, headers=bearer(token), body=json.dumps({"max_tokens": 3, "report": False}).encode()
+    )
+    assert silent.trailers["x-x402-cost"] == str(RESERVE)  # no report: on_missing = "reserve"
+    balance -= RESERVE
+    async with httpx.AsyncClient(timeout=30) as client:  # httpx drops trailers: still whole
+        plain = await client.post(url, json={"max_tokens": 5}, headers=bearer(token))
+        assert plain.status_code == 200 and plain.text.count("\n") == 5
+        balance -= 5
+        after = await client.post(
+            f"{usage_gateway.server.url}/v1/count", json={"max_tokens": 1}, headers=bearer(token)
+        )
+    assert _left(after) == balance - 1
+
+
+async def test_an_event_stream_ends_with_the_usage_event_and_the_same_trailers(
+    usage_gateway: Seller, buyer: LocalAccount
+) -> None:
+    token, paid = await _bought(usage_gateway, buyer)
+    balance = _left(paid) - 12
+    answer = await read_with_trailers(
+        f"{usage_gateway.server.url}/v1/complete",
+        headers=bearer(token),
+        body=json.dumps({"max_tokens": 12}).encode(),
+    )
+    name, data = _events(answer.body.decode())[-1]
+    assert name == "x402-usage"
+    assert json.loads(data) == {"reserved": RESERVE, "charged": 12, "balance": balance}
+    assert answer.trailers["x-x402-cost"] == "12"
+    assert limits(answer.trailers["ratelimit"])["credits"]["r"] == balance

@@ -72,7 +72,7 @@ def test_a_route_cost_is_a_number_or_a_usage_table() -> None:
     "cost",
     [
         {"reserve": 0},
-        {"reserve": 5, "from": "trailer"},
+        {"reserve": 5, "from": "meta"},  # (an MCP tool's, not a route's)
         {"reserve": 5, "source": "sse"},
         {"reserve": 5, "header": "bad header"},
         {"reserve": 5, "on_missing": "half"},

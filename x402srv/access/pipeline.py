@@ -30,7 +30,8 @@ of ``x402srv/access/`` named beside it; this one only puts them in order.
     compare-and-set re-reads the record and answers from its state now.
     DELIVERED -> the grant (410 GRANT_REVOKED once the seller revoked it),
     PAID -> step 10, both only on proof (``proof``); OWED (a top-up its
-    grant can no longer use) -> 410 GRANT_REVOKED naming the owed payment;
+    grant can no longer use, or a purchase not delivered in time: refunds)
+    -> 410 GRANT_REVOKED naming the owed payment (GRANT_REFUNDED once refunded);
     SETTLING -> the chain decides at once (``recovery``), else 409 while a
     lease runs, 502 after (``settle_step``); EXPIRED/CANCELLED -> 410;
     PENDING past expiresAt -> 410.
@@ -348,18 +349,36 @@ class AccessPipeline:
             raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
         if payment is None:
             await self.limit_unpaid(client)
-        grant = await find_grant(
-            self.store,
-            self.plans,
-            request_id=body.top_up,
-            challenge_id=top_up_of if body.top_up is None else None,
-            plan_id=plan_id,
-            now=self.clock(),
-        )
+        try:
+            grant = await find_grant(
+                self.store,
+                self.plans,
+                request_id=body.top_up,
+                challenge_id=top_up_of if body.top_up is None else None,
+                plan_id=plan_id,
+                now=self.clock(),
+            )
+        except GrantRevoked:
+            owed = await self._owed_top_up(body)
+            if owed is None:
+                raise
+            # The buyer asks again for a top-up its revoked grant never got: what became of
+            # its own payment answers (owed, or refunded with the refund's txHash), on proof.
+            sent = sent_payment(payment) if payment is not None else None
+            return await self._answer(owed, Caller(body, sent))
         plan = self.plans[grant.plan_id]
         if payment is None:
             return await self._challenge(body, plan, grant)
         return await self._settlement(body, plan, payment, grant)
+
+    async def _owed_top_up(self, body: AccessBody) -> ChallengeRecord | None:
+        """The OWED top-up the body's own ``requestId`` names, if it names one."""
+        if body.request_id is None:
+            return None
+        record = await self.store.get_by_request_id(body.request_id)
+        if record is None or record.top_up_of is None or record.state is not State.OWED:
+            return None
+        return record
 
     async def _challenge(
         self, body: AccessBody, plan: Plan, grant: ChallengeRecord | None = None
@@ -427,6 +446,9 @@ class AccessPipeline:
             raise await refunded_answer(self.store, record.challenge_id) or GrantRevoked(
                 "the grant this top-up was for was revoked or expired before the top-up "
                 f"could be credited; its payment ({record.tx_hash}) is recorded as owed to you"
+                if record.top_up_of is not None
+                else "the access credential could not be issued in time; its payment "
+                f"({record.tx_hash}) is recorded as owed to you"
             )
         if state is State.PAID:
             self.proof.prove(record, caller)

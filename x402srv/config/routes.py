@@ -14,6 +14,7 @@ max_body_bytes = 10485760
 cost = 1                                 # credits a call spends on plans that sell calls
 # or, priced by what the call used (docs/selling-calls.md, "Charging by use"):
 # cost = { reserve = 500, from = "header", header = "X-Usage-Cost", on_missing = "reserve" }
+# (from = "sse": the last `event: usage` of a stream; from = "trailer": a chunked answer's trailer)
 refund_on_5xx = true                     # an upstream 5xx (or 502/504) gives them back
 ```
 
@@ -58,12 +59,13 @@ class UsageCost(StrictModel):
     reported cost (capped at ``reserve``) is kept and the rest given back.
     ``from = "header"`` reads the integer in ``header`` of the answer;
     ``from = "sse"`` reads the ``cost`` field of the last ``event: usage`` of a
-    server-sent-events stream (docs/selling-calls.md, "Charging by use").
+    server-sent-events stream; ``from = "trailer"`` the integer in the trailer
+    field ``header`` of a chunked answer (docs/selling-calls.md, "Charging by use").
     ``on_missing``: what a call whose upstream reported nothing usable costs.
     """
 
     reserve: int = Field(ge=1, le=1_000_000)
-    source: Literal["header", "sse"] = Field(default="header", alias="from")
+    source: Literal["header", "sse", "trailer"] = Field(default="header", alias="from")
     header: str = DEFAULT_USAGE_HEADER
     on_missing: Literal["reserve", "nothing"] = "reserve"
 
@@ -73,6 +75,11 @@ class UsageCost(StrictModel):
         if not _HEADER_NAME.fullmatch(value):
             raise ValueError("must be an HTTP header name (letters, digits, '-')")
         return value
+
+    @property
+    def at_end(self) -> bool:
+        """Whether the cost is only known once the answer ended (a stream's event, a trailer)."""
+        return self.source != "header"
 
 
 def _cost_kind(value: object) -> str:

@@ -32,6 +32,8 @@ from sanic.compat import Header
 
 from x402srv.config.routes import RouteConfig
 from x402srv.errors import InvalidRequest, ProblemError, UpstreamTimeout, UpstreamUnavailable
+from x402srv.gateway.metered import Ending
+from x402srv.gateway.trailers import send_trailers, upstream_trailers
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["HOP_BY_HOP", "forward", "request_headers", "response_headers", "upstream_url"]
@@ -100,6 +102,8 @@ def request_headers(
         # The gateway reads the stream's usage event: it must arrive undecoded.
         kept = [(n, v) for n, v in kept if n.lower() != "accept-encoding"]
         kept.append(("Accept-Encoding", "identity"))
+    if route.usage is not None and route.usage.source == "trailer":
+        kept.append(("TE", "trailers"))  # the gateway reads the answer's trailer fields
     if route.secret is not None:
         kept.append((route.secret_header, route.secret.reveal()))
     kept += [("X-Forwarded-Proto", scheme), ("X-Forwarded-Host", host)]
@@ -168,7 +172,7 @@ async def forward(
     extra_response_headers: Mapping[str, str] | None = None,
     on_status: Callable[[int, httpx.Headers], Awaitable[Mapping[str, str]]] | None = None,
     watch: Callable[[bytes], None] | None = None,
-    tail: Callable[[], Awaitable[bytes]] | None = None,
+    tail: Callable[[httpx.Headers], Awaitable[Ending]] | None = None,
 ) -> int | None:
     """Send the upstream's answer through ``request.respond``, or raise a ``ProblemError``.
 
@@ -178,8 +182,9 @@ async def forward(
     ``on_status`` hears the upstream's status and headers before the answer
     starts and returns more headers for it (a metered call's refund, its
     settlement when the cost is in a header, and RateLimit fields). ``watch``
-    sees each chunk as it passes (a stream's usage events); ``tail`` is sent
-    after the upstream's last chunk, before the end (x402srv's usage event).
+    sees each chunk as it passes (a stream's usage events); ``tail`` hears the
+    upstream's trailer fields once its last chunk passed, and answers what ends
+    the buyer's answer (x402srv's usage event, its own trailer fields).
     """
     declared = _declared_length(request)
     if declared is not None and declared > route.max_body_bytes:
@@ -228,9 +233,11 @@ async def forward(
                 request.transport.close()  # no final chunk: the client sees the truncation
             return None
         if tail is not None:
-            last = await tail()
-            if last:
-                await response.send(last)
+            ending = await tail(upstream_trailers(upstream))
+            if ending.tail:
+                await response.send(ending.tail)
+            if ending.trailers and await send_trailers(response, ending.trailers):
+                return upstream.status_code
         await response.eof()
     finally:
         await upstream.aclose()

@@ -30,6 +30,7 @@ from x402srv.errors import NotFound, ProblemError
 from x402srv.gateway.decide import Forward, Gateway, OutOfCredits
 from x402srv.gateway.forward import forward
 from x402srv.gateway.metered import UsageCall
+from x402srv.gateway.trailers import capture_upstream_trailers
 from x402srv.server.paths import gateway_segments
 from x402srv.server.problems import problem_response
 from x402srv.server.responses import offer_response
@@ -94,6 +95,8 @@ def install_gateway(
         )
     verifier = TokenVerifier.from_config(config, clock=pipeline.clock, revocations=revocations)
     gateway = Gateway(config, pipeline, verifier, meter)
+    if any(route.usage is not None and route.usage.source == "trailer" for route in config.routes):
+        capture_upstream_trailers()  # httpx drops trailers otherwise (x402srv.gateway.trailers)
 
     @app.before_server_start
     async def open_gateway_client(app: Sanic[Any, Any]) -> None:

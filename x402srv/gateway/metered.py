@@ -6,9 +6,13 @@ the unused part, ``Meter.settle``) at the first of:
 
 - the answer's headers, when the cost is in a header (``from = "header"``): the
   answer then carries the settled RateLimit fields and ``X-X402-Cost``;
-- the end of the stream (``from = "sse"``): the answer started with the
+- the end of the stream (``from = "sse"``, or ``from = "trailer"``: a
+  trailer field of a chunked answer): the answer started with the
   reservation held (``X-X402-Reserved``, RateLimit after the reservation) and
-  ends with x402srv's ``x402-usage`` event (charged, reserved, balance);
+  ends with what was charged: x402srv's ``x402-usage`` event (charged,
+  reserved, balance) on an event stream, and the trailer fields
+  ``X-X402-Cost`` and ``RateLimit`` on any chunked answer (announced in its
+  ``Trailer`` header; an answer with a ``Content-Length`` cannot carry them);
 - an upstream 5xx or failure: the whole reservation back if ``refund_on_5xx``,
   else what was reported (or ``on_missing``);
 - the buyer leaving mid-answer: what the upstream reported so far, else the
@@ -22,20 +26,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from x402srv.config.routes import RouteConfig, UsageCost
 from x402srv.gateway.usage import SseUsage, charge, header_cost, usage_event
 from x402srv.usage.credits import Meter, Usage
 
-__all__ = ["COST_HEADER", "RESERVED_HEADER", "UsageCall"]
+__all__ = ["COST_HEADER", "RESERVED_HEADER", "TRAILER_FIELDS", "Ending", "UsageCall"]
 
 #: What the call was charged (credits), on answers whose cost is in a header.
 COST_HEADER: Final = "X-X402-Cost"
 #: What a streamed call holds while it runs; its charge comes in the final event.
 RESERVED_HEADER: Final = "X-X402-Reserved"
+#: What a chunked answer settled at its end carries in its trailer section.
+TRAILER_FIELDS: Final = (COST_HEADER, "RateLimit")
 
 log = logging.getLogger("x402srv.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """What goes after the upstream's last chunk: a final event, the trailer fields."""
+
+    tail: bytes = b""
+    trailers: dict[str, str] = field(default_factory=dict)
 
 
 class UsageCall:
@@ -52,6 +67,7 @@ class UsageCall:
         self.settled = False
         self.sse = SseUsage() if self.terms.source == "sse" else None
         self._streams_events = False
+        self._chunked = False
 
     async def _settle(self, reported: int | None, *, missing_costs: str) -> Usage:
         if self.settled:
@@ -92,34 +108,45 @@ class UsageCall:
         """The answer's extra headers, settling now when the cost is already known."""
         if status >= 500:
             return await self.failed(status, header_cost(headers.get(self.terms.header)))
-        if self.sse is None:
+        if not self.terms.at_end:
             usage = await self._settle(
                 header_cost(headers.get(self.terms.header)), missing_costs=self.terms.on_missing
             )
             return {**usage.headers(), COST_HEADER: str(usage.cost)}
         content_type = headers.get("content-type", "")
-        self._streams_events = (
-            content_type.split(";")[0].strip().lower() == "text/event-stream"
-            and "content-length" not in headers
+        self._chunked = "content-length" not in headers
+        self._streams_events = self.sse is not None and (
+            content_type.split(";")[0].strip().lower() == "text/event-stream" and self._chunked
         )
-        return {**self.usage.headers(), RESERVED_HEADER: str(self.reserved)}
+        extra = {**self.usage.headers(), RESERVED_HEADER: str(self.reserved)}
+        if self._chunked:
+            extra["Trailer"] = ", ".join(TRAILER_FIELDS)
+        return extra
 
     def watch(self, chunk: bytes) -> None:
         if self.sse is not None:
             self.sse.feed(chunk)
 
-    async def ended(self) -> bytes:
-        """The stream is over: settle on its last report and tell the buyer (an SSE event)."""
-        if self.sse is None or self.settled:
-            return b""
-        usage = await self._settle(self.sse.cost, missing_costs=self.terms.on_missing)
-        if not self._streams_events:
-            return b""  # not an event stream (or a fixed length): nothing can be appended
+    async def ended(self, trailers: Mapping[str, str]) -> Ending:
+        """The answer is over: settle on its last report and tell the buyer (see the docstring).
+
+        ``trailers`` are the upstream's trailer fields (``from = "trailer"``).
+        """
+        if not self.terms.at_end or self.settled:
+            return Ending()
+        if self.sse is not None:
+            reported = self.sse.cost
+        else:
+            reported = header_cost(trailers.get(self.terms.header))
+        usage = await self._settle(reported, missing_costs=self.terms.on_missing)
+        fields = {COST_HEADER: str(usage.cost), **usage.headers()} if self._chunked else {}
+        fields = {name: value for name, value in fields.items() if name in TRAILER_FIELDS}
+        if not self._streams_events or self.sse is None:
+            return Ending(trailers=fields)  # not an event stream: no event can be appended
         # An upstream that stopped inside an event: end it, so ours stays an event of its own.
         closing = b"\n\n" if self.sse.mid_event else b""
-        return closing + usage_event(
-            reserved=self.reserved, charged=usage.cost, balance=usage.balance
-        )
+        event = usage_event(reserved=self.reserved, charged=usage.cost, balance=usage.balance)
+        return Ending(closing + event, fields)
 
     async def failed(self, status: int, reported: int | None = None) -> dict[str, str]:
         """An upstream 5xx, failure or break: ``refund_on_5xx``, else settle on the report."""
