@@ -22,10 +22,12 @@ from x402srv.access import moves
 from x402srv.access.reconciler import Reconciler
 from x402srv.access.records import ChallengeRecord, RecordChanges, State
 from x402srv.devchain import Devchain
-from x402srv.interfaces import TransitionApplied, TransitionRequest
-from x402srv.refunds.automatic import undelivered
+from x402srv.interfaces import CreditStore, TransitionApplied, TransitionRequest
+from x402srv.refunds.automatic import UNUSED_MARK, undelivered, unused_share
 from x402srv.refunds.records import RefundRecord, RefundState
 from x402srv.refunds.store import RefundStore
+from x402srv.tokens.revocation import RevocationBook, _revoking, revoke_grant
+from x402srv.usage.figures import funnel, period, revenue
 
 DEADLINE = 600
 
@@ -99,6 +101,13 @@ async def test_a_purchase_not_delivered_in_time_is_refunded_once(
     assert [(t.to.lower(), t.value) for t in transfers] == [(buyer.address.lower(), HOURLY)]
     assert transfers[0].tx_hash.lower() == refund.tx_hash
     assert devchain.balance_of(buyer.address) == HOURLY
+
+    # The console's figures: the sale stays counted, its revenue is refunded to nothing.
+    await rig.pipeline.counters.flush()
+    counts = await rig.store.inner.read_counts(start=0, end=int(rig.clock()) + 3600)
+    (total,) = revenue(counts, period(rig.clock(), None, None, "day"), rig.config)["totals"]
+    assert (total["count"], total["amount"], total["refunded"]) == (1, "0", str(HOURLY))
+    assert (funnel(counts)["owed"], funnel(counts)["refunded"]) == (1, 1)
 
     # The buyer's retry, now that an issuer would work: no grant, the refund and its txHash.
     working = rig.competitor(issuer=CountingIssuer(rig.clock))
@@ -196,3 +205,94 @@ async def test_a_pass_killed_after_the_owed_move_refunds_on_the_next_pass(
     assert refund.state is RefundState.REFUNDED
     transfers = devchain.transfer_logs(from_address=wallet.address, from_block=start)
     assert [(t.to.lower(), t.value) for t in transfers] == [(buyer.address.lower(), HOURLY)]
+
+
+# ---------------------------------------------------------------- unused credits on revocation
+
+CALLS_3 = {"plan_id": "calls-3", "unit_amount": "$0.01", "description": "Three", "calls": 3}
+CALLS_3_AMOUNT = 10_000
+
+
+async def credits_rig(make_rig: MakeRig, devchain: Devchain) -> tuple[Rig, LocalAccount]:
+    wallet = devchain.new_account(eth=0, usdc_atomic=10 * HOURLY)
+    rig = await make_rig(
+        settler=ScriptedSettler(),
+        plans=[CALLS_3],
+        refunds={"private_key": "0x" + bytes(wallet.key).hex(), "auto_unused_credits": True},
+    )
+    return rig, wallet
+
+
+async def one_call_spent(rig: Rig, buyer: LocalAccount) -> str:
+    """A calls-3 grant bought on-chain, one of its three calls spent; its challengeId."""
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge("calls-3")
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    grant = granted(await outcome(rig.pay(payment, plan_id="calls-3")))
+    store = rig.store.inner
+    assert isinstance(store, CreditStore)
+    spent = await store.spend(
+        grant["challengeId"], 1, now=rig.clock(), keep_until=rig.clock() + 86_400
+    )
+    assert spent.balance == 2
+    return str(grant["challengeId"])
+
+
+async def test_revoking_a_calls_grant_refunds_its_unused_credits_pro_rata(
+    make_rig: MakeRig, devchain: Devchain
+) -> None:
+    """2 of 3 calls unused: 10000 * 2 // 3 = 6666 atomic units back (rounded down), at once."""
+    rig, wallet = await credits_rig(make_rig, devchain)
+    buyer = devchain.new_account(eth=0, usdc_atomic=CALLS_3_AMOUNT)
+    start = devchain.rpc.block_number() + 1
+    grant_id = await one_call_spent(rig, buyer)
+
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    revoked, applied = await revoke_grant(rig.pipeline, grant_id)
+    assert applied and UNUSED_MARK in revoked.history[-1].reason
+    (refund,) = await refunds_of(rig, grant_id)
+    assert (refund.state, refund.asked_by, refund.amount) == (
+        RefundState.REFUNDED,
+        "auto:unused-credits",
+        "6666",
+    )
+    await reconcile(rig)  # the pass finds it done: nothing more
+    assert len(await refunds_of(rig, grant_id)) == 1
+    transfers = devchain.transfer_logs(from_address=wallet.address, from_block=start)
+    assert [(t.to.lower(), t.value) for t in transfers] == [(buyer.address.lower(), 6666)]
+    assert devchain.balance_of(buyer.address) == 6666
+    replay = rig.pay(None, request_id=revoked.request_id, plan_id="calls-3")
+    told = problem(await outcome(replay), 410, "GRANT_REFUNDED")
+    assert told.extra["txHash"] == refund.tx_hash
+
+
+async def test_a_revocation_killed_before_its_refund_is_finished_by_the_pass(
+    make_rig: MakeRig, devchain: Devchain
+) -> None:
+    """The grant was revoked with the rule's mark, then the process died: the next pass
+    asks for the pro-rata refund and sends it, once."""
+    rig, wallet = await credits_rig(make_rig, devchain)
+    buyer = devchain.new_account(eth=0, usdc_atomic=CALLS_3_AMOUNT)
+    start = devchain.rpc.block_number() + 1
+    grant_id = await one_call_spent(rig, buyer)
+    record = await rig.record(grant_id)
+    await RevocationBook(rig.store.inner).add(grant_id, rig.clock() + 3600, rig.clock())
+    left = await rig.store.inner.transition(
+        _revoking(record, rig.clock(), f"{UNUSED_MARK}; revoked by the seller")
+    )
+    assert isinstance(left, TransitionApplied)
+    assert await refunds_of(rig, grant_id) == []
+
+    await reconcile(rig)
+    await reconcile(rig)
+    (refund,) = await refunds_of(rig, grant_id)
+    assert (refund.state, refund.amount) == (RefundState.REFUNDED, "6666")
+    transfers = devchain.transfer_logs(from_address=wallet.address, from_block=start)
+    assert [(t.to.lower(), t.value) for t in transfers] == [(buyer.address.lower(), 6666)]
+
+
+def test_the_unused_share_rounds_down_and_never_passes_what_is_left() -> None:
+    assert unused_share(10_000, 2, 3, 10_000) == 6666
+    assert unused_share(10_000, 3, 3, 4_000) == 4_000  # an operator refunded 6000 already
+    assert unused_share(10_000, 0, 3, 10_000) == 0
+    assert unused_share(10_000, 5, 3, 10_000) == 10_000  # never more than all of it

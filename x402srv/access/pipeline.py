@@ -311,18 +311,36 @@ class AccessPipeline:
             raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
         if payment is None:
             await self.limit_unpaid(client)
-        grant = await find_grant(
-            self.store,
-            self.plans,
-            request_id=body.top_up,
-            challenge_id=top_up_of if body.top_up is None else None,
-            plan_id=plan_id,
-            now=self.clock(),
-        )
+        try:
+            grant = await find_grant(
+                self.store,
+                self.plans,
+                request_id=body.top_up,
+                challenge_id=top_up_of if body.top_up is None else None,
+                plan_id=plan_id,
+                now=self.clock(),
+            )
+        except GrantRevoked:
+            owed = await self._owed_top_up(body)
+            if owed is None:
+                raise
+            # The buyer asks again for a top-up its revoked grant never got: what became of
+            # its own payment answers (owed, or refunded with the refund's txHash), on proof.
+            sent = sent_payment(payment) if payment is not None else None
+            return await self._answer(owed, Caller(body, sent))
         plan = self.plans[grant.plan_id]
         if payment is None:
             return await self._challenge(body, plan, grant)
         return await self._settlement(body, plan, payment, grant)
+
+    async def _owed_top_up(self, body: AccessBody) -> ChallengeRecord | None:
+        """The OWED top-up the body's own ``requestId`` names, if it names one."""
+        if body.request_id is None:
+            return None
+        record = await self.store.get_by_request_id(body.request_id)
+        if record is None or record.top_up_of is None or record.state is not State.OWED:
+            return None
+        return record
 
     async def _challenge(
         self, body: AccessBody, plan: Plan, grant: ChallengeRecord | None = None

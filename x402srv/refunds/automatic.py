@@ -16,6 +16,15 @@ expects PAID). Then, as for top-ups, every OWED purchase without a refund is
 refunded: a process killed between the move and the refund leaves an OWED
 record the next pass finds.
 
+``unused_credits``: a grant of a plan that sells calls, revoked while
+``auto_unused_credits`` is on, gets back the unused credits' share of each
+payment that credited it (its purchase and its top-ups): ``paid * unused //
+credited`` atomic units, rounded down, never past what is left to refund of
+that payment. The revocation asks at once (``tokens.revocation.revoke_grant``);
+its history line carries ``UNUSED_MARK``, and every pass refunds each marked
+grant on the revocation list that has no such refund yet (a process killed
+between revoking and asking).
+
 Two passes (or an operator) asking at once cannot refund a purchase twice: the
 store's claim refuses whatever would pass what it paid.
 """
@@ -36,7 +45,19 @@ from x402srv.refunds.service import refund_store, request_refund
 if TYPE_CHECKING:
     from x402srv.access.pipeline import AccessPipeline
 
-__all__ = ["OWED_TOP_UP", "UNDELIVERED", "owed_top_ups", "paid_at", "undelivered"]
+__all__ = [
+    "OWED_TOP_UP",
+    "UNDELIVERED",
+    "UNUSED_CREDITS",
+    "UNUSED_MARK",
+    "marked",
+    "owed_top_ups",
+    "paid_at",
+    "revoked_grants",
+    "undelivered",
+    "unused_credits",
+    "unused_share",
+]
 
 log = logging.getLogger("x402srv.refunds.automatic")
 
@@ -126,4 +147,91 @@ async def undelivered(pipeline: AccessPipeline) -> list[RefundRecord]:
         refund = await _refund_owed(pipeline, record, why, UNDELIVERED)
         if refund is not None:
             asked.append(refund)
+    return asked
+
+
+#: Who asks for the refund of unused credits, and what the revocation's history line says
+#: when the rule was on as the grant was revoked (the pass refunds only those grants).
+UNUSED_CREDITS = "auto:unused-credits"
+UNUSED_MARK = "unused credits refunded pro rata"
+
+
+def unused_share(paid: int, unused: int, credited: int, left: int) -> int:
+    """The unused credits' share of ``paid``: atomic units, rounded down, never past ``left``."""
+    if credited <= 0 or unused <= 0:
+        return 0
+    return max(0, min(paid * min(unused, credited) // credited, left))
+
+
+async def unused_credits(pipeline: AccessPipeline, grant: ChallengeRecord) -> list[RefundRecord]:
+    """A refund of each payment of a revoked grant (its purchase, its top-ups), pro rata.
+
+    The grant's credit account lists every payment that credited it (``entries``,
+    keyed by the paying challenge); each gets back ``paid * unused // credited``,
+    capped at what is left of it. A payment that already has this rule's refund is
+    skipped, so every pass may run this again.
+    """
+    from x402srv.errors import NotFound
+    from x402srv.interfaces import CreditStore
+    from x402srv.refunds.service import money_of
+
+    store = pipeline.store
+    if not isinstance(store, CreditStore):
+        return []
+    account = await store.get_credits(grant.challenge_id)
+    if account is None:
+        return []
+    credited = sum(entry.amount for entry in account.entries)
+    asked: list[RefundRecord] = []
+    for entry in account.entries:
+        try:
+            money = await money_of(store, entry.key)
+        except NotFound:
+            continue
+        if any(r.asked_by == UNUSED_CREDITS for r in money.refunds):
+            continue
+        amount = unused_share(money.paid, account.balance, credited, money.left)
+        if amount <= 0:
+            continue
+        try:
+            asked.append(
+                await request_refund(
+                    store,
+                    pipeline.config,
+                    entry.key,
+                    amount=amount,
+                    reason=f"{account.balance} of {credited} calls unused when grant "
+                    f"{grant.challenge_id} was revoked",
+                    asked_by=UNUSED_CREDITS,
+                    revoke_grant=False,
+                    clock=pipeline.clock,
+                )
+            )
+        except (StateConflict, InvalidRequest) as exc:
+            log.info("unused credits of %s not refunded: %s", entry.key, exc.detail)
+    return asked
+
+
+def marked(grant: ChallengeRecord) -> bool:
+    """Whether the grant was revoked while ``auto_unused_credits`` was on."""
+    return grant.revoked_at is not None and any(
+        step.state is State.DELIVERED and UNUSED_MARK in step.reason for step in grant.history
+    )
+
+
+async def revoked_grants(pipeline: AccessPipeline) -> list[RefundRecord]:
+    """``unused_credits`` of every grant on the revocation list that the rule covers.
+
+    What a process killed between revoking and asking for the refunds left undone.
+    Only grants revoked while the rule was on carry its mark; the list holds the
+    grants whose tokens may still be presented (a few, revocations are rare acts).
+    """
+    from x402srv.tokens.revocation import RevocationBook
+
+    entries, _ = await RevocationBook(pipeline.store).read()
+    asked: list[RefundRecord] = []
+    for challenge_id in sorted(entries):
+        grant = await pipeline.store.get_challenge(challenge_id)
+        if grant is not None and marked(grant):
+            asked.extend(await unused_credits(pipeline, grant))
     return asked
