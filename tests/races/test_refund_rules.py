@@ -18,6 +18,10 @@ from tests.support.purchase import HOURLY
 from tests.support.racing import moving
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.a2a.documents import Note, Purchase, TaskState, new_id
+from x402srv.a2a.outcomes import Update, new_task
+from x402srv.a2a.repository import TaskRepository
+from x402srv.a2a.service import A2AService
 from x402srv.access import moves
 from x402srv.access.reconciler import Reconciler
 from x402srv.access.records import ChallengeRecord, RecordChanges, State
@@ -118,6 +122,25 @@ async def test_a_purchase_not_delivered_in_time_is_refunded_once(
     )
     assert told.extra["txHash"] == refund.tx_hash
     assert working.issuer.calls == 0  # type: ignore[attr-defined]
+
+    # An A2A task of this purchase says so on tasks/get: one left working (credential
+    # pending) fails with the refund; a completed one stays completed, with that message.
+    service = A2AService(rig.config, rig.pipeline, rig.store, rig.clock)
+    purchase = Purchase(record.request_id, record.plan_id, record.resource_id)
+    for left, ends in ((TaskState.WORKING, "failed"), (TaskState.COMPLETED, "completed")):
+        update = Update(state=left, note=Note("as left"), challenge_id=record.challenge_id)
+        task = new_task(new_id(), new_id(), purchase, update, rig.clock(), {"role": "user"})
+        await TaskRepository(rig.store, rig.clock, keep_unpaid=3600, keep_paid=86_400).create(task)
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task.task_id}}
+        answer = await service.handle_document(call)
+        assert isinstance(answer, dict)
+        status = answer["result"]["status"]
+        assert status["state"] == ends, answer
+        metadata = status["message"]["metadata"]
+        assert metadata["x402srv.refundTxHash"] == refund.tx_hash
+        assert metadata["x402.payment.status"] == "payment-completed"
+        assert metadata["x402srv.problem"]["code"] == "GRANT_REFUNDED"
+        assert refund.tx_hash in status["message"]["parts"][0]["text"]
 
 
 async def test_a_delivery_that_gets_in_first_is_never_refunded(
