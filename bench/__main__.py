@@ -28,11 +28,13 @@ from .scenarios import (
     failover,
     guard,
     mcp,
+    mcp_paid,
     metering,
     paid,
     purchase,
     reconciler,
     roundtrips,
+    stream,
 )
 from .stack import started_stack
 from .table import Row, failed, load_average, render
@@ -88,6 +90,8 @@ SCENARIOS = (
     "guard",
     "metering",
     "mcp",
+    "mcp-paid",
+    "stream",
     "calls",
     "roundtrips",
     "failover",
@@ -124,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     if "reconciler" in chosen:
         chosen.add("challenge")  # the reconciler's figure is judged against its rate
     args.runs = args.runs or (2 if args.quick else 3)
-    stores = not chosen <= {"failover", "guard"}  # those two run on sqlite alone
+    # (these run on sqlite alone)
+    stores = not chosen <= {"failover", "guard", "mcp-paid", "stream"}
     with started_stack(with_redis=stores, with_postgres=stores) as stack:
         if stack.redis_url is None:
             step("redis-server not found: the Redis rows are skipped")
@@ -162,6 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             ("guard", "guarded route", lambda: guard.run(stack, load)),
             ("metering", "metered vs unmetered gateway calls", lambda: metering.run(stack, load)),
             ("mcp", "credit-metered MCP tool calls vs direct", lambda: mcp.run(stack, load)),
+            (
+                "mcp-paid",
+                f"paid MCP tool calls: x402srv vs the SDK's wrapper, {args.runs} runs",
+                lambda: mcp_paid.run(stack, load, samples, args.runs),
+            ),
+            (
+                "stream",
+                f"metered vs unmetered SSE streams through the gateway, {args.runs} runs",
+                lambda: stream.run(stack, load, samples, args.runs),
+            ),
             ("calls", "100 calls: pay once vs pay every call", lambda: calls.run(stack)),
             ("roundtrips", "store round trips", lambda: roundtrips.run(stack)),
             (

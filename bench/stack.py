@@ -180,6 +180,31 @@ class Stack:
         command = [sys.executable, "-m", "bench.mcp_app", "--port", str(port)]
         return self._spawn(command, port, "/healthz", "mcp-app.log")
 
+    def mcp_official(self, pay_to: str, amount: int) -> str:
+        """The SDK's payment wrapper on a FastMCP tool (``bench.mcp_official_app``); its URL."""
+        port = free_port()
+        command = [
+            sys.executable, "-m", "bench.mcp_official_app",
+            "--port", str(port),
+            "--facilitator", self.facilitator.url,
+            "--network", self.chain.network,
+            "--asset", self.chain.token.address,
+            "--pay-to", pay_to,
+            "--amount", str(amount),
+        ]  # fmt: skip
+        return self._spawn(command, port, "/healthz", "mcp-official.log")
+
+    def llm_upstream(self) -> str:
+        """The docs' streaming "LLM" sample (``docs/samples/llm_stream_upstream.py``); its URL."""
+        port = free_port()
+        command = [
+            sys.executable, "-m", "uvicorn", "llm_stream_upstream:app",
+            "--app-dir", str(REPO / "docs" / "samples"),
+            "--host", "127.0.0.1", "--port", str(port),
+            "--no-access-log", "--log-level", "warning",
+        ]  # fmt: skip
+        return self._spawn(command, port, "/health", "llm-upstream.log")
+
     def _spawn(self, command: list[str], port: int, probe: str, log_name: str) -> str:
         with (self.directory / log_name).open("ab") as log:
             process = subprocess.Popen(
@@ -197,7 +222,7 @@ class Stack:
         return url
 
     def stop_app(self, url: str) -> None:
-        """Stop an app started by ``official``/``seller_api`` (by PID)."""
+        """Stop an app started by ``official``, ``seller_api`` and the like (by PID)."""
         process = self.apps.pop(url, None)
         if process is not None:
             _kill_group(process)

@@ -270,9 +270,11 @@ _MOVES: dict[tuple[str, str], tuple[str, str]] = {
         "first, keyed by the challenge.",
     ),
     ("PAID", "OWED"): (
-        "`moves.owe`",
+        "`moves.owe`, `moves.give_up`",
         "Delivery of a top-up whose grant was revoked or expired meanwhile: nothing is "
-        "credited, the payment is owed back.",
+        "credited, the payment is owed back. Or the reconciler, for a purchase whose "
+        "credential was not issued within `[refunds] auto_undelivered_after_seconds`: a "
+        "compare-and-set on the delivery attempt it read, so a delivery made meanwhile wins.",
     ),
     ("DELIVERED", "DELIVERED"): (
         "revocation",
@@ -300,9 +302,10 @@ def transitions() -> str:
     ]
     for start, end in sorted(allowed, key=lambda move: (order[move[0]], order[move[1]])):
         move, text = _MOVES[(start, end)]
-        name = move.strip("`").removeprefix("moves.")
-        if move.startswith("`moves.") and not callable(getattr(moves, name, None)):
-            raise ValueError(f"x402srv.access.moves has no {name}: update _MOVES")
+        for each in move.split(", "):
+            name = each.strip("`").removeprefix("moves.")
+            if each.startswith("`moves.") and not callable(getattr(moves, name, None)):
+                raise ValueError(f"x402srv.access.moves has no {name}: update _MOVES")
         rows.append(f"| `{start}` | `{end}` | {move} | {text} |")
     return "\n".join(rows) + "\n"
 

@@ -116,6 +116,7 @@ def test_revenue_sums_count_times_price_per_bucket(config: Config) -> None:
             "asset": USDC,
             "count": 6,
             "amount": "800000",
+            "refunded": "0",
             "usd": "0.80",
         }
     ]
@@ -250,3 +251,31 @@ def test_the_revenue_chart_stacks_plans_and_scales_to_the_highest_bucket(
         {"stages": [{"stage": "unpaid", "count": 490}, {"stage": "settled", "count": 5}]}
     )
     assert [(s.count, s.conversion) for s in steps] == [(490, None), (5, "1%")]
+
+
+def test_revenue_is_net_of_refunds_and_the_funnel_counts_them(config: Config) -> None:
+    """Two sales, then 30000 and 100000 refunded (the second in the next hour): the
+    amounts are what was kept, the refunds are shown beside them, the sales stay two."""
+    window = period(NOW, str(H0), str(H0 + HOUR + 1), "hour")
+    counts = {
+        (H0, f"settled:hourly|eip155:84532|{USDC}|100000"): 2,
+        (H0, f"refund:hourly|eip155:84532|{USDC}"): 30_000,
+        (H0 + HOUR, f"refund:hourly|eip155:84532|{USDC}"): 100_000,
+        (H0, "refunded:operator"): 1,
+        (H0 + HOUR, "refunded:auto"): 1,
+        (H0, "refund:broken"): 5,  # not a name the counters make
+    }
+    page = revenue(counts, window, config)
+    (series,) = page["series"]
+    assert series["counts"] == [2, 0]
+    assert series["amounts"] == ["170000", "-100000"]
+    assert series["refunded"] == ["30000", "100000"]
+    (total,) = page["totals"]
+    assert (total["count"], total["amount"], total["refunded"], total["usd"]) == (
+        2,
+        "70000",
+        "130000",
+        "0.07",
+    )
+    assert page["totalUsd"] == "0.07"
+    assert funnel(counts)["refunded"] == 2

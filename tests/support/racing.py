@@ -35,6 +35,9 @@ from x402srv.interfaces import (
     TransitionRequest,
     TransitionResult,
 )
+from x402srv.refunds.records import RefundMove, RefundRecord, RefundState
+from x402srv.refunds.rules import OverRefund, RefundCreated, RefundMismatch, RefundMoved
+from x402srv.refunds.store import RefundStore
 
 __all__ = ["FrozenClock", "Race", "RacingStore", "moving", "states"]
 
@@ -346,3 +349,31 @@ class RacingStore:
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         self._count("get_credits")
         return await cast(CreditStore, self.inner).get_credits(grant_id)
+
+    # ------------------------------------------------------------ refunds (RefundStore)
+
+    async def create_refund(self, refund: RefundRecord, *, paid: int) -> RefundCreated | OverRefund:
+        self._count("create_refund")
+        return await cast(RefundStore, self.inner).create_refund(refund, paid=paid)
+
+    async def move_refund(self, move: RefundMove) -> RefundMoved | RefundMismatch:
+        self._count("move_refund")
+        return await cast(RefundStore, self.inner).move_refund(move)
+
+    async def get_refund(self, refund_id: str) -> RefundRecord | None:
+        return await cast(RefundStore, self.inner).get_refund(refund_id)
+
+    async def list_refunds(
+        self,
+        *,
+        purchase_id: str | None = None,
+        states: Sequence[RefundState] | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[RefundRecord]:
+        return await cast(RefundStore, self.inner).list_refunds(
+            purchase_id=purchase_id, states=states, after=after, limit=limit
+        )
+
+    async def import_refunds(self, refunds: Sequence[RefundRecord]) -> None:
+        await cast(RefundStore, self.inner).import_refunds(refunds)

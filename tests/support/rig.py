@@ -227,11 +227,13 @@ async def open_rig(
     lease_seconds: int = 120,
     reconciler: dict[str, Any] | None = None,
     plans: list[dict[str, Any]] | None = None,
+    refunds: dict[str, Any] | None = None,
 ) -> AsyncIterator[Rig]:
     """A pipeline for one test; its store and chain reader are closed afterwards.
 
     ``issuer`` is an issuer, or a function of the rig's clock that builds one.
     """
+    sections: dict[str, Any] = {"refunds": refunds} if refunds else {}
     data = seller_config(
         rpc_url=devchain.rpc_url,
         chain_id=devchain.chain_id,
@@ -247,6 +249,7 @@ async def open_rig(
         credentials={"secret": JWT_SECRET},
         reconciler=reconciler or {},
         plans=plans,
+        **sections,
     )
     config = parse_config(data, base_dir=tmp_path)
     clock = FrozenClock(float(devchain.block_timestamp()))

@@ -15,6 +15,8 @@ record that changed meanwhile is lost, never applied twice.
     paid      SETTLING -> PAID, claiming the txHash
     deliver   PAID -> DELIVERED with the grant
     owe       PAID -> OWED: a top-up its grant can no longer use (``delivery``)
+    give_up   PAID -> OWED on the delivery attempt as read: no credential in time
+              (``x402srv.refunds.automatic``)
     expire    PENDING -> EXPIRED
 """
 
@@ -47,6 +49,7 @@ __all__ = [
     "Mover",
     "deliver",
     "expire",
+    "give_up",
     "note",
     "owe",
     "paid",
@@ -214,6 +217,24 @@ def owe(record: ChallengeRecord, at: float, why: str) -> TransitionRequest:
         to=State.OWED,
         at=at,
         reason=f"owed to the buyer: {why}",
+    )
+
+
+def give_up(record: ChallengeRecord, at: float, why: str) -> TransitionRequest:
+    """PAID -> OWED for a purchase whose credential was not issued in time.
+
+    A compare-and-set on the delivery attempt as read: a delivery that claims
+    the record meanwhile (a new attempt) or delivers it first wins, and this
+    move is lost. Once it applied, no delivery can follow (they expect PAID).
+    """
+    assert record.payment is not None
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PAID,
+        to=State.OWED,
+        at=at,
+        reason=f"owed to the buyer: {why}",
+        attempt_id=record.payment.attempt_id,
     )
 
 

@@ -5,8 +5,10 @@
        │  └─────────┘         │             └────────┘ (``revoked_at``; the grant stays)
        │   definite settlement failure (claim released)
        │                      └──► OWED     a top-up paid for a grant that was revoked or
-       │                                    expired before it could be credited: the
-       │                                    payment is owed back to the buyer (refunds)
+       │                                    expired before it could be credited, or a
+       │                                    purchase whose credential was not issued in
+       │                                    time: the payment is owed back to the buyer
+       │                                    (refunds)
        ├──► EXPIRED     past expiresAt
        └──► CANCELLED   operator
 
@@ -48,7 +50,8 @@ class State(StrEnum):
 #: SETTLING is a lease update by the attempt that holds it; PAID → PAID takes
 #: the delivery claim, so one request at a time calls the credential issuer;
 #: DELIVERED -> DELIVERED records a revocation in the history; PAID -> OWED is a
-#: top-up whose grant can no longer use what it paid for).
+#: top-up whose grant can no longer use what it paid for, or a purchase not delivered in
+#: time, ``[refunds] auto_undelivered_after_seconds``).
 ALLOWED_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     {
         (State.PENDING, State.SETTLING),

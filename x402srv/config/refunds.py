@@ -5,7 +5,8 @@ settlers send it (so the wallet needs tokens, never gas). One key serves every
 network unless ``[[refunds.wallets]]`` names a network's own. Without a key no
 refund can be asked for; with one, ``check`` shows the wallet's address and
 ``check`` and ``/readyz`` its token balance, warning below ``low_balance``.
-Automatic refunds are each off until switched on (``auto_owed_top_ups``).
+Automatic refunds are each off until switched on (``auto_owed_top_ups``,
+``auto_undelivered_after_seconds``, ``auto_unused_credits``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ class RefundsConfig(StrictModel):
     authorization_seconds: int = Field(default=900, ge=30, le=86_400)
     #: Refund, on every reconciler pass, each top-up that could not be credited (OWED).
     auto_owed_top_ups: bool = False
+    #: Refund, on every reconciler pass, each purchase paid this many seconds ago whose
+    #: credential could still not be issued (None: never). The purchase moves PAID -> OWED
+    #: first, a compare-and-set that a delivery made meanwhile wins.
+    auto_undelivered_after_seconds: int | None = Field(default=None, ge=10, le=30 * 86_400)
+    #: When a grant of a plan that sells calls is revoked, refund the unused credits'
+    #: share of what was paid (pro rata, atomic units rounded down).
+    auto_unused_credits: bool = False
 
     def key_for(self, network: str, caip2: str) -> Secret | None:
         """The refund wallet's key on a network (its name or CAIP-2), or None: no refunds there."""

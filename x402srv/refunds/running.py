@@ -22,8 +22,9 @@ from x402srv.refunds.wallet import wallets
 
 if TYPE_CHECKING:
     from x402srv.access.pipeline import AccessPipeline
+    from x402srv.access.records import ChallengeRecord as RecordLike
 
-__all__ = ["refund_pass", "revoke_when_repaid", "sender_of"]
+__all__ = ["refund_pass", "refund_unused_credits", "revoke_when_repaid", "sender_of"]
 
 log = logging.getLogger("x402srv.refunds")
 
@@ -46,8 +47,14 @@ def sender_of(pipeline: AccessPipeline) -> RefundSender | None:
 
 
 async def after_refund(pipeline: AccessPipeline, refund: RefundRecord) -> None:
-    """A refund that ended REFUNDED is counted (by the process whose move ended it)."""
-    pipeline.counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
+    """A refund that ended REFUNDED is counted (by the process whose move ended it): once,
+    and its amount against its purchase's plan, so the console's revenue is net of it."""
+    counters = pipeline.counters
+    counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
+    purchase = await pipeline.store.get_challenge(refund.purchase_id)
+    plan = purchase.plan_id if purchase is not None else "(unknown)"
+    counters.add(f"refund:{plan}|{refund.network}|{refund.asset}", refund.value)
+    counters.kick()
 
 
 async def revoke_when_repaid(pipeline: AccessPipeline, refund: RefundRecord) -> None:
@@ -78,8 +85,36 @@ async def refund_pass(pipeline: AccessPipeline) -> list[RefundRecord]:
     sender = sender_of(pipeline)
     if sender is None:
         return []
-    if pipeline.config.refunds.auto_owed_top_ups:
+    rules = pipeline.config.refunds
+    if rules.auto_owed_top_ups:
         from x402srv.refunds.automatic import owed_top_ups
 
         await owed_top_ups(pipeline)
+    if rules.auto_undelivered_after_seconds is not None:
+        from x402srv.refunds.automatic import undelivered
+
+        await undelivered(pipeline)
+    if rules.auto_unused_credits:
+        from x402srv.refunds.automatic import revoked_grants
+
+        await revoked_grants(pipeline)
     return await sender.pass_over()
+
+
+async def refund_unused_credits(pipeline: AccessPipeline, grant: RecordLike) -> list[RefundRecord]:
+    """A revocation's refunds of unused credits (``auto_unused_credits``), asked and sent now.
+
+    Never fails the revocation: what could not be asked or sent here is left to
+    the next reconciler pass (``automatic.revoked_grants``, the sender's pass).
+    """
+    from x402srv.refunds.automatic import unused_credits
+
+    sender = sender_of(pipeline)
+    if sender is None:
+        return []
+    try:
+        asked = await unused_credits(pipeline, grant)
+        return [await sender.send(refund) for refund in asked]
+    except Exception as exc:
+        log.warning("unused credits of %s: left to the next pass (%s)", grant.challenge_id, exc)
+        return []
