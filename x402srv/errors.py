@@ -12,6 +12,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── InvalidRequest           400 INVALID_REQUEST
         │   └── UnsupportedMediaType 415 INVALID_REQUEST
         ├── TierNotFound             400 TIER_NOT_FOUND
+        ├── SiwxInvalid              400 SIWX_INVALID, a malformed SIGN-IN-WITH-X header
         ├── InvalidToken             401 INVALID_TOKEN
         │   ├── TokenExpired         401 TOKEN_EXPIRED
         │   └── TokenRevoked         401 TOKEN_REVOKED, the seller revoked the grant
@@ -19,11 +20,13 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── PaymentFailed            402 PAYMENT_FAILED (+ x402 ``reason``)
         ├── CreditsExhausted         402 CREDITS_EXHAUSTED, a grant's calls are spent (+ RateLimit)
         ├── AdminForbidden           403 ADMIN_FORBIDDEN, a console form without its CSRF token
+        ├── SiwxRejected             403 SIWX_REJECTED, a sign-in that proves nothing here
         ├── NotFound                 404 NOT_FOUND
         ├── MethodNotAllowed         405 METHOD_NOT_ALLOWED
         ├── TxAlreadyRedeemed        409 TX_ALREADY_REDEEMED
         ├── RequestIdConflict        409 REQUEST_ID_CONFLICT
         ├── PaymentIdConflict        409 PAYMENT_ID_CONFLICT, a payment id bound to another payment
+        ├── SiwxNonceUsed            409 SIWX_NONCE_USED, a sign-in message used before
         ├── SettlementInProgress     409 SETTLEMENT_IN_PROGRESS (+ Retry-After)
         ├── StateConflict            409 STATE_CONFLICT, admin: not in a state that allows it
         ├── ChallengeExpired         410 CHALLENGE_EXPIRED
@@ -40,6 +43,7 @@ second becomes an RFC 9457 problem document and never a 500.
         ├── NotReady                 503 NOT_READY, /readyz: a dependency is down
         ├── KeySourceUnavailable     503 KEY_SOURCE_UNAVAILABLE, token keys (JWKS) unreachable
         ├── RevocationsUnavailable   503 REVOCATIONS_UNAVAILABLE, no list read yet (+ Retry-After)
+        ├── SiwxUnavailable          503 SIWX_UNAVAILABLE, a wallet contract's RPC is down
         └── UpstreamTimeout          504 UPSTREAM_TIMEOUT, gateway upstream too slow
 
 Plugins convert their library's exceptions (web3, redis, jwt, httpx) into
@@ -78,6 +82,10 @@ __all__ = [
     "SettlementInProgress",
     "SettlementPending",
     "SettlerUnavailable",
+    "SiwxInvalid",
+    "SiwxNonceUsed",
+    "SiwxRejected",
+    "SiwxUnavailable",
     "StateConflict",
     "StoreUnavailable",
     "TierNotFound",
@@ -174,6 +182,41 @@ class TierNotFound(ProblemError):
     status = 400
     code = "TIER_NOT_FOUND"
     title = "Plan not found"
+
+
+class SiwxInvalid(ProblemError):
+    """A ``SIGN-IN-WITH-X`` header that is not a sign-in (docs/sign-in-with-x.md): malformed
+    base64 or JSON, a field missing or of the wrong type, or a seller that takes none."""
+
+    status = 400
+    code = "SIWX_INVALID"
+    title = "Invalid sign-in"
+
+
+class SiwxRejected(ProblemError):
+    """A sign-in that proves nothing here: another domain, URI or plan than it was declared
+    for, expired or too old, or a signature the wallet did not make."""
+
+    status = 403
+    code = "SIWX_REJECTED"
+    title = "Sign-in rejected"
+
+
+class SiwxNonceUsed(ProblemError):
+    """The sign-in's nonce was used before (a replay, or the loser of two racing requests):
+    ask again for a 402 and sign its fresh message."""
+
+    status = 409
+    code = "SIWX_NONCE_USED"
+    title = "Sign-in already used"
+
+
+class SiwxUnavailable(ProblemError):
+    """A contract wallet's sign-in needs its network's RPC, which did not answer: retry."""
+
+    status = 503
+    code = "SIWX_UNAVAILABLE"
+    title = "Sign-in cannot be checked now"
 
 
 class InvalidToken(ProblemError):

@@ -56,7 +56,10 @@ __all__ = [
     "TxClaimed",
     "Unknown",
     "UsageBucket",
+    "UsageStore",
+    "UsedCall",
     "keeps_credits",
+    "keeps_used_calls",
     "system_clock",
 ]
 
@@ -324,6 +327,20 @@ class UsageBucket:
 
 
 @dataclass(frozen=True, slots=True)
+class UsedCall:
+    """One call charged by use, as settled: when, on which route or tool, held and charged.
+
+    ``route`` is a gateway route's prefix (``/v1/complete``) or an MCP tool as
+    ``<path>:<tool>`` (``/mcp:search``); ``charged`` is at most ``reserved``.
+    """
+
+    at: float
+    route: str
+    reserved: int
+    charged: int
+
+
+@dataclass(frozen=True, slots=True)
 class CreditAccount:
     """What a store keeps per grant (``grant_id``: the purchase's challengeId, the token's jti).
 
@@ -332,7 +349,9 @@ class CreditAccount:
     counts the calls that went through. ``window_end`` and ``window_calls``
     are the rate window that is counting. ``entries`` lists every credit by
     key (oldest first), ``usage`` the most recent hours, newest first, at most
-    ``USAGE_BUCKETS`` of them. The store may forget the account once
+    ``USAGE_BUCKETS`` of them, ``used_calls`` the most recent calls charged by
+    use (``UsageStore.settle``), newest first, at most ``USED_CALLS``. The store
+    may forget the account once
     ``keep_until`` has passed; every operation treats it as absent from then on.
     """
 
@@ -347,6 +366,7 @@ class CreditAccount:
     keep_until: float
     entries: tuple[CreditEntry, ...] = ()
     usage: tuple[UsageBucket, ...] = ()
+    used_calls: tuple[UsedCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +444,35 @@ class CreditStore(Store, Protocol):
 
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         """The grant's account with its entries and usage; None if absent (or already forgotten)."""
+
+
+@runtime_checkable
+class UsageStore(CreditStore, Protocol):
+    """A credit store that also settles calls charged by use and keeps a record of each.
+
+    An optional capability beside ``CreditStore`` (every built-in store has it):
+    without it a call charged by use is settled with ``refund`` and only logged,
+    and ``challenges show`` and the console list no calls.
+    """
+
+    async def settle(
+        self, grant_id: str, release: int, *, now: float, call: UsedCall
+    ) -> int | None:
+        """Give back ``release`` (0 or more) of a call's reservation and record ``call``.
+
+        One atomic step: the balance grows by ``release`` (counted as refunded,
+        in the hour's usage too) and ``call`` goes first in ``used_calls``, of
+        which the store keeps the newest ``USED_CALLS``. The balance after, or
+        None (nothing changes) when there is no live account.
+        """
+
+
+def keeps_used_calls(store: object) -> bool:
+    """Whether ``store`` settles calls charged by use (``UsageStore``), a wrapper's inner too."""
+    inner = getattr(store, "keeps_used_calls", None)
+    if isinstance(inner, bool):
+        return inner
+    return isinstance(store, UsageStore)
 
 
 def keeps_credits(store: object) -> bool:

@@ -99,7 +99,10 @@ from x402srv.interfaces import (
     TxClaimed,
     Unknown,
     UsageBucket,
+    UsageStore,
+    UsedCall,
     keeps_credits,
+    keeps_used_calls,
 )
 from x402srv.refunds.records import RefundMove, RefundRecord, RefundState
 from x402srv.refunds.rules import (
@@ -135,10 +138,13 @@ from x402srv.stores.coalescing import Coalescer
 from x402srv.stores.credit_rules import (
     USAGE_BUCKET_SECONDS,
     USAGE_BUCKETS,
+    USED_CALLS,
     apply_credit,
     apply_refund,
+    apply_settle,
     apply_spend,
     bucket_start,
+    check_used_call,
     decode_account,
     encode_account,
     window_end,
@@ -165,6 +171,7 @@ __all__ = [
     "DETAILS",
     "USAGE_BUCKETS",
     "USAGE_BUCKET_SECONDS",
+    "USED_CALLS",
     "Authorization",
     "BaseIssuer",
     "BaseSettler",
@@ -240,13 +247,17 @@ __all__ = [
     "Undecided",
     "Unknown",
     "UsageBucket",
+    "UsageStore",
+    "UsedCall",
     "Verdict",
     "X402SrvError",
     "apply_credit",
     "apply_refund",
+    "apply_settle",
     "apply_spend",
     "bucket_start",
     "check_state",
+    "check_used_call",
     "claim_conflict",
     "claim_keys",
     "classify_revert",
@@ -263,6 +274,7 @@ __all__ = [
     "hookimpl",
     "judge_revert",
     "keeps_credits",
+    "keeps_used_calls",
     "key_to_release",
     "listed",
     "nameable",
@@ -476,10 +488,23 @@ class DelegatingStore:
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         return await self._credits().get_credits(grant_id)
 
+    async def settle(
+        self, grant_id: str, release: int, *, now: float, call: UsedCall
+    ) -> int | None:
+        inner = self.inner
+        if not isinstance(inner, UsageStore):
+            raise TypeError(f"the {inner.name} store keeps no used calls (keeps_used_calls)")
+        return await inner.settle(grant_id, release, now=now, call=call)
+
     @property
     def keeps_credits(self) -> bool:
         """Whether the wrapped store keeps credits (the registry asks before it meters calls)."""
         return keeps_credits(self.inner)
+
+    @property
+    def keeps_used_calls(self) -> bool:
+        """Whether the wrapped store settles calls charged by use (``UsageStore``)."""
+        return keeps_used_calls(self.inner)
 
     def _credits(self) -> CreditStore:
         # (no isinstance per call: the registry checked ``keeps_credits`` once at start-up)

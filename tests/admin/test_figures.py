@@ -116,6 +116,7 @@ def test_revenue_sums_count_times_price_per_bucket(config: Config) -> None:
             "asset": USDC,
             "count": 6,
             "amount": "800000",
+            "refunded": "0",
             "usd": "0.80",
         }
     ]
@@ -192,6 +193,8 @@ async def test_a_metered_grant_shows_its_credits() -> None:
     """``usage`` of the grants list: the store's account of a plan that sells calls."""
     from x402srv.admin.views import usage_view
     from x402srv.default_plugins.memory_store import MemoryStore
+    from x402srv.interfaces import UsedCall
+    from x402srv.wire.offers import rfc3339
 
     store = MemoryStore()
     keep = NOW + 86_400
@@ -200,18 +203,23 @@ async def test_a_metered_grant_shows_its_credits() -> None:
     for _ in range(3):
         await store.spend("grant-1", 2, now=NOW + 20, keep_until=keep)
     await store.refund("grant-1", 2, now=NOW + 30)
+    await store.spend("grant-1", 4, now=NOW + 40, keep_until=keep)  # a call charged by use
+    await store.settle("grant-1", 3, now=NOW + 41, call=UsedCall(NOW + 41, "/v1/complete", 4, 1))
     usage = usage_view(await store.get_credits("grant-1"), 100)
     assert usage is not None
-    assert {k: v for k, v in usage.items() if k != "lastHours"} == {
+    assert {k: v for k, v in usage.items() if k not in ("lastHours", "usedCalls")} == {
         "planCalls": 100,
-        "balance": 146,
+        "balance": 145,
         "credited": 150,
-        "spent": 6,
-        "refunded": 2,
-        "calls": 3,
+        "spent": 10,
+        "refunded": 5,
+        "calls": 4,
         "topUps": 1,
     }
     assert usage["lastHours"][0]["hour"] == "2023-11-14T22:00:00Z"
+    assert usage["usedCalls"] == [
+        {"at": rfc3339(NOW + 41), "route": "/v1/complete", "reserved": 4, "charged": 1}
+    ]
     assert usage_view(await store.get_credits("no-such-grant"), 100) is None
 
 
@@ -243,3 +251,31 @@ def test_the_revenue_chart_stacks_plans_and_scales_to_the_highest_bucket(
         {"stages": [{"stage": "unpaid", "count": 490}, {"stage": "settled", "count": 5}]}
     )
     assert [(s.count, s.conversion) for s in steps] == [(490, None), (5, "1%")]
+
+
+def test_revenue_is_net_of_refunds_and_the_funnel_counts_them(config: Config) -> None:
+    """Two sales, then 30000 and 100000 refunded (the second in the next hour): the
+    amounts are what was kept, the refunds are shown beside them, the sales stay two."""
+    window = period(NOW, str(H0), str(H0 + HOUR + 1), "hour")
+    counts = {
+        (H0, f"settled:hourly|eip155:84532|{USDC}|100000"): 2,
+        (H0, f"refund:hourly|eip155:84532|{USDC}"): 30_000,
+        (H0 + HOUR, f"refund:hourly|eip155:84532|{USDC}"): 100_000,
+        (H0, "refunded:operator"): 1,
+        (H0 + HOUR, "refunded:auto"): 1,
+        (H0, "refund:broken"): 5,  # not a name the counters make
+    }
+    page = revenue(counts, window, config)
+    (series,) = page["series"]
+    assert series["counts"] == [2, 0]
+    assert series["amounts"] == ["170000", "-100000"]
+    assert series["refunded"] == ["30000", "100000"]
+    (total,) = page["totals"]
+    assert (total["count"], total["amount"], total["refunded"], total["usd"]) == (
+        2,
+        "70000",
+        "130000",
+        "0.07",
+    )
+    assert page["totalUsd"] == "0.07"
+    assert funnel(counts)["refunded"] == 2

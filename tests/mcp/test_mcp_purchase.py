@@ -22,6 +22,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import TextContent
 
 from tests.support.apps import AppProcess
+from tests.support.cli import x402srv
 from tests.support.mcp import CALLS_AMOUNT, REPORT_AMOUNT, upstream_runs
 from tests.support.paths import SAMPLES
 from tests.support.seller import Seller
@@ -83,6 +84,8 @@ async def test_tools_list_shows_each_price(mcp_seller: Seller) -> None:
     assert prices["report"]["perCall"] == {"price": "$0.01", "planId": "mcp.report"}
     assert prices["broken"]["credits"] == 2
     assert prices["echo"]["summary"] == "1 credit of a plan"  # unlisted: the default
+    assert prices["summarize"]["summary"] == "up to 20 credits of a plan, charged by use"
+    assert prices["summarize"]["byUse"] == {"reserve": 20}
     # resources and prompts pass through untouched
     assert "berlin" in cities.contents[0].text  # type: ignore[union-attr]
     assert [p.name for p in prompts.prompts] == ["ask"]
@@ -230,3 +233,36 @@ async def test_metrics_count_tool_calls_per_tool_and_outcome(mcp_seller: Seller)
     text = httpx.get(f"{mcp_seller.server.url}/metrics").text
     assert 'x402srv_mcp_tool_calls_total{outcome="ok",tool="ping"}' in text
     assert 'x402srv_mcp_tool_calls_total{outcome="payment_required",tool="report"}' in text
+
+
+async def test_a_tool_charged_by_use_costs_what_its_result_reports(
+    mcp_seller: Seller, devchain: Devchain
+) -> None:
+    buyer = devchain.new_account(eth=0)
+    _, grant = await pay_and_call(
+        url(mcp_seller), official_client(buyer), "forecast", {"city": "x"}
+    )  # 49 left
+    token = grant["accessToken"]
+    summaries = [
+        ({"text": "one two three"}, 3),
+        ({"text": "no report here", "report": False}, 20),  # on_missing: the reservation
+        ({"text": "w " * 30}, 20),  # 30 reported, capped at the reservation
+    ]
+    left = 49
+    for arguments, charged in summaries:
+        called = await call_with_token(url(mcp_seller), token, "summarize", arguments)
+        assert not called.isError, text_of(called)
+        left -= charged
+        assert called.meta["x402srv/usage"] == {"reserved": 20, "charged": charged, "balance": left}
+        assert called.meta["x402srv/ratelimit"]["credits"] == left
+    refused = await call_with_token(url(mcp_seller), token, "summarize", {"text": "a"})
+    assert refused.isError  # 6 left cannot hold a reservation of 20: pay again
+    assert refused.structuredContent["code"] == "CREDITS_EXHAUSTED"
+    shown = x402srv(mcp_seller, "challenges", "show", grant["challengeId"])
+    assert shown.returncode == 0, shown.stderr
+    calls = json.loads(shown.stdout)["credits"]["calls_charged_by_use"]
+    assert [(c["route"], c["reserved"], c["charged"]) for c in calls] == [
+        ("/mcp:summarize", 20, 20),
+        ("/mcp:summarize", 20, 20),
+        ("/mcp:summarize", 20, 3),
+    ]

@@ -72,6 +72,13 @@ async def test_an_owed_top_up_is_refunded_automatically_once(
     shown = json.loads(x402srv(seller, "refunds", "show", refund_id).stdout)
     assert (shown["paid"], shown["left"]) == (str(CALLS_3_AMOUNT), "0")
 
-    # The buyer's retry names the revoked grant, which answers first (access/top_ups.py).
+    # The buyer's retry names the revoked grant; its own top-up's fate answers: refunded,
+    # with the refund's txHash (with the payment as proof, or the top-up's requestId alone).
+    refund_tx = shown["refund"]["tx_hash"]
     retried = httpx.post(seller.access_url, json=body, headers={"PAYMENT-SIGNATURE": header})
-    assert_problem(retried, 410, "GRANT_REVOKED")
+    assert assert_problem(retried, 410, "GRANT_REFUNDED")["txHash"] == refund_tx
+    asked = httpx.post(seller.access_url, json=body)
+    assert assert_problem(asked, 410, "GRANT_REFUNDED")["txHash"] == refund_tx
+    # A new top-up of the revoked grant (no requestId of a top-up) is still refused.
+    fresh = httpx.post(seller.access_url, json={"topUp": grant["requestId"]})
+    assert_problem(fresh, 410, "GRANT_REVOKED")

@@ -9,6 +9,7 @@ first call. docs/selling-calls.md, "Charging by use", is what is checked.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import tomllib
@@ -20,12 +21,15 @@ import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
+from tests.support.cli import x402srv
+from tests.support.console import ADMIN_TOKEN, Console, console_pages
 from tests.support.credentials import bearer
 from tests.support.metering import limits
 from tests.support.paths import REPO
 from tests.support.seller import Seller
 from tests.support.trailers import TrailerUpstream, read_with_trailers
 from x402srv.testing.buyers import paying_client
+from x402srv.testing.servers import free_port
 
 SAMPLES = REPO / "docs" / "samples"
 TOML = tomllib.loads((SAMPLES / "usage-routes.toml").read_text())
@@ -42,6 +46,11 @@ def llm_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProces
     ).start()
     yield app
     app.stop()
+
+
+@pytest.fixture(scope="module")
+def admin_port() -> int:
+    return free_port()
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +105,13 @@ def usage_gateway(
     start_seller: Callable[..., Seller],
     llm_upstream: AppProcess,
     trailer_upstream: TrailerUpstream,
+    admin_port: int,
 ) -> Seller:
     return start_seller(
         "gas-wallet",
         plans=[*TOML["plans"], HOUR],
         routes=_routes(llm_upstream.url, trailer_upstream.url),
+        admin={"token": ADMIN_TOKEN, "port": admin_port},  # the console lists used calls
     )
 
 
@@ -306,3 +317,42 @@ async def test_an_event_stream_ends_with_the_usage_event_and_the_same_trailers(
     assert json.loads(data) == {"reserved": RESERVE, "charged": 12, "balance": balance}
     assert answer.trailers["x-x402-cost"] == "12"
     assert limits(answer.trailers["ratelimit"])["credits"]["r"] == balance
+
+
+async def test_challenges_show_and_the_console_list_each_call_charged_by_use(
+    usage_gateway: Seller, buyer: LocalAccount, admin_port: int
+) -> None:
+    token, _ = await _bought(usage_gateway, buyer)  # its paying call: /v1/count, 7 used
+    url = usage_gateway.server.url
+    async with httpx.AsyncClient(timeout=30) as client:
+        _, streamed, _ = await _stream(client, f"{url}/v1/complete", token, 9)
+        assert streamed.status_code == 200
+        failed = await client.post(f"{url}/v1/count", content=b"{", headers=bearer(token))
+        assert failed.status_code == 500  # the upstream fails: refund_on_5xx gives all back
+    await read_with_trailers(
+        f"{url}/v1/trailed", headers=bearer(token), body=json.dumps({"max_tokens": 4}).encode()
+    )
+    grant = _grant_id(token)
+    shown = x402srv(usage_gateway, "challenges", "show", grant)
+    assert shown.returncode == 0, shown.stderr
+    calls = json.loads(shown.stdout)["credits"]["calls_charged_by_use"]
+    assert [(c["route"], c["reserved"], c["charged"]) for c in calls] == [
+        ("/v1/trailed", RESERVE, 4),
+        ("/v1/count", RESERVE, 0),
+        ("/v1/complete", RESERVE, 9),
+        ("/v1/count", RESERVE, 7),
+    ]
+    assert calls[0]["at"] >= calls[-1]["at"]  # newest first, RFC 3339 times
+    console = Console(usage_gateway, f"http://127.0.0.1:{admin_port}/admin")
+    usage = console.ok(f"/purchases/{grant}")["usage"]
+    assert [(c["route"], c["charged"]) for c in usage["usedCalls"]] == [
+        (c["route"], c["charged"]) for c in calls
+    ]
+    (page,) = console_pages(console, f"/purchases/{grant}")
+    assert 'id="used-calls"' in page and "/v1/trailed" in page
+
+
+def _grant_id(token: str) -> str:
+    """The grant a token opens: its ``jti``, the purchase's challengeId."""
+    payload = token.split(".")[1]
+    return str(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["jti"])

@@ -18,6 +18,10 @@ from tests.support.purchase import HOURLY
 from tests.support.racing import moving
 from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
+from x402srv.a2a.documents import Note, Purchase, TaskState, new_id
+from x402srv.a2a.outcomes import Update, new_task
+from x402srv.a2a.repository import TaskRepository
+from x402srv.a2a.service import A2AService
 from x402srv.access import moves
 from x402srv.access.reconciler import Reconciler
 from x402srv.access.records import ChallengeRecord, RecordChanges, State
@@ -27,6 +31,7 @@ from x402srv.refunds.automatic import UNUSED_MARK, undelivered, unused_share
 from x402srv.refunds.records import RefundRecord, RefundState
 from x402srv.refunds.store import RefundStore
 from x402srv.tokens.revocation import RevocationBook, _revoking, revoke_grant
+from x402srv.usage.figures import funnel, period, revenue
 
 DEADLINE = 600
 
@@ -101,6 +106,13 @@ async def test_a_purchase_not_delivered_in_time_is_refunded_once(
     assert transfers[0].tx_hash.lower() == refund.tx_hash
     assert devchain.balance_of(buyer.address) == HOURLY
 
+    # The console's figures: the sale stays counted, its revenue is refunded to nothing.
+    await rig.pipeline.counters.flush()
+    counts = await rig.store.inner.read_counts(start=0, end=int(rig.clock()) + 3600)
+    (total,) = revenue(counts, period(rig.clock(), None, None, "day"), rig.config)["totals"]
+    assert (total["count"], total["amount"], total["refunded"]) == (1, "0", str(HOURLY))
+    assert (funnel(counts)["owed"], funnel(counts)["refunded"]) == (1, 1)
+
     # The buyer's retry, now that an issuer would work: no grant, the refund and its txHash.
     working = rig.competitor(issuer=CountingIssuer(rig.clock))
     told = problem(
@@ -110,6 +122,25 @@ async def test_a_purchase_not_delivered_in_time_is_refunded_once(
     )
     assert told.extra["txHash"] == refund.tx_hash
     assert working.issuer.calls == 0  # type: ignore[attr-defined]
+
+    # An A2A task of this purchase says so on tasks/get: one left working (credential
+    # pending) fails with the refund; a completed one stays completed, with that message.
+    service = A2AService(rig.config, rig.pipeline, rig.store, rig.clock)
+    purchase = Purchase(record.request_id, record.plan_id, record.resource_id)
+    for left, ends in ((TaskState.WORKING, "failed"), (TaskState.COMPLETED, "completed")):
+        update = Update(state=left, note=Note("as left"), challenge_id=record.challenge_id)
+        task = new_task(new_id(), new_id(), purchase, update, rig.clock(), {"role": "user"})
+        await TaskRepository(rig.store, rig.clock, keep_unpaid=3600, keep_paid=86_400).create(task)
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task.task_id}}
+        answer = await service.handle_document(call)
+        assert isinstance(answer, dict)
+        status = answer["result"]["status"]
+        assert status["state"] == ends, answer
+        metadata = status["message"]["metadata"]
+        assert metadata["x402srv.refundTxHash"] == refund.tx_hash
+        assert metadata["x402.payment.status"] == "payment-completed"
+        assert metadata["x402srv.problem"]["code"] == "GRANT_REFUNDED"
+        assert refund.tx_hash in status["message"]["parts"][0]["text"]
 
 
 async def test_a_delivery_that_gets_in_first_is_never_refunded(

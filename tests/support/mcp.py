@@ -37,6 +37,7 @@ def mcp_table(upstream_url: str, **overrides: Any) -> dict[str, Any]:
             "report": {"price": "$0.01"},
             "broken": {"cost": 2},
             "count": {"cost": 1},
+            "summarize": {"cost": {"reserve": 20, "from": "meta"}},  # charged by use
         },
         **overrides,
     }

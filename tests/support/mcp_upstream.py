@@ -1,8 +1,9 @@
 """The seller's MCP server in the MCP gateway's tests: a real FastMCP app, its own process.
 
 ``uvicorn tests.support.mcp_upstream:app`` serves Streamable HTTP at ``/mcp``
-(SSE answers, sessions) with a free tool, paid tools, a tool that fails and one
-that streams progress, a resource and a prompt. It counts every tool run, so a
+(SSE answers, sessions) with a free tool, paid tools, a tool that fails, one
+that streams progress, one that reports its cost in its result's ``_meta``, a
+resource and a prompt. It counts every tool run, so a
 test can tell whether a call reached it: ``GET /_control/runs`` -> ``{tool: n}``.
 """
 
@@ -13,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import CallToolResult, TextContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 
@@ -65,6 +67,17 @@ def echo(text: str) -> str:
     """Echoes its argument (a tool no price names: it costs the unlisted price)."""
     RUNS["echo"] += 1
     return text
+
+
+@server.tool()
+def summarize(text: str, report: bool = True) -> CallToolResult:
+    """A tool charged by use: its result reports what it cost (one credit per word read)."""
+    RUNS["summarize"] += 1
+    words = len(text.split())
+    meta = {"x402srv/usage": {"cost": words}} if report else None
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{words} words: {text[:20]}")], _meta=meta
+    )
 
 
 @server.resource("weather://cities")

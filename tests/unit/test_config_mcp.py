@@ -44,6 +44,16 @@ def test_prices_and_the_unlisted_default_are_shown_by_check() -> None:
     assert "mcp.report" not in config.seller_plan_ids  # it opens no [[routes]] by default
 
 
+def test_a_tool_charged_by_use_reserves_and_says_so() -> None:
+    cost = {"reserve": 40, "from": "meta", "on_missing": "nothing"}
+    config = make_config(plans=PLANS, mcp=[mcp(tools={"llm": {"cost": cost}})])
+    price = config.mcp[0].price_of("llm")
+    assert price.credits == 40
+    assert price.usage is not None and price.usage.on_missing == "nothing"
+    shown = config.describe()["resolved"]["mcp"]["/mcp"]["tools"]["llm"]
+    assert shown == "up to 40 credits of a plan, charged by use"
+
+
 def test_an_unlisted_default_of_free_is_stated() -> None:
     config = make_config(plans=PLANS, mcp=[mcp(unlisted_tools={"free": True})])
     assert config.describe()["resolved"]["mcp"]["/mcp"]["unlisted_tools"] == "free"
@@ -73,6 +83,14 @@ def test_an_unlisted_default_of_free_is_stated() -> None:
             PLANS,
             "mcp[0].tools.search.cost: a call costs 101 credits but plan 'calls' sells only 100",
         ),
+        (
+            mcp(tools={"llm": {"cost": {"reserve": 500, "from": "meta"}}}),
+            PLANS,
+            "mcp[0].tools.llm.cost: a call costs 500 credits but plan 'calls' sells only 100",
+        ),
+        (mcp(tools={"llm": {"cost": {"reserve": 5, "from": "header"}}}), PLANS, "tools.llm.cost"),
+        (mcp(tools={"llm": {"cost": {"reserve": 0}}}), PLANS, "mcp[0].tools.llm.cost"),
+        (mcp(tools={"llm": {"cost": {"from": "meta"}}}), PLANS, "mcp[0].tools.llm.cost"),
         (mcp(tools={"ping": {"free": True, "cost": 1}}), PLANS, "mcp[0].tools.ping"),
         (mcp(tools={"ping": {"free": False}}), PLANS, "mcp[0].tools.ping.free"),
         (mcp(tools={"ping": {"price": "5 cents"}}), PLANS, "mcp[0].tools.ping.price"),

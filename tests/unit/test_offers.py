@@ -17,6 +17,7 @@ from x402srv.testing.builders import BASE_TIME, make_record
 from x402srv.wire import offers as offers_module
 from x402srv.wire.offers import OfferBuilder, rfc3339, with_request_id
 from x402srv.wire.payment_identifier import SCHEMA
+from x402srv.wire.siwx import SIGN_IN_WITH_X, access_scope, scope_tag
 
 REQUEST_ID = "5b0f3c1e-8a2d-4c6b-9e7f-1a2b3c4d5e6f"
 
@@ -140,9 +141,15 @@ def test_discovery_is_built_once(config: Config, monkeypatch: pytest.MonkeyPatch
     again = builder.discovery()
     assert json.loads(again.content) == again.body
     assert decode(again.header)["accepts"] == again.body["accepts"]
-    assert {k: v for k, v in again.body.items() if k != "accepts"} == {
-        k: v for k, v in first.body.items() if k != "accepts"
-    }
+    assert without_siwx_info(again.body) == without_siwx_info(first.body)
+
+
+def without_siwx_info(body: dict[str, Any]) -> dict[str, Any]:
+    """The body but its accepts and its sign-in message (a fresh nonce and times per 402)."""
+    kept = {k: v for k, v in body.items() if k != "accepts"}
+    siwx = kept["extensions"][SIGN_IN_WITH_X]
+    kept["extensions"] = {**kept["extensions"], SIGN_IN_WITH_X: {**siwx, "info": None}}
+    return kept
 
 
 def test_each_discovery_402_has_a_fresh_request_id_in_every_requirement(
@@ -204,6 +211,22 @@ def test_challenge_offer(config: Config, builder: OfferBuilder) -> None:
     assert decode(offer.header) == {key: body[key] for key in PAYMENT_REQUIRED_KEYS}
 
 
+def declared_siwx(offer: Any) -> dict[str, Any]:
+    declared: dict[str, Any] = json.loads(offer.content)["extensions"][SIGN_IN_WITH_X]
+    return declared
+
+
+def test_a_challenges_siwx_nonce_names_its_plan_and_resource(
+    config: Config, builder: OfferBuilder
+) -> None:
+    record = record_for(config, implicit=False, amount="7", resource_id="a:/b.c-d")
+    info = declared_siwx(builder.challenge(record, config.plan_map["daily"]))["info"]
+    assert info["nonce"][:16] == scope_tag(config.access_url, access_scope("daily", "a:/b.c-d"))
+    assert info["uri"] == config.access_url
+    other = declared_siwx(builder.challenge(record, config.plan_map["daily"]))["info"]
+    assert other["nonce"] != info["nonce"]  # fresh per answer
+
+
 @pytest.mark.parametrize("implicit", [False, True])
 @pytest.mark.parametrize("description", ["One day of API access", 'quotes " \\ and ünïcode'])
 def test_challenge_offer_is_exactly_the_compact_json_of_its_documents(
@@ -223,7 +246,9 @@ def test_challenge_offer_is_exactly_the_compact_json_of_its_documents(
         },
         # A discovery-first record's 402 (PENDING again) names its ids too.
         "accepts": [builder.offered_requirement(dataclasses.replace(record, implicit=False))],
-        "extensions": EXTENSIONS,
+        # The sign-in message is made per answer (docs/sign-in-with-x.md): its nonce names
+        # this plan and resource at this seller.
+        "extensions": {**EXTENSIONS, SIGN_IN_WITH_X: declared_siwx(offer)},
     }
     body = {
         **required,

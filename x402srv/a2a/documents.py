@@ -89,6 +89,8 @@ class Note:
     problem: dict[str, Any] | None = None
     catalog: bool = False
     tx_hash: str | None = None
+    #: The refund's transaction, on the message of a task whose purchase was refunded.
+    refund_tx_hash: str | None = None
 
 
 def _note_document(note: Note) -> dict[str, Any]:
@@ -100,6 +102,7 @@ def _note_document(note: Note) -> dict[str, Any]:
         "problem": note.problem,
         "catalog": note.catalog,
         "txHash": note.tx_hash,
+        "refundTxHash": note.refund_tx_hash,
     }
 
 
@@ -113,6 +116,7 @@ def _note(document: dict[str, Any]) -> Note:
         problem=document["problem"],
         catalog=bool(document.get("catalog", False)),
         tx_hash=document.get("txHash"),
+        refund_tx_hash=document.get("refundTxHash"),
     )
 
 

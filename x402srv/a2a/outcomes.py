@@ -22,6 +22,10 @@ status it replaces and the user message that caused it.
                                                                          payment, later)
     500 paid, credential pending    working         payment-completed    (retry hint, receipt)
     410 CHALLENGE_EXPIRED           failed          payment-failed       EXPIRED_PAYMENT
+    410 GRANT_REVOKED (paid, never  failed          payment-completed    (x402srv.problem)
+        delivered: owed to you)
+    410 GRANT_REFUNDED              failed          payment-completed    (x402srv.problem,
+                                                                         x402srv.refundTxHash)
     400 INVALID_REQUEST,            JSON-RPC -32602 Invalid params; the task is unchanged
         TIER_NOT_FOUND,
     409 REQUEST_ID_CONFLICT
@@ -35,6 +39,13 @@ requestId shows ``completed`` too. Failed payments leave the task
 ``input-required`` with the same PaymentRequired, so the client can sign a new
 authorization and pay again. ``completed`` is never undone, and it replaces a
 ``canceled`` or ``failed`` that raced it: a transfer always ends in a grant.
+
+A purchase whose money went back (docs/refunds.md) keeps its task's state
+(``completed`` stays completed: A2A never moves a task out of a terminal
+state), but ``tasks/get`` shows the status message ``refunded`` says: what was
+refunded, the refund's txHash (``x402srv.refundTxHash``) and the 410
+GRANT_REFUNDED problem (``x402srv.problem``), computed from the purchase's
+refunds each time, never stored.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ from x402srv.access.pipeline import AccessResult
 from x402srv.errors import (
     ChallengeExpired,
     CredentialPending,
+    GrantRefunded,
+    GrantRevoked,
     PaymentFailed,
     ProblemError,
     SettlementInProgress,
@@ -239,6 +252,18 @@ def from_problem(error: ProblemError, network: str) -> Update:
             note=_retry_note(error, PaymentStatus.COMPLETED),
             receipt={"success": True, "transaction": tx_hash, "network": network},
         )
+    if isinstance(error, GrantRevoked) and not isinstance(error, GrantRefunded):
+        # Paid, and never delivered (owed back): no grant will come for this task.
+        return Update(
+            state=TaskState.FAILED,
+            note=Note(
+                text=f"{_sentence(error)} It will not be delivered.",
+                payment_status=PaymentStatus.COMPLETED,
+                problem=problem_data(error),
+            ),
+        )
+    if isinstance(error, GrantRefunded):
+        return Update(state=TaskState.FAILED, note=refunded(error))
     if isinstance(error, ChallengeExpired):
         return Update(
             state=TaskState.FAILED,
@@ -250,6 +275,17 @@ def from_problem(error: ProblemError, network: str) -> Update:
             ),
         )
     raise rpc_error(error)
+
+
+def refunded(error: GrantRefunded) -> Note:
+    """The status message of a task whose purchase was refunded (docs/refunds.md)."""
+    tx_hash = str(error.extra.get("txHash") or "")
+    return Note(
+        text=f"{_sentence(error)} Refund transaction: {tx_hash}.",
+        payment_status=PaymentStatus.COMPLETED,
+        problem=problem_data(error),
+        refund_tx_hash=tx_hash or None,
+    )
 
 
 def settlement_failed_after_all(offer: Update) -> Update:

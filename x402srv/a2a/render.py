@@ -66,6 +66,8 @@ def _status_metadata(record: TaskRecord) -> dict[str, Any]:
         metadata[RECEIPTS_KEY] = list(record.receipts)
     if note.tx_hash is not None:
         metadata["x402srv.txHash"] = note.tx_hash
+    if note.refund_tx_hash is not None:
+        metadata["x402srv.refundTxHash"] = note.refund_tx_hash
     if note.retry_after is not None:
         metadata["x402srv.retryAfterSeconds"] = note.retry_after
     if note.problem is not None:

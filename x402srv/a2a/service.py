@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import x402srv.a2a.v1 as v1
@@ -50,7 +50,7 @@ from x402srv.a2a.jsonrpc import (
     read_call,
     result_response,
 )
-from x402srv.a2a.outcomes import rpc_error
+from x402srv.a2a.outcomes import refunded, rpc_error
 from x402srv.a2a.render import render_task
 from x402srv.a2a.repository import TaskRepository
 from x402srv.a2a.streams import TaskStreams
@@ -67,6 +67,7 @@ from x402srv.access.pipeline import AccessPipeline
 from x402srv.config.models import Config
 from x402srv.errors import ProblemError, RateLimited
 from x402srv.interfaces import Clock, Store
+from x402srv.refunds.answers import refunded_answer
 
 __all__ = ["A2AService", "Stream"]
 
@@ -236,6 +237,12 @@ class A2AService:
                 # Reading a task never fails because asking again did: the stored task
                 # is still true as of its last answer.
                 log.warning("a2a: task %s could not be asked again: %s", record.task_id, error)
+        if record.challenge_id is not None:
+            # A purchase whose money went back says so on every read (never stored: a
+            # completed task does not change; its status message does, docs/refunds.md).
+            told = await refunded_answer(self._pipeline.store, record.challenge_id)
+            if told is not None:
+                record = replace(record, note=refunded(told))
         task = render_task(record, query.historyLength)
         return v1.task(task) if v10 else task
 

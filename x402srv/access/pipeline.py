@@ -17,6 +17,11 @@ of ``x402srv/access/`` named beside it; this one only puts them in order.
     names (``top_ups.find_grant``: delivered, sells calls, not expired) and
     binds it into the challenge it creates; a request whose challenge is bound
     to another grant (or to none) is 409 REQUEST_ID_CONFLICT.
+    A *sign-in* (``SIGN-IN-WITH-X``, no payment, no top-up) by a wallet that
+    holds a live grant of the plan (discovery: of any plan) on the resource
+    answers that grant, as a DELIVERED record does (``sign_in``); a wallet
+    without one gets the 402.  -> 400 SIWX_INVALID, 403 SIWX_REJECTED,
+                                   409 SIWX_NONCE_USED, 503 SIWX_UNAVAILABLE
  3. Find the challenge: ``accepted.extra.challengeId``, else ``body.requestId``,
     else the one that claimed this very payment (``find_challenge``), else none
     yet (a discovery-first purchase: its challenge is created, already
@@ -74,6 +79,7 @@ from x402srv.access.proof import PurchaseProof, replays
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.access.recovery import SettlingResolver
 from x402srv.access.settle_step import PENDING_RETRY_AFTER, SettleStep
+from x402srv.access.sign_in import SignIn
 from x402srv.access.top_ups import find_grant
 from x402srv.config.models import Config, Plan
 from x402srv.errors import (
@@ -82,6 +88,8 @@ from x402srv.errors import (
     PaymentFailed,
     RateLimited,
     SettlementInProgress,
+    SiwxInvalid,
+    SiwxRejected,
     TierNotFound,
     TxAlreadyRedeemed,
 )
@@ -102,9 +110,10 @@ from x402srv.server.metrics import current as current_metrics
 from x402srv.settlement.chain import ChainReader
 from x402srv.usage.counters import Counters
 from x402srv.usage.unpaid_limit import UnpaidLimiter
-from x402srv.wire.offers import OfferBuilder
+from x402srv.wire.offers import AccessGranted, OfferBuilder
 from x402srv.wire.protocol import AccessBody, PaymentPayload, decode_payment_header
 from x402srv.wire.protocol import parse_access_body as parse_body
+from x402srv.wire.siwx import access_scope
 
 __all__ = [
     "DELIVERY_LEASE_SECONDS",
@@ -141,6 +150,7 @@ class AccessRequest:
     content_type: str | None
     payment_signature: str | None
     client: str | None = None
+    sign_in: str | None = None  # ``SIGN-IN-WITH-X``
 
 
 class AccessPipeline:
@@ -166,7 +176,7 @@ class AccessPipeline:
         self.chains = _chains(config, chain)
         self.clock = clock
         self.limiter = limiter
-        self.offers = OfferBuilder(config)
+        self.offers = OfferBuilder(config, clock=clock)
         self.plans = config.plan_map  # a pydantic private attribute: slow to reach per request
         self.network = config.network_info  # the first network's first token
         self.mover = moves.Mover(store, clock)
@@ -199,6 +209,8 @@ class AccessPipeline:
         self.delivery = Delivery(  # 10
             self.mover, issuer, self.offers, self.plans, self.metrics, clock
         )
+        #: Access again without paying (docs/sign-in-with-x.md): step 2's sign-in.
+        self.sign_in = SignIn(config, store, clock, self.chains)
         self.settlement = SettleStep(  # 8-9
             settler=settler,
             mover=self.mover,
@@ -227,7 +239,7 @@ class AccessPipeline:
         payment = None
         if request.payment_signature is not None:
             payment = decode_payment_header(request.payment_signature)
-        return await self.access(body, payment, client=request.client)
+        return await self.access(body, payment, client=request.client, sign_in=request.sign_in)
 
     async def access(
         self,
@@ -236,6 +248,7 @@ class AccessPipeline:
         *,
         client: str | None = None,
         top_up_of: str | None = None,
+        sign_in: str | None = None,
     ) -> AccessResult:
         """Steps 2-11 for an already-parsed request (HTTP, the gateway and A2A come here).
 
@@ -246,7 +259,7 @@ class AccessPipeline:
         costs a signature check and a store read, and anyone can make one).
         """
         try:
-            return await self._access(body, payment, client, top_up_of)
+            return await self._access(body, payment, client, top_up_of, sign_in)
         except (PaymentFailed, TxAlreadyRedeemed):
             await self.limit_failed(client)
             raise
@@ -257,6 +270,7 @@ class AccessPipeline:
         payment: PaymentPayload | None,
         client: str | None,
         top_up_of: str | None,
+        sign_in: str | None,
     ) -> AccessResult:
         plan_id = body.plan_id or (payment.extra_str("planId") if payment else None)
         if body.top_up is not None or top_up_of is not None:
@@ -264,15 +278,39 @@ class AccessPipeline:
         if plan_id is None:
             if payment is not None:
                 raise TierNotFound("no planId in the body or in accepted.extra.planId")
+            if sign_in is not None and (granted := await self._signed_in(sign_in, body, client)):
+                return granted
             await self.limit_unpaid(client)
-            return self.offers.discovery()
+            return self.offers.discovery(resource_id=body.resource_id)
         plan = self.plans.get(plan_id)
         if plan is None:
             raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
         if payment is None:
+            if sign_in is not None and (granted := await self._signed_in(sign_in, body, client)):
+                return granted
             await self.limit_unpaid(client)
             return await self._challenge(body, plan)
         return await self._settlement(body, plan, payment)
+
+    async def _signed_in(
+        self, header: str, body: AccessBody, client: str | None
+    ) -> AccessGranted | None:
+        """Step 2's sign-in: the wallet's live grant in scope again, or None (the 402)."""
+        try:
+            signed = await self.sign_in.check(
+                header,
+                scope=access_scope(body.plan_id, body.resource_id),
+                uri=self.config.access_url,
+            )
+        except (SiwxInvalid, SiwxRejected):
+            await self.limit_failed(client)  # a made-up sign-in costs a check, like a payment
+            raise
+        plans = None if body.plan_id is None else (body.plan_id,)
+        record = await self.sign_in.grant(signed, plans, body.resource_id)
+        if record is None:
+            return None
+        await self.sign_in.use(signed)  # once, across instances: 409 for a replay
+        return self.offers.granted(record)
 
     async def limit_unpaid(self, client: str | None) -> None:
         """429 for a client over its unpaid-request limit; paying requests never come here.
@@ -311,18 +349,36 @@ class AccessPipeline:
             raise TierNotFound(f"no plan {plan_id[:64]!r}; POST {{}} lists the plans")
         if payment is None:
             await self.limit_unpaid(client)
-        grant = await find_grant(
-            self.store,
-            self.plans,
-            request_id=body.top_up,
-            challenge_id=top_up_of if body.top_up is None else None,
-            plan_id=plan_id,
-            now=self.clock(),
-        )
+        try:
+            grant = await find_grant(
+                self.store,
+                self.plans,
+                request_id=body.top_up,
+                challenge_id=top_up_of if body.top_up is None else None,
+                plan_id=plan_id,
+                now=self.clock(),
+            )
+        except GrantRevoked:
+            owed = await self._owed_top_up(body)
+            if owed is None:
+                raise
+            # The buyer asks again for a top-up its revoked grant never got: what became of
+            # its own payment answers (owed, or refunded with the refund's txHash), on proof.
+            sent = sent_payment(payment) if payment is not None else None
+            return await self._answer(owed, Caller(body, sent))
         plan = self.plans[grant.plan_id]
         if payment is None:
             return await self._challenge(body, plan, grant)
         return await self._settlement(body, plan, payment, grant)
+
+    async def _owed_top_up(self, body: AccessBody) -> ChallengeRecord | None:
+        """The OWED top-up the body's own ``requestId`` names, if it names one."""
+        if body.request_id is None:
+            return None
+        record = await self.store.get_by_request_id(body.request_id)
+        if record is None or record.top_up_of is None or record.state is not State.OWED:
+            return None
+        return record
 
     async def _challenge(
         self, body: AccessBody, plan: Plan, grant: ChallengeRecord | None = None

@@ -177,6 +177,10 @@ def usage_view(account: CreditAccount | None, calls: int | None) -> dict[str, An
             {"hour": rfc3339(bucket.start), "calls": bucket.calls, "spent": bucket.spent}
             for bucket in account.usage
         ],
+        "usedCalls": [
+            {"at": rfc3339(c.at), "route": c.route, "reserved": c.reserved, "charged": c.charged}
+            for c in account.used_calls
+        ],
     }
 
 

@@ -148,7 +148,8 @@ async def show(config: Config, challenge_id: str) -> dict[str, Any]:
 
     A purchase of a plan that sells calls (or limits them) shows its grant's
     account: calls made, credits added, spent, refunded and left, each credit
-    (the purchase, every top-up) and the recent hourly usage. A top-up shows
+    (the purchase, every top-up), the recent hourly usage and the recent calls
+    charged by use (time, route, reserved, charged). A top-up shows
     the account of the grant it topped up. An OWED record shows what is owed
     to whom (``owed_to_buyer``): what a refund pays back.
     """
@@ -201,6 +202,10 @@ def credits_shown(grant_id: str, account: CreditAccount | None) -> dict[str, Any
         "usage_by_hour": [
             {"hour": rfc3339(b.start), "calls": b.calls, "spent": b.spent, "refunded": b.refunded}
             for b in account.usage
+        ],
+        "calls_charged_by_use": [
+            {"at": rfc3339(c.at), "route": c.route, "reserved": c.reserved, "charged": c.charged}
+            for c in account.used_calls
         ],
     }
 

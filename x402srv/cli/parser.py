@@ -177,7 +177,10 @@ def _challenges(commands: Any) -> None:
         "--limit", type=int, default=100, help="at most this many challenges (default 100)"
     )
     for name, text in (
-        ("show", "one challenge with its history (and its grant's calls, if it sells them)"),
+        (
+            "show",
+            "one challenge with its history (and its grant's credits and calls, if it sells calls)",
+        ),
         ("cancel", "PENDING -> CANCELLED"),
     ):
         action = actions.add_parser(name, help=text)

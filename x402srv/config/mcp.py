@@ -11,6 +11,7 @@ unlisted_tools = { cost = 1 }              # a tool not named below (the default
 ping = { free = true }                     # anyone may call it
 search = { cost = 2 }                      # 2 credits of a plan that sells calls
 report = { price = "$0.05" }               # or one call for $0.05 (the exact payment)
+summarize = { cost = { reserve = 500, from = "meta" } }   # what the tool's result reports
 ```
 
 A tool is one of three things:
@@ -18,6 +19,9 @@ A tool is one of three things:
 - ``free = true``: forwarded for anyone;
 - ``cost = N``: a token of one of the route's plans opens it and spends ``N``
   credits when its plan sells calls (a plan that sells time spends none);
+- ``cost = { reserve = N, from = "meta" }``: charged by use, as a gateway
+  route can be (``ToolUsageCost``): ``N`` credits reserved, then what the
+  tool's result reports in ``_meta["x402srv/usage"]`` kept, capped at ``N``;
 - ``price = "$x"``: also sold one call at a time. x402srv turns each price
   into a plan of one call (``mcp.<tool>``, see ``per_call_plan_id``): the
   pipeline settles it like any purchase, and the call spends the one credit,
@@ -32,20 +36,44 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from x402srv.config.fields import StrictModel
 from x402srv.config.plans import PlanTerms
 
-__all__ = ["McpConfig", "ToolPrice", "check_mcp", "per_call_plan_id"]
+__all__ = ["USAGE_META", "McpConfig", "ToolPrice", "ToolUsageCost", "check_mcp", "per_call_plan_id"]
 
 _PATH: Final = re.compile(r"(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
 #: Tool names as the MCP specification allows them (letters, digits, ``_``, ``-``, ``.``).
 _TOOL: Final = re.compile(r"[A-Za-z0-9_.-]{1,60}")
 _PRICE: Final = re.compile(r"\$([0-9]+)(?:\.([0-9]+))?")
+
+
+#: Where a tool charged by use reports its cost (``{"cost": N}``) in its result's ``_meta``,
+#: and where the buyer reads what it was charged (``{"reserved", "charged", "balance"}``).
+USAGE_META: Final = "x402srv/usage"
+
+
+class ToolUsageCost(StrictModel):
+    """``cost = { reserve = N, from = "meta" }``: a tool call costs what its result reports.
+
+    ``reserve`` credits are taken before the call is forwarded; the integer
+    ``cost`` in the result's ``_meta["x402srv/usage"]`` (capped at ``reserve``)
+    is kept and the rest given back (docs/mcp.md, "Tools charged by use").
+    ``on_missing``: what a call whose result reported nothing usable costs.
+    """
+
+    reserve: int = Field(ge=1, le=1_000_000)
+    source: Literal["meta"] = Field(default="meta", alias="from")
+    on_missing: Literal["reserve", "nothing"] = "reserve"
+
+
+def _cost_kind(value: object) -> str:
+    """Which form of ``cost`` a value is, so an error names only that form's rule."""
+    return "~table" if isinstance(value, dict | ToolUsageCost) else "~number"
 
 
 def per_call_plan_id(tool: str) -> str:
@@ -57,7 +85,14 @@ class ToolPrice(StrictModel):
     """What one tool costs: free, credits of the route's plans, and/or a price per call."""
 
     free: Literal[True] | None = None
-    cost: int | None = Field(default=None, ge=1, le=1_000_000)
+    cost: (
+        Annotated[
+            Annotated[Annotated[int, Field(ge=1, le=1_000_000)], Tag("~number")]
+            | Annotated[ToolUsageCost, Tag("~table")],
+            Discriminator(_cost_kind),
+        ]
+        | None
+    ) = None
     price: str | None = None
 
     @field_validator("price")
@@ -75,14 +110,25 @@ class ToolPrice(StrictModel):
 
     @property
     def credits(self) -> int:
-        """The credits a call spends on a plan that sells calls."""
+        """The credits a call spends (reserves, when charged by use) on a plan that sells calls."""
+        if isinstance(self.cost, ToolUsageCost):
+            return self.cost.reserve
         return self.cost if self.cost is not None else 1
+
+    @property
+    def usage(self) -> ToolUsageCost | None:
+        """How the tool reports a call's cost, when it is charged by use."""
+        return self.cost if isinstance(self.cost, ToolUsageCost) else None
 
     def describe(self) -> str:
         """One line for ``tools/list`` and ``check``."""
         if self.free:
             return "free"
-        parts = [f"{self.credits} credit{'s' if self.credits != 1 else ''} of a plan"]
+        plural = "s" if self.credits != 1 else ""
+        if self.usage is not None:
+            parts = [f"up to {self.credits} credit{plural} of a plan, charged by use"]
+        else:
+            parts = [f"{self.credits} credit{plural} of a plan"]
         if self.price is not None:
             parts.append(f"{self.price} per call")
         return " or ".join(parts)
@@ -183,9 +229,9 @@ def check_mcp(
                 )
             for plan in selling:
                 assert plan.calls is not None
-                if plan.calls < tool.cost:
+                if plan.calls < tool.credits:
                     raise ValueError(
-                        f"{key}.cost: a call costs {tool.cost} credits but plan "
+                        f"{key}.cost: a call costs {tool.credits} credits but plan "
                         f"{plan.plan_id!r} sells only {plan.calls}: its buyers could never make one"
                     )
         if server.unlisted_tools.price is not None:

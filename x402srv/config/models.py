@@ -63,6 +63,7 @@ from x402srv.config.secrets import (
     redact_url,
     validation_context,
 )
+from x402srv.config.siwx import SiwxConfig
 from x402srv.errors import ConfigError
 from x402srv.interfaces import RateWindow
 from x402srv.wire.networks import KNOWN_NETWORKS, NetworkInfo
@@ -354,6 +355,8 @@ class Config(_Model):
     offer_receipt: OfferReceiptConfig | None = None
     #: Buyers' idempotency keys (x402srv/access/payment_ids.py): always declared.
     payment_identifier: PaymentIdentifierConfig = PaymentIdentifierConfig()
+    #: Sign-in-with-x (x402srv/config/siwx.py): declared in every 402 unless disabled.
+    siwx: SiwxConfig = SiwxConfig()
 
     _networks: tuple[Network, ...] = PrivateAttr()
     _options: dict[tuple[str, str], NetworkInfo] = PrivateAttr()

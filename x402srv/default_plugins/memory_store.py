@@ -37,11 +37,12 @@ from x402srv.interfaces import (
     Store,
     TransitionApplied,
     TransitionRequest,
+    UsedCall,
 )
 from x402srv.interfaces import TransitionResult as Result
 from x402srv.refunds.records import RefundRecord
 from x402srv.server.plugin_context import PluginContext
-from x402srv.stores.credit_rules import apply_credit, apply_refund, apply_spend, live
+from x402srv.stores.credit_rules import apply_credit, apply_refund, apply_settle, apply_spend, live
 from x402srv.stores.dump_rules import sort_items
 from x402srv.stores.rules import (
     check_state,
@@ -348,6 +349,15 @@ class MemoryStore(MemoryRefunds):
     async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
         async with self._lock:
             updated, balance = apply_refund(self._accounts.get(grant_id), amount, now=now)
+            if updated is not None:
+                self._put_account(updated)
+            return balance
+
+    async def settle(
+        self, grant_id: str, release: int, *, now: float, call: UsedCall
+    ) -> int | None:
+        async with self._lock:
+            updated, balance = apply_settle(self._accounts.get(grant_id), release, call, now=now)
             if updated is not None:
                 self._put_account(updated)
             return balance

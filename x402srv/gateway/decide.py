@@ -27,7 +27,12 @@ In this order, the first that applies decides:
    A replay of a payment whose grant can no longer open anything answers as
    the token would: expired -> the route's 402 (pay again), signed with a key
    the seller has retired -> 401.
-3. Neither: the route's 402 offer, built from the pipeline's discovery offer
+3. ``SIGN-IN-WITH-X`` (docs/sign-in-with-x.md), no token, no payment: a
+   wallet that holds a live grant of one of the route's plans, proven by the
+   message the route's 402 declared, gets ``Forward`` with that grant's token
+   and grant, as after its payment (the same headers); a wallet without one
+   gets the route's 402. A bad sign-in is refused (``x402srv.access.sign_in``).
+4. None of these: the route's 402 offer, built from the pipeline's discovery offer
    (each option of each plan the route accepts, in the route's order), so a
    standard x402 client pays and retries with no custom code. Like every 402
    it carries a fresh random ``requestId`` in each requirement's ``extra``
@@ -35,7 +40,7 @@ In this order, the first that applies decides:
    gets the grant again (docs/design.md, "Who gets a grant"); a payment copied
    from the chain is never forwarded upstream. It counts
    against the client's unpaid-request limit (429 RATE_LIMITED), as does a
-   payment under 1 or 2 that fails.
+   payment under 1 or 2 or a sign-in under 3 that fails.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ from x402srv.errors import (
     InternalError,
     InvalidToken,
     RevocationsUnavailable,
+    SiwxInvalid,
+    SiwxRejected,
     TokenExpired,
 )
 from x402srv.tokens import admission
@@ -63,6 +70,7 @@ from x402srv.wire.bazaar import bazaar_extension
 from x402srv.wire.offer_receipt import OFFER_RECEIPT
 from x402srv.wire.offers import AccessGranted, PaymentOffer, with_request_id
 from x402srv.wire.protocol import AccessBody, decode_payment_header, encode_header
+from x402srv.wire.siwx import SIGN_IN_WITH_X, route_scope
 
 __all__ = ["Forward", "Gateway", "OutOfCredits", "narrowed_offer"]
 
@@ -99,12 +107,14 @@ def narrowed_offer(
     error: str,
     members: dict[str, Any] | None = None,
     extensions: dict[str, Any] | None = None,
+    siwx_scope: str | None = None,
 ) -> PaymentOffer:
     """The discovery offer narrowed to ``plans`` (in their order), with a fresh requestId.
 
     Every 402 that is not a challenge is built here: the gateway's routes and the
     MCP gateway's payment-required results (``x402srv.gateway.mcp``), so a buyer
-    pays the same requirements whichever door it came through.
+    pays the same requirements whichever door it came through. ``siwx_scope``:
+    what signing in opens (docs/sign-in-with-x.md); without it none is declared.
     """
     discovery = pipeline.offers.catalog.body
     by_plan: dict[str, list[dict[str, Any]]] = {}
@@ -122,6 +132,14 @@ def narrowed_offer(
     signer = pipeline.offers.signer
     if signer is not None:  # signed offers (docs/offer-receipt.md)
         extensions[OFFER_RECEIPT] = signer.offers(resource["url"], required["accepts"])
+    siwx = pipeline.offers.siwx
+    if siwx is not None and siwx_scope is not None:
+        extensions[SIGN_IN_WITH_X] = siwx.declaration(
+            scope=siwx_scope,
+            uri=resource["url"],
+            networks=tuple(accept["network"] for accept in required["accepts"]),
+            now=pipeline.clock(),
+        )
     required["extensions"] = extensions
     body = {
         **required,
@@ -189,6 +207,7 @@ class Gateway:
             members=members,
             # what facilitators list (docs/bazaar.md)
             extensions=bazaar_extension(route.discovery) if route.discovery is not None else None,
+            siwx_scope=route_scope(route.prefix),
         )
 
     async def decide(
@@ -199,6 +218,7 @@ class Gateway:
         payment_signature: str | None,
         resource_url: str,
         client: str | None = None,
+        sign_in: str | None = None,
     ) -> Forward | PaymentOffer | OutOfCredits:
         """See the module docstring; refusals are raised as ``ProblemError``."""
         if authorization:
@@ -207,8 +227,33 @@ class Gateway:
             )
         if payment_signature is not None:
             return await self._paid(route, payment_signature, resource_url, client)
+        if sign_in is not None:
+            signed_in = await self._signed_in(route, sign_in, resource_url, client)
+            if signed_in is not None:
+                return signed_in
         await self.pipeline.limit_unpaid(client)
         return self.offer(route, resource_url)
+
+    async def _signed_in(
+        self, route: RouteConfig, header: str, resource_url: str, client: str | None
+    ) -> Forward | OutOfCredits | None:
+        """3: the wallet's live grant of one of the route's plans, forwarded as after a payment."""
+        sign_in = self.pipeline.sign_in
+        try:
+            signed = await sign_in.check(header, scope=route_scope(route.prefix), uri=resource_url)
+        except (SiwxInvalid, SiwxRejected):
+            await self.pipeline.limit_failed(client)
+            raise
+        record = await sign_in.grant(signed, self.plans(route), _RESOURCE_ID)
+        if record is None:
+            return None
+        await sign_in.use(signed)  # once, across instances: 409 for a replay
+        granted = self.pipeline.offers.granted(record)
+        try:
+            claims = await self.verifier.verify(granted.grant["accessToken"])
+        except (TokenExpired, InvalidToken):
+            return None  # expired since, or signed with a retired key: the route's 402
+        return await self._metered(route, resource_url, claims, granted)
 
     async def _with_token(
         self,

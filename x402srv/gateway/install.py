@@ -118,6 +118,7 @@ def install_gateway(
             payment_signature=request.headers.get("payment-signature"),
             resource_url=config.seller.agent_url + request.path,
             client=client_of(request),
+            sign_in=request.headers.get("sign-in-with-x"),
         )
         if isinstance(decision, PaymentOffer):
             return offer_response(decision)

@@ -90,7 +90,7 @@ class UsageCall:
                 reported,
                 self.reserved,
             )
-        self.usage = await self.meter.settle(self.usage, used)
+        self.usage = await self.meter.settle(self.usage, used, route=self.route.prefix)
         log.info(
             "usage grant=%s route=%s reserved=%d charged=%d balance=%s",
             self.grant_id,
@@ -154,7 +154,7 @@ class UsageCall:
             return self.usage.headers()
         if self.route.refund_on_5xx:
             self.settled = True
-            self.usage = await self.meter.refund(self.usage)
+            self.usage = await self.meter.settle(self.usage, 0, route=self.route.prefix)
             log.info(
                 "usage grant=%s route=%s reserved=%d charged=0 (upstream %d)",
                 self.grant_id,

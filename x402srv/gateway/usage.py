@@ -18,7 +18,7 @@ import json
 import re
 from typing import Final
 
-__all__ = ["MAX_LINE", "SseUsage", "charge", "header_cost", "usage_event"]
+__all__ = ["MAX_LINE", "SseUsage", "charge", "header_cost", "report_cost", "usage_event"]
 
 #: The longest SSE line the reader looks into; the usage event is small.
 MAX_LINE: Final = 64 * 1024
@@ -32,15 +32,23 @@ def header_cost(value: str | None) -> int | None:
     return int(value.strip())
 
 
+def report_cost(document: object) -> int | None:
+    """The cost in a report ``{"cost": N}`` (an SSE usage event, an MCP result's ``_meta``).
+
+    None when it is not an object with a non-negative integer ``cost``.
+    """
+    cost = document.get("cost") if isinstance(document, dict) else None
+    if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost < 10**12:
+        return None
+    return cost
+
+
 def _event_cost(data: str) -> int | None:
     try:
         document = json.loads(data)
     except ValueError:
         return None
-    cost = document.get("cost") if isinstance(document, dict) else None
-    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-        return None
-    return cost
+    return report_cost(document)
 
 
 class SseUsage:

@@ -47,8 +47,14 @@ def sender_of(pipeline: AccessPipeline) -> RefundSender | None:
 
 
 async def after_refund(pipeline: AccessPipeline, refund: RefundRecord) -> None:
-    """A refund that ended REFUNDED is counted (by the process whose move ended it)."""
-    pipeline.counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
+    """A refund that ended REFUNDED is counted (by the process whose move ended it): once,
+    and its amount against its purchase's plan, so the console's revenue is net of it."""
+    counters = pipeline.counters
+    counters.add(f"refunded:{refund.asked_by.split(':')[0]}")
+    purchase = await pipeline.store.get_challenge(refund.purchase_id)
+    plan = purchase.plan_id if purchase is not None else "(unknown)"
+    counters.add(f"refund:{plan}|{refund.network}|{refund.asset}", refund.value)
+    counters.kick()
 
 
 async def revoke_when_repaid(pipeline: AccessPipeline, refund: RefundRecord) -> None:

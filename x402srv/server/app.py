@@ -273,6 +273,7 @@ def _routes(
                 content_type=request.headers.get("content-type"),
                 payment_signature=request.headers.get("payment-signature"),
                 client=client_of(request),
+                sign_in=request.headers.get("sign-in-with-x"),
             )
         )
         if isinstance(result, PaymentOffer):

@@ -17,6 +17,10 @@ Rules, in the order a spend applies them:
    nothing changes.
 4. SPENT: the balance drops by the cost, ``spent`` grows by it, ``calls`` and
    the window count by one, and the hour's usage bucket records both.
+
+A call charged by use then settles (``apply_settle``): the unused part of its
+reservation comes back as a refund, and the call joins ``used_calls`` (the
+newest ``USED_CALLS``: a grant's recent calls, for the operator, not a ledger).
 """
 
 from __future__ import annotations
@@ -34,15 +38,19 @@ from x402srv.interfaces import (
     Spend,
     SpendOutcome,
     UsageBucket,
+    UsedCall,
 )
 
 __all__ = [
     "USAGE_BUCKETS",
     "USAGE_BUCKET_SECONDS",
+    "USED_CALLS",
     "apply_credit",
     "apply_refund",
+    "apply_settle",
     "apply_spend",
     "bucket_start",
+    "check_used_call",
     "decode_account",
     "encode_account",
     "live",
@@ -52,6 +60,10 @@ __all__ = [
 #: A grant's usage history: calls and credits per hour, the most recent hours only.
 USAGE_BUCKET_SECONDS = 3600
 USAGE_BUCKETS = 48
+#: Calls charged by use kept per grant (newest first): what ``challenges show`` lists.
+USED_CALLS = 100
+#: The longest route or tool name a used call records.
+USED_CALL_ROUTE = 200
 
 
 def window_end(now: float, seconds: int) -> int:
@@ -168,6 +180,37 @@ def apply_refund(
     return updated, updated.balance
 
 
+def apply_settle(
+    account: CreditAccount | None, release: int, call: UsedCall, *, now: float
+) -> tuple[CreditAccount | None, int | None]:
+    """The account after settling ``call`` (None: absent, nothing to write) and its balance."""
+    check_used_call(call)
+    if not isinstance(release, int) or release < 0:
+        raise ValueError(f"release must be an integer of 0 or more, not {release!r}")
+    account = live(account, now)
+    if account is None:
+        return None, None
+    updated = replace(
+        account,
+        balance=account.balance + release,
+        refunded=account.refunded + release,
+        usage=_used(account.usage, now, calls=0, spent=0, refunded=release)
+        if release
+        else account.usage,
+        used_calls=(call, *account.used_calls)[:USED_CALLS],
+    )
+    return updated, updated.balance
+
+
+def check_used_call(call: UsedCall) -> None:
+    """A store records only a call that makes sense: ``ValueError`` otherwise."""
+    if not call.route or len(call.route) > USED_CALL_ROUTE:
+        raise ValueError(f"a used call's route is 1 to {USED_CALL_ROUTE} characters")
+    _positive("reserved", call.reserved)
+    if not isinstance(call.charged, int) or not 0 <= call.charged <= call.reserved:
+        raise ValueError(f"charged must be 0 to reserved ({call.reserved}), not {call.charged!r}")
+
+
 def _used(
     usage: tuple[UsageBucket, ...], now: float, *, calls: int, spent: int, refunded: int
 ) -> tuple[UsageBucket, ...]:
@@ -198,6 +241,7 @@ def encode_account(account: CreditAccount, *, entries: bool = True) -> str:
         "window_calls": account.window_calls,
         "keep_until": account.keep_until,
         "usage": [[b.start, b.calls, b.spent, b.refunded] for b in account.usage],
+        "used_calls": [[c.at, c.route, c.reserved, c.charged] for c in account.used_calls],
     }
     if entries:
         document["entries"] = [[e.key, e.amount, e.at] for e in account.entries]
@@ -220,4 +264,8 @@ def decode_account(text: str) -> CreditAccount:
             CreditEntry(str(k), int(a), float(at)) for k, a, at in data.get("entries", ())
         ),
         usage=tuple(UsageBucket(int(s), int(c), int(sp), int(r)) for s, c, sp, r in data["usage"]),
+        used_calls=tuple(
+            UsedCall(float(at), str(route), int(reserved), int(charged))
+            for at, route, reserved, charged in data.get("used_calls", ())
+        ),
     )

@@ -16,7 +16,17 @@ from collections import Counter
 
 import pytest
 
-from x402srv.interfaces import CreditStore, RateWindow, SpendOutcome, Store, keeps_credits
+from x402srv.interfaces import (
+    CreditStore,
+    RateWindow,
+    SpendOutcome,
+    Store,
+    UsageStore,
+    UsedCall,
+    keeps_credits,
+    keeps_used_calls,
+)
+from x402srv.stores.credit_rules import USED_CALLS
 from x402srv.testing.builders import BASE_TIME, new_id
 from x402srv.testing.store_contract_base import RACERS, StoreContractBase
 
@@ -32,6 +42,13 @@ def _credits(store: Store) -> CreditStore:
     if not keeps_credits(store):
         pytest.skip(f"the store {store.name!r} keeps no credits (not a CreditStore)")
     assert isinstance(store, CreditStore)
+    return store
+
+
+def _usage(store: Store) -> UsageStore:
+    if not keeps_used_calls(store):
+        pytest.skip(f"the store {store.name!r} keeps no used calls (not a UsageStore)")
+    assert isinstance(store, UsageStore)
     return store
 
 
@@ -371,3 +388,88 @@ class CreditContract(StoreContractBase):
         assert sum(charged) <= 50
         assert account.balance == 50 - sum(charged) >= 0
         assert account.calls == sum(1 for c in charged if c) >= 10
+
+    async def test_settle_releases_the_unused_part_and_records_the_call(self, store: Store) -> None:
+        usage = _usage(store)
+        grant = await _funded(usage, 10)
+        await usage.spend(grant, 6, now=NOW, keep_until=KEEP)
+        first = UsedCall(NOW + 1, "/v1/complete", 6, 2)
+        assert await usage.settle(grant, 4, now=NOW + 1, call=first) == 8
+        await usage.spend(grant, 3, now=NOW + 2, keep_until=KEEP)
+        whole = UsedCall(NOW + 3, "/mcp:search", 3, 3)  # used all it held: nothing released
+        assert await usage.settle(grant, 0, now=NOW + 3, call=whole) == 5
+        account = await usage.get_credits(grant)
+        assert account is not None
+        assert account.used_calls == (whole, first)  # newest first
+        assert (account.balance, account.spent, account.refunded, account.calls) == (5, 9, 4, 2)
+        assert [(b.calls, b.spent, b.refunded) for b in account.usage] == [(2, 9, 4)]
+
+    async def test_settle_without_an_account_changes_nothing(self, store: Store) -> None:
+        usage = _usage(store)
+        grant = new_id()
+        call = UsedCall(NOW, "/v1/complete", 5, 1)
+        assert await usage.settle(grant, 4, now=NOW, call=call) is None
+        assert await usage.get_credits(grant) is None
+
+    @pytest.mark.parametrize(
+        ("release", "call"),
+        [
+            (-1, UsedCall(NOW, "/r", 5, 1)),
+            (0, UsedCall(NOW, "/r", 5, 6)),
+            (0, UsedCall(NOW, "/r", 0, 0)),
+            (0, UsedCall(NOW, "", 5, 1)),
+            (0, UsedCall(NOW, "/" + "r" * 300, 5, 1)),
+        ],
+        ids=["negative-release", "over-reserved", "no-reservation", "no-route", "long-route"],
+    )
+    async def test_a_settle_that_makes_no_sense_is_refused(
+        self, store: Store, release: int, call: UsedCall
+    ) -> None:
+        usage = _usage(store)
+        grant = await _funded(usage, 10)
+        with pytest.raises(ValueError, match=r"route|reserved|charged|release"):
+            await usage.settle(grant, release, now=NOW, call=call)
+        account = await usage.get_credits(grant)
+        assert account is not None
+        assert (account.balance, account.used_calls) == (10, ())
+
+    async def test_used_calls_are_bounded_newest_first(self, store: Store) -> None:
+        usage = _usage(store)
+        grant = await _funded(usage, 10_000)
+        for i in range(USED_CALLS + 3):
+            await usage.spend(grant, 2, now=NOW + i, keep_until=KEEP)
+            await usage.settle(grant, 1, now=NOW + i, call=UsedCall(NOW + i, f"/r{i}", 2, 1))
+        account = await usage.get_credits(grant)
+        assert account is not None
+        assert len(account.used_calls) == USED_CALLS
+        assert [c.route for c in account.used_calls[:2]] == [
+            f"/r{USED_CALLS + 2}",
+            f"/r{USED_CALLS + 1}",
+        ]
+        assert account.balance == 10_000 - (USED_CALLS + 3)
+
+    async def test_racing_settlements_lose_no_credit_and_no_call(
+        self, sharing: tuple[Store, Store]
+    ) -> None:
+        """60 calls reserving 5 against 100 credits at once, settled with their record."""
+        stores = [_usage(s) for s in sharing]
+        grant = await _funded(stores[0], 100)
+
+        async def call(i: int) -> int:
+            store = stores[i % 2]
+            reserved = await store.spend(grant, 5, now=NOW, keep_until=KEEP)
+            if reserved.outcome is not SPENT:
+                return 0
+            used = i % 6  # 0 to 5
+            record = UsedCall(NOW, f"/r{i}", 5, used)
+            assert await store.settle(grant, 5 - used, now=NOW, call=record) is not None
+            return used
+
+        charged = await asyncio.gather(*(call(i) for i in range(60)))
+        account = await stores[1].get_credits(grant)
+        assert account is not None
+        assert account.balance == 100 - sum(charged) >= 0
+        assert len(account.used_calls) == account.calls
+        assert sorted(c.charged for c in account.used_calls) == sorted(
+            c for i, c in enumerate(charged) if f"/r{i}" in {u.route for u in account.used_calls}
+        )

@@ -30,6 +30,8 @@ from x402srv.interfaces import (
     PortableStore,
     Store,
     TxClaimed,
+    UsageStore,
+    UsedCall,
 )
 from x402srv.plugin import keeps_credits
 from x402srv.testing.builders import (
@@ -150,6 +152,10 @@ class TransferContract(StoreContractBase):
             await store.credit(grant, 50, key="top-up", now=BASE_TIME + 1, keep_until=KEEP)
             await store.spend(grant, 7, now=BASE_TIME + 2, keep_until=KEEP)
             await store.refund(grant, 2, now=BASE_TIME + 3)
+            if isinstance(store, UsageStore):  # a call charged by use, and its record
+                await store.spend(grant, 10, now=BASE_TIME + 4, keep_until=KEEP)
+                call = UsedCall(BASE_TIME + 5, "/v1/complete", 10, 4)
+                await store.settle(grant, 6, now=BASE_TIME + 5, call=call)
         return {
             "records": [pending, delivered, discovered, released],
             "key": key,
@@ -220,9 +226,15 @@ class TransferContract(StoreContractBase):
         if made["grant"] is not None:
             assert isinstance(store, CreditStore)
             assert isinstance(fresh, CreditStore)
-            assert await fresh.get_credits(made["grant"]) == await store.get_credits(made["grant"])
+            moved = await fresh.get_credits(made["grant"])
+            assert moved is not None
+            assert moved == await store.get_credits(made["grant"])
+            if isinstance(store, UsageStore):  # the calls charged by use moved with it
+                assert [(c.route, c.reserved, c.charged) for c in moved.used_calls] == [
+                    ("/v1/complete", 10, 4)
+                ]
             again = await fresh.credit(made["grant"], 50, key="top-up", now=NOW, keep_until=KEEP)
-            assert (again.balance, again.applied) == (145, False)
+            assert (again.balance, again.applied) == (moved.balance, False)
 
     async def test_the_memory_store_reads_every_export(self, store: Store) -> None:
         from x402srv.default_plugins.memory_store import MemoryStore

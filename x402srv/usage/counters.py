@@ -27,6 +27,8 @@ holds a bounded set of counters whatever the traffic.
     owed:<plan>                 PAID -> OWED: paid, nothing delivered, owed back to the buyer
     revoked:<plan>              grants revoked (``x402srv.tokens.revocation``)
     refunded:<who>              refunds on-chain by who asked: operator, auto (``x402srv.refunds``)
+    refund:<plan>|<network>|<asset>
+                                their amount in atomic units (revenue is net of it)
     settler:<name>:<outcome>    settler calls by outcome (settled, rejected, unknown)
     settler:<name>:ms           milliseconds spent in those calls
     tool:<tool>:<outcome>       MCP tool calls by outcome (``x402srv.gateway.mcp``); tools

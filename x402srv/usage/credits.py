@@ -44,10 +44,14 @@ from x402srv.interfaces import (
     Spend,
     SpendOutcome,
     Store,
+    UsageStore,
+    UsedCall,
     keeps_credits,
+    keeps_used_calls,
     system_clock,
 )
 from x402srv.server import metrics
+from x402srv.stores.credit_rules import USED_CALL_ROUTE
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["Meter", "Usage", "ratelimit_fields"]
@@ -137,6 +141,8 @@ class Meter:
         self.access_url = access_url
         self._owns_store = owns_store
         self._thread: _LoopThread | None = None
+        self._keeps_used_calls = keeps_used_calls(store)
+        self._usage_store = cast(UsageStore, store)
 
     @classmethod
     def from_config(
@@ -290,25 +296,35 @@ class Meter:
         metrics.current().credits_refunded(usage.plan.plan_id, usage.cost)
         return replace(usage, cost=0, balance=balance)
 
-    async def settle(self, usage: Usage, used: int) -> Usage:
+    async def settle(self, usage: Usage, used: int, *, route: str) -> Usage:
         """Keep ``used`` of a reservation (``spend`` of the reserve) and give the rest back.
 
-        A route charged by use (docs/selling-calls.md, "Charging by use") spends
-        its whole reserve before forwarding, so the reserve counts against the
-        balance while the call runs; this is the one atomic ``refund`` of what the
-        call did not use. ``used`` is capped at the reservation. A store outage
-        costs the buyer the reservation (logged), as ``refund`` does.
+        A route or tool charged by use (docs/selling-calls.md, "Charging by use")
+        spends its whole reserve before forwarding, so the reserve counts against
+        the balance while the call runs; this is the one atomic step that gives
+        back what the call did not use and, on a store that keeps them
+        (``UsageStore``), records the call under ``route`` for ``challenges
+        show`` and the console. ``used`` is capped at the reservation. A store
+        outage costs the buyer the reservation (logged), as ``refund`` does.
         """
         used = max(0, min(used, usage.cost))
         release = usage.cost - used
-        if release == 0:
-            return usage
+        now = self.clock()
         try:
-            balance = await self.store.refund(usage.grant_id, release, now=self.clock())
+            if self._keeps_used_calls and usage.cost:
+                call = UsedCall(now, route[:USED_CALL_ROUTE], usage.cost, used)
+                balance = await self._usage_store.settle(
+                    usage.grant_id, release, now=now, call=call
+                )
+            elif release:
+                balance = await self.store.refund(usage.grant_id, release, now=now)
+            else:
+                return usage
         except StoreUnavailable:
             log.warning("grant %s: %d reserved credits not released (store down)", *_who(usage))
             return usage
-        metrics.current().credits_refunded(usage.plan.plan_id, release)
+        if release:
+            metrics.current().credits_refunded(usage.plan.plan_id, release)
         return replace(usage, cost=used, balance=balance)
 
     # ------------------------------------------------------------ sync forms

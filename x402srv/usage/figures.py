@@ -120,16 +120,26 @@ def token_terms(config: Config, network: str, asset: str) -> tuple[int | None, b
 
 
 def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
-    """Settled payments per plan, network and asset, per bucket: counts and amounts."""
+    """Settled payments per plan, network and asset, per bucket: counts and amounts.
+
+    Amounts are net of refunds: a refund on-chain (``refund:`` counters, in atomic
+    units, in the hour it was refunded) is taken off its purchase's plan, network
+    and asset in that bucket, and shown in ``refunded``; ``counts`` stay sales.
+    """
     size = window.size
     index = {start: i for i, start in enumerate(window.starts)}
     series: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (hour, name), n in counts.items():
-        if not name.startswith("settled:"):
+        refund = name.startswith("refund:")
+        if not name.startswith("settled:") and not refund:
             continue
         try:
-            plan, network, asset, amount_text = name[len("settled:") :].split("|")
-            amount = int(amount_text)
+            if refund:  # refund:<plan>|<network>|<asset>, counted in atomic units
+                plan, network, asset = name[len("refund:") :].split("|")
+                amount = -1
+            else:
+                plan, network, asset, amount_text = name[len("settled:") :].split("|")
+                amount = int(amount_text)
         except ValueError:
             continue
         slot = index.get(int(hour // size) * size)
@@ -144,14 +154,19 @@ def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
                 "asset": asset,
                 "counts": [0] * points,
                 "amounts": [0] * points,
+                "refunded": [0] * points,
             }
-        row["counts"][slot] += n
-        row["amounts"][slot] += n * amount
+        if refund:
+            row["refunded"][slot] += n
+        else:
+            row["counts"][slot] += n
+        row["amounts"][slot] += n * amount  # net: a refund takes its amount off
     out_series, totals, total_usd, all_usd = [], [], Decimal(0), True
     for key in sorted(series):
         row = series[key]
         decimals, pegged = token_terms(config, row["network"], row["asset"])
         count, amount = sum(row["counts"]), sum(row["amounts"])
+        refunded = sum(row["refunded"])
         dollars = usd(amount, decimals) if decimals is not None and pegged else None
         if dollars is None:
             all_usd = False
@@ -162,6 +177,7 @@ def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
                 **row,
                 "decimals": decimals,
                 "amounts": [str(a) for a in row["amounts"]],
+                "refunded": [str(a) for a in row["refunded"]],
                 "usd": [
                     usd(a, decimals) if decimals is not None and pegged else None
                     for a in row["amounts"]
@@ -175,6 +191,7 @@ def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
                 "asset": row["asset"],
                 "count": count,
                 "amount": str(amount),
+                "refunded": str(refunded),
                 "usd": dollars,
             }
         )
@@ -190,7 +207,7 @@ def revenue(counts: Counts, window: Period, config: Config) -> dict[str, Any]:
 def funnel(counts: Counts) -> dict[str, Any]:
     """Unpaid requests -> challenges -> payments tried -> settled -> delivered, and why not."""
     stages = {"unpaid": 0, "challenges": 0, "tried": 0, "settled": 0, "delivered": 0}
-    limited = revoked = owed = 0
+    limited = revoked = owed = refunded = 0
     failures: dict[str, int] = {}
     by_plan: dict[str, dict[str, int]] = {}
     prefixes = {
@@ -208,6 +225,8 @@ def funnel(counts: Counts) -> dict[str, Any]:
             revoked += n
         elif name.startswith("owed:"):
             owed += n
+        elif name.startswith("refunded:"):
+            refunded += n
         elif name.startswith("failed:"):
             reason = name[len("failed:") :]
             failures[reason] = failures.get(reason, 0) + n
@@ -224,6 +243,7 @@ def funnel(counts: Counts) -> dict[str, Any]:
         "rateLimited": limited,
         "revoked": revoked,
         "owed": owed,
+        "refunded": refunded,
         "failures": [
             {"reason": reason, "count": count}
             for reason, count in sorted(failures.items(), key=lambda item: (-item[1], item[0]))

@@ -37,6 +37,7 @@ from x402srv.wire.networks import NetworkInfo
 from x402srv.wire.offer_receipt import OFFER_RECEIPT, OfferReceiptSigner
 from x402srv.wire.payment_identifier import PAYMENT_IDENTIFIER, declaration
 from x402srv.wire.protocol import encode_header, requirement
+from x402srv.wire.siwx import SiwxDeclarer, access_scope
 
 __all__ = [
     "MAX_PAYMENT_REQUIRED_BYTES",
@@ -161,6 +162,14 @@ class AccessGranted:
 class OfferBuilder:
     def __init__(self, config: Config, *, clock: Clock = system_clock) -> None:
         self._config = config
+        self._clock = clock
+        #: Declares sign-in-with-x in every 402 unless ``[siwx] enabled = false``
+        #: (docs/sign-in-with-x.md); a fresh nonce per answer.
+        self.siwx = (
+            SiwxDeclarer(config.siwx, config.seller.agent_url, config.access_url)
+            if config.siwx.enabled
+            else None
+        )
         #: Signs offers and receipts when ``[offer_receipt]`` is set (docs/offer-receipt.md).
         self.signer = (
             OfferReceiptSigner(config.offer_receipt, config.seller.agent_url, clock=clock)
@@ -172,6 +181,10 @@ class OfferBuilder:
         #: The discovery 402 without a requestId: what every plan costs (the gateway's
         #: routes narrow it). Never sent as it is: ``discovery()`` adds the requestId.
         self.catalog, self._discovery = self._build_discovery()
+        #: Every network a plan is paid on, in the catalogue's order (SIWX's chains).
+        self._networks = tuple(
+            dict.fromkeys(accept["network"] for accept in self.catalog.body["accepts"])
+        )
         self._templates: dict[tuple[Any, ...], _ChallengeTemplate] = {}
         _warn_if_oversized(self)
 
@@ -201,7 +214,9 @@ class OfferBuilder:
     def _plan_discovery(self, plan_id: str) -> DiscoveryConfig | None:
         return self._discoveries.get(plan_id)
 
-    def discovery(self, request_id: str | None = None) -> PaymentOffer:
+    def discovery(
+        self, request_id: str | None = None, *, resource_id: str = "default"
+    ) -> PaymentOffer:
         """The discovery 402 with a fresh random requestId (the same in every requirement).
 
         It is stored nowhere: an unpaid request costs no write. A client that
@@ -214,6 +229,14 @@ class OfferBuilder:
             offers = self.signer.offers(self._config.access_url, self.catalog.body["accepts"])
             required = _with_offers(required, offers, extended=True)
             body = _with_offers(body, offers, extended=True)
+        if self.siwx is not None:  # discovery: a grant of any plan (docs/sign-in-with-x.md)
+            member = self.siwx.member(
+                scope=access_scope(None, resource_id),
+                uri=self._config.access_url,
+                networks=self._networks,
+                now=self._clock(),
+            )
+            required, body = _with_member(required, member), _with_member(body, member)
         header = base64.b64encode(required.encode()).decode("ascii")
         return PaymentOffer(header=header, content=body.encode())
 
@@ -309,6 +332,21 @@ class OfferBuilder:
             accepts = [self.offered_requirement(record, offer) for offer in record.offers]
             offers = self.signer.offers(self._config.access_url, accepts)
             required = _with_offers(required, offers, extended=True)
+        if self.siwx is not None:  # this plan's grant on this resource
+            networks = (
+                tuple(offer.network for offer in record.offers)
+                if record.offers
+                else (record.network,)
+            )
+            required = _with_member(
+                required,
+                self.siwx.member(
+                    scope=access_scope(record.plan_id, record.resource_id),
+                    uri=self._config.access_url,
+                    networks=networks,
+                    now=self._clock(),
+                ),
+            )
         body = (
             required[:-1]
             + ids
@@ -490,6 +528,11 @@ def plan_offers(plan: Plan) -> tuple[Offer, ...]:
         Offer(option.network.caip2, option.network.asset, str(option.amount))
         for option in plan.options
     )
+
+
+def _with_member(document: str, member: str) -> str:
+    """``document`` (compact JSON ending with its ``extensions`` object) with one more member."""
+    return document[:-2] + "," + member + "}}"
 
 
 def _with_offers(document: str, offers: dict[str, Any], *, extended: bool) -> str:

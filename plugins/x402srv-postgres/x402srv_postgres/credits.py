@@ -2,7 +2,7 @@
 
 Like transitions, each is optimistic compare-and-set: read the account and its
 ``version``, decide with x402srv's own credit rules (``apply_credit``,
-``apply_spend``, ``apply_refund``), and let ``save_account()``
+``apply_spend``, ``apply_refund``, ``apply_settle``), and let ``save_account()``
 (migrations/0002) write it only if the version did not move, together with
 the credit's entry; else read again. A spend is two round trips and holds no
 lock between them, so a metered call never waits for another one's network.
@@ -27,8 +27,10 @@ from x402srv.plugin import (
     CreditEntry,
     RateWindow,
     Spend,
+    UsedCall,
     apply_credit,
     apply_refund,
+    apply_settle,
     apply_spend,
     decode_account,
     encode_account,
@@ -52,7 +54,7 @@ SWEEP_ACCOUNTS, SWEEP_EVERY = 20, 1.0
 
 
 class CreditMethods:
-    """``credit``/``spend``/``refund``/``get_credits`` over ``_run`` (see ``PostgresStore``)."""
+    """``credit``/``spend``/``refund``/``settle``/``get_credits`` over ``_run``."""
 
     sql: Statements
     _next_account_sweep: float = 0.0
@@ -135,6 +137,20 @@ class CreditMethods:
             raise self._lost_races(grant_id)
 
         return await self._run("refund", work)
+
+    async def settle(
+        self, grant_id: str, release: int, *, now: float, call: UsedCall
+    ) -> int | None:
+        async def work(conn: Conn) -> int | None:
+            for _ in range(MAX_ROUNDS):
+                row = await conn.fetchrow(self.sql.account, grant_id)
+                stored = decode_account(row["account"]) if row is not None else None
+                updated, balance = apply_settle(stored, release, call, now=now)
+                if updated is None or await self._save(conn, row, stored, updated, now):
+                    return balance
+            raise self._lost_races(grant_id)
+
+        return await self._run("settle", work)
 
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         if not storable(grant_id):

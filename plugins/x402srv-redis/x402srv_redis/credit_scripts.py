@@ -1,20 +1,21 @@
 """The Lua scripts of grant credits: each call is one atomic step, as in ``scripts``.
 
 They repeat ``x402srv.plugin``'s credit rules (``apply_credit``,
-``apply_spend``, ``apply_refund``; the order of the checks is in
-``x402srv.stores.credit_rules``) over the three keys of a grant
-(``keys``: the account hash, its credited keys, its hourly usage). The caller
+``apply_spend``, ``apply_refund``, ``apply_settle``; the order of the checks
+is in ``x402srv.stores.credit_rules``) over the four keys of a grant
+(``keys``: the account hash, its credited keys, its hourly usage, its used
+calls). The caller
 computes the rate window's end and the usage hour in Python (``window_end``,
 ``bucket_start``) and passes them as integer strings, so Lua compares them as
 strings and never rounds a float. ``keep_until`` and ``now`` come as
 ``repr(float)`` strings; an account whose ``keep`` is before ``now`` is absent
-(and deleted by the script that finds it so). Every write sets the three keys
+(and deleted by the script that finds it so). Every write sets the four keys
 to expire at ``keep`` by the caller's clock (``PEXPIRE keep - now``).
 """
 
 from __future__ import annotations
 
-__all__ = ["CREDIT", "GET_CREDITS", "REFUND", "SPEND"]
+__all__ = ["CREDIT", "GET_CREDITS", "REFUND", "SETTLE", "SPEND"]
 
 # Shared by the writing scripts. ``live`` answers the account's keep_until, or
 # false (deleting what a forgotten account left) when it is absent.
@@ -22,7 +23,7 @@ _COMMON = """
 local function live(now)
   local keep = redis.call('HGET', KEYS[1], 'keep')
   if keep and tonumber(keep) < now then
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+    redis.call('DEL', unpack(KEYS))
     return false
   end
   return keep
@@ -63,7 +64,7 @@ end
 
 CREDIT = (
     """#!lua
--- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u
+-- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u, cr:<grant>:c
 -- ARGV: amount, key, now, keep_until
 -- Answers {applied (1/0), balance}.
 """
@@ -90,7 +91,7 @@ return {1, balance}
 
 SPEND = (
     """#!lua
--- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u
+-- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u, cr:<grant>:c
 -- ARGV: cost, now, keep_until, credits ("1"/"0"), limit ("0": no rate window),
 --       window end (integer string), usage hour (integer string), usage buckets kept
 -- Answers {outcome, balance ("" for none), window calls, window end}.
@@ -134,7 +135,7 @@ return {'spent', credits and tostring(balance) or '', window_calls, wend}
 
 REFUND = (
     """#!lua
--- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u
+-- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u, cr:<grant>:c
 -- ARGV: amount, now, usage hour (integer string), usage buckets kept
 -- Answers the balance, or false when there is no (live) account.
 """
@@ -151,9 +152,36 @@ return balance
 """
 )
 
+SETTLE = (
+    """#!lua
+-- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u, cr:<grant>:c
+-- ARGV: release (0 or more), now, usage hour (integer string), usage buckets kept,
+--       the call (JSON [at, route, reserved, charged]), used calls kept
+-- Answers the balance, or false when there is no (live) account.
+"""
+    + _COMMON
+    + """
+local now, release = tonumber(ARGV[2]), tonumber(ARGV[1])
+local keep = live(now)
+if not keep then return false end
+local balance
+if release > 0 then
+  redis.call('HINCRBY', KEYS[1], 'refd', release)
+  balance = redis.call('HINCRBY', KEYS[1], 'bal', release)
+  used(ARGV[3], 0, 0, release, tonumber(ARGV[4]))
+else
+  balance = tonumber(redis.call('HGET', KEYS[1], 'bal'))
+end
+redis.call('LPUSH', KEYS[4], ARGV[5])
+redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+expire(keep, now)
+return balance
+"""
+)
+
 GET_CREDITS = """#!lua flags=no-writes
--- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u; one consistent read of all three.
+-- KEYS: cr:<grant>, cr:<grant>:k, cr:<grant>:u, cr:<grant>:c; one consistent read of all four.
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
-        redis.call('LRANGE', KEYS[3], 0, -1)}
+        redis.call('LRANGE', KEYS[3], 0, -1), redis.call('LRANGE', KEYS[4], 0, -1)}
 """

@@ -7,10 +7,12 @@ call through the gateway within one store round trip of an unmetered one.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from x402srv.plugin import (
     USAGE_BUCKETS,
+    USED_CALLS,
     CreditAccount,
     Credited,
     CreditEntry,
@@ -18,18 +20,20 @@ from x402srv.plugin import (
     Spend,
     SpendOutcome,
     UsageBucket,
+    UsedCall,
     bucket_start,
+    check_used_call,
     nameable,
     window_end,
 )
 
 from .keys import KeySpace
 
-__all__ = ["CreditMethods"]
+__all__ = ["CreditMethods", "decode_used_call", "encode_used_call"]
 
 
 class CreditMethods:
-    """``credit``/``spend``/``refund``/``get_credits`` over ``_script`` (see ``RedisStore``)."""
+    """``credit``/``spend``/``refund``/``settle``/``get_credits`` over ``_script``."""
 
     keys: KeySpace
 
@@ -38,7 +42,12 @@ class CreditMethods:
 
     def _grant_keys(self, grant_id: str) -> list[str]:
         k = self.keys
-        return [k.credits(grant_id), k.credit_keys(grant_id), k.usage(grant_id)]
+        return [
+            k.credits(grant_id),
+            k.credit_keys(grant_id),
+            k.usage(grant_id),
+            k.used_calls(grant_id),
+        ]
 
     async def credit(
         self, grant_id: str, amount: int, *, key: str, now: float, keep_until: float
@@ -96,6 +105,26 @@ class CreditMethods:
         )
         return int(balance) if balance is not None else None
 
+    async def settle(
+        self, grant_id: str, release: int, *, now: float, call: UsedCall
+    ) -> int | None:
+        check_used_call(call)
+        if not isinstance(release, int) or release < 0:
+            raise ValueError(f"release must be an integer of 0 or more, not {release!r}")
+        balance = await self._script(
+            "SETTLE",
+            keys=self._grant_keys(grant_id),
+            args=[
+                release,
+                repr(float(now)),
+                str(bucket_start(now)),
+                USAGE_BUCKETS,
+                encode_used_call(call),
+                USED_CALLS,
+            ],
+        )
+        return int(balance) if balance is not None else None
+
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         if not nameable(grant_id):
             return None
@@ -123,7 +152,17 @@ class CreditMethods:
             keep_until=float(fields["keep"]),
             entries=tuple(entry for _, entry in sorted(entries, key=lambda pair: pair[0])),
             usage=tuple(usage),
+            used_calls=tuple(decode_used_call(line) for line in found[3]),
         )
+
+
+def encode_used_call(call: UsedCall) -> str:
+    return json.dumps([call.at, call.route, call.reserved, call.charged], separators=(",", ":"))
+
+
+def decode_used_call(line: str) -> UsedCall:
+    at, route, reserved, charged = json.loads(line)
+    return UsedCall(float(at), str(route), int(reserved), int(charged))
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:

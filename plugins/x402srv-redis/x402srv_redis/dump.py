@@ -38,6 +38,7 @@ from x402srv.plugin import (
 )
 
 from .connection import converted
+from .credits import encode_used_call
 from .keys import KeySpace
 from .options import RedisOptions
 
@@ -85,7 +86,7 @@ class DumpMethods:
             yield challenge
         async for task in self._export_tasks():
             yield task
-        for grant_id in sorted(await self._scan("cr:", suffixes=(":k", ":u"))):
+        for grant_id in sorted(await self._scan("cr:", suffixes=(":k", ":u", ":c"))):
             account = await self.get_credits(grant_id)
             if account is not None:
                 yield account
@@ -192,9 +193,9 @@ class DumpMethods:
             await self._call("import", raise_fence(keys=[k.lease(lease.name)], args=args))
 
     def _write_account(self, pipe: Any, account: CreditAccount, now: float) -> None:
-        """The three keys of ``credit_scripts``, as its scripts leave them."""
+        """The four keys of ``credit_scripts``, as its scripts leave them."""
         k, grant = self.keys, account.grant_id
-        keys = [k.credits(grant), k.credit_keys(grant), k.usage(grant)]
+        keys = [k.credits(grant), k.credit_keys(grant), k.usage(grant), k.used_calls(grant)]
         pipe.delete(*keys)  # what a forgotten account left
         pipe.hset(
             keys[0],
@@ -222,6 +223,8 @@ class DumpMethods:
             pipe.rpush(
                 keys[2], *(f"{u.start} {u.calls} {u.spent} {u.refunded}" for u in account.usage)
             )
+        if account.used_calls:
+            pipe.rpush(keys[3], *(encode_used_call(call) for call in account.used_calls))
         ttl_ms = max(1, math.ceil((account.keep_until - now) * 1000))
         for key in keys:
             pipe.pexpire(key, ttl_ms)

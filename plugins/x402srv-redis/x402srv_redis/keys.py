@@ -22,6 +22,8 @@ With the default prefix ``x402srv:``::
                                            keep (keep_until), n (entries so far)  (credits)
     x402srv:cr:<grantId>:k          hash   credited key -> "<seq> <amount> <at>"
     x402srv:cr:<grantId>:u          list   "<hour> <calls> <spent> <refunded>", newest first
+    x402srv:cr:<grantId>:c          list   JSON [at, route, reserved, charged] per call
+                                           charged by use, newest first (``settle``)
 
 Records, their indexes, claims and tasks expire ``record_ttl_seconds`` after
 their last write, and so does a payer's set (renewed with each of its records);
@@ -103,3 +105,6 @@ class KeySpace:
 
     def usage(self, grant_id: str) -> str:
         return f"{self.prefix}cr:{grant_id}:u"
+
+    def used_calls(self, grant_id: str) -> str:
+        return f"{self.prefix}cr:{grant_id}:c"

@@ -17,17 +17,18 @@ import sqlite3
 from dataclasses import replace
 
 from x402srv.default_plugins.sqlite.ops import _immediate
-from x402srv.interfaces import CreditAccount, Credited, CreditEntry, RateWindow, Spend
+from x402srv.interfaces import CreditAccount, Credited, CreditEntry, RateWindow, Spend, UsedCall
 from x402srv.stores.credit_rules import (
     apply_credit,
     apply_refund,
+    apply_settle,
     apply_spend,
     decode_account,
     encode_account,
 )
 from x402srv.stores.credit_rules import live as live_account
 
-__all__ = ["SWEEP_ACCOUNTS", "credit", "get_credits", "refund", "spend"]
+__all__ = ["SWEEP_ACCOUNTS", "credit", "get_credits", "refund", "settle", "spend"]
 
 #: Forgotten accounts deleted per ``credit`` at most (each purchase creates one at most).
 SWEEP_ACCOUNTS = 20
@@ -118,6 +119,16 @@ def refund(conn: sqlite3.Connection, grant_id: str, amount: int, now: float) -> 
     with _immediate(conn):
         stored = _load(conn, grant_id)
         updated, balance = apply_refund(stored, amount, now=now)
+        if updated is not None:
+            _save(conn, updated)
+        return balance
+
+
+def settle(
+    conn: sqlite3.Connection, grant_id: str, release: int, now: float, call: UsedCall
+) -> int | None:
+    with _immediate(conn):
+        updated, balance = apply_settle(_load(conn, grant_id), release, call, now=now)
         if updated is not None:
             _save(conn, updated)
         return balance

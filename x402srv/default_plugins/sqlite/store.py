@@ -61,6 +61,7 @@ from x402srv.interfaces import (
     Spend,
     Store,
     TransitionRequest,
+    UsedCall,
 )
 from x402srv.interfaces import TransitionResult as Result
 from x402srv.refunds.records import RefundMove, RefundRecord, RefundState
@@ -265,6 +266,13 @@ class SqliteStore:
 
     async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
         return await self._run("refund", lambda c: credits_ops.refund(c, grant_id, amount, now))
+
+    async def settle(
+        self, grant_id: str, release: int, *, now: float, call: UsedCall
+    ) -> int | None:
+        return await self._run(
+            "settle", lambda c: credits_ops.settle(c, grant_id, release, now, call)
+        )
 
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         if not nameable(grant_id):

@@ -7,7 +7,8 @@ In this order, the first that applies decides:
    every guard: signature, expiry, revocation) and its plan must open the tool
    (one of the path's plans, or the tool's own per-call plan); else a JSON-RPC
    error, never a forwarded call. The call spends the tool's credits
-   (``x402srv.usage.credits``); credits that ran out give the payment-required
+   (``x402srv.usage.credits``; a tool charged by use reserves them, and its
+   result settles the reservation); credits that ran out give the payment-required
    result for the token's plan (paying it tops the same grant up). A token of a
    plan that sells calls sent with ``_meta["x402/payment"]`` is that top-up: the
    payment is settled by the pipeline as a top-up of the token's grant, then the
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from x402srv.access.pipeline import AccessPipeline
-from x402srv.config.mcp import McpConfig, ToolPrice, per_call_plan_id
+from x402srv.config.mcp import McpConfig, ToolPrice, ToolUsageCost, per_call_plan_id
 from x402srv.config.models import Config
 from x402srv.errors import (
     ChallengeExpired,
@@ -76,6 +77,7 @@ class ToolForward:
     granted: AccessGranted | None = None
     usage: Usage | None = None
     bought_plan: bool = False  # the payment bought a plan (its token goes back in ``_meta``)
+    by_use: ToolUsageCost | None = None  # ``usage`` is a reservation the result settles
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,8 @@ class McpGate:
             "credits": price.credits,
             "plans": list(self.plans),
         }
+        if price.usage is not None:  # ``credits`` is the most a call can cost
+            shown["byUse"] = {"reserve": price.usage.reserve}
         if price.price is not None:
             shown["perCall"] = {"price": price.price, "planId": per_call_plan_id(tool)}
         return shown
@@ -293,4 +297,5 @@ class McpGate:
                 plans=(claims.plan_id,),
                 members={k: v for k, v in problem.items() if k not in ("type", "title")},
             )
-        return ToolForward(tool, claims, granted, usage, bought_plan=not per_call)
+        by_use = self.price(tool).usage if not per_call and usage and usage.cost else None
+        return ToolForward(tool, claims, granted, usage, bought_plan=not per_call, by_use=by_use)

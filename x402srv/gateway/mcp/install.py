@@ -28,7 +28,7 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse, JSONResponse
 
 from x402srv.access.pipeline import AccessPipeline
-from x402srv.config.mcp import McpConfig
+from x402srv.config.mcp import USAGE_META, McpConfig, ToolUsageCost
 from x402srv.errors import UpstreamTimeout, UpstreamUnavailable
 from x402srv.gateway.mcp.decide import McpGate, ToolAnswer, ToolForward, refusal
 from x402srv.gateway.mcp.messages import (
@@ -43,9 +43,10 @@ from x402srv.gateway.mcp.messages import (
     parse_message,
 )
 from x402srv.gateway.mcp.proxy import Rewrite, send_upstream, stream_answer
+from x402srv.gateway.usage import charge, report_cost
 from x402srv.server import metrics
 from x402srv.tokens.verify import RevocationSource, TokenVerifier
-from x402srv.usage.credits import Meter
+from x402srv.usage.credits import Meter, Usage
 from x402srv.usage.unpaid_limit import client_of
 
 __all__ = ["METHODS", "install_mcp"]
@@ -129,7 +130,10 @@ class _Door:
                 isinstance(result, dict) and result.get("isError") is True
             )
             outcome[0] = "tool_error" if failed else "ok"
-            meta = await self.receipt(decision, failed=failed)
+            reported = None
+            if decision.by_use is not None and isinstance(result, dict):
+                reported = report_cost(_meta_of(result).get(USAGE_META))
+            meta = await self.receipt(decision, failed=failed, reported=reported)
             if isinstance(result, dict) and meta:
                 result["_meta"] = {**_meta_of(result), **meta}
             elif "error" in document and meta and isinstance(document["error"], dict):
@@ -138,10 +142,20 @@ class _Door:
 
         return rewrite
 
-    async def receipt(self, decision: ToolForward, *, failed: bool) -> dict[str, Any]:
-        """The call's ``_meta``: credits back first if it failed, then what the buyer keeps."""
+    async def receipt(
+        self, decision: ToolForward, *, failed: bool, reported: int | None = None
+    ) -> dict[str, Any]:
+        """The call's ``_meta``: credits back first if it failed, then what the buyer keeps.
+
+        A tool charged by use settles its reservation here, on the cost its
+        result ``reported`` (docs/mcp.md, "Tools charged by use").
+        """
         usage = decision.usage
-        if usage is not None and failed and self.meter is not None and self.server.refund_on_error:
+        by_use = decision.by_use
+        refund = failed and self.server.refund_on_error
+        if usage is not None and by_use is not None and self.meter is not None:
+            usage = await self._settle(decision, usage, by_use, 0 if refund else reported, refund)
+        elif usage is not None and refund and self.meter is not None:
             usage = await self.meter.refund(usage)
         if usage is not None and usage.cost:
             self.gate.pipeline.counters.add(f"tool:{self.label(decision.tool)}:credits", usage.cost)
@@ -156,7 +170,44 @@ class _Door:
                 "limit": fields["RateLimit"],
                 "credits": usage.balance,
             }
+        if usage is not None and by_use is not None:
+            meta[USAGE_META] = {
+                "reserved": by_use.reserve,
+                "charged": usage.cost,
+                "balance": usage.balance,
+            }
         return meta
+
+    async def _settle(
+        self,
+        decision: ToolForward,
+        usage: Usage,
+        by_use: ToolUsageCost,
+        reported: int | None,
+        refunded: bool,
+    ) -> Usage:
+        """The reservation settled once: the report capped, or ``on_missing`` (logged)."""
+        assert self.meter is not None
+        grant, tool = usage.grant_id, decision.tool
+        used = charge(usage.cost, reported, on_missing=by_use.on_missing)
+        if reported is None and not refunded:
+            log.warning(
+                "grant %s on tool %s: the result reported no valid cost; charged %d of %d reserved",
+                grant,
+                self.label(tool),
+                used,
+                usage.cost,
+            )
+        settled = await self.meter.settle(usage, used, route=f"{self.server.path}:{tool}")
+        log.info(
+            "usage grant=%s tool=%s reserved=%d charged=%d balance=%s",
+            grant,
+            self.label(tool),
+            by_use.reserve,
+            settled.cost,
+            settled.balance,
+        )
+        return settled
 
 
 def install_mcp(
