@@ -26,6 +26,7 @@ POINTS = ("after-claim", "after-broadcast", "after-paid", "after-grant")
 #: Reached only by purchases and top-ups of plans that sell calls.
 CREDIT_POINTS = ("after-credit",)
 
+
 def failpoint(name: str) -> None:
     # (read at each call, not at import: a test process forked from an interpreter that
     # imported this module already, x402srv.testing.zygote, has its own environment)
