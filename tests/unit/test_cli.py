@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from tests.support.paths import REPO
+from x402srv.testing import launcher
 from x402srv.testing.servers import free_port, wait_for_http
 
 EXAMPLE = REPO / "config.example.toml"
@@ -42,15 +43,7 @@ ENV_NAME = "X402SRV_UNIT_CLI_FAC_TOKEN"
 def run(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "x402srv", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return launcher.run(args, cwd=cwd, env={**os.environ, **(env or {})}, timeout=60)
 
 
 @pytest.fixture

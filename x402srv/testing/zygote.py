@@ -19,8 +19,8 @@ per message on a ``SOCK_SEQPACKET`` socket pair:
 - then ``{"pid", "returncode"}`` when it ends (negative: killed by a signal).
 
 What a fresh interpreter reads when it starts is set again in the child:
-``sys.path[0]`` (the working directory, as ``-m`` does), ``sys.argv``, the
-environment. x402srv reads its own variables when it uses them, not at import.
+``sys.path`` (the working directory, as ``-m`` does, and ``PYTHONPATH``),
+``sys.argv``, the environment. x402srv reads its own variables when it uses them, not at import.
 ``prometheus_client`` is never imported here: it reads its multiprocess
 directory at import, which ``serve`` sets before its workers import it.
 
@@ -78,6 +78,18 @@ def _warm() -> None:
         raise RuntimeError(f"the zygote runs {threading.active_count()} threads")
 
 
+#: sys.path as this interpreter started: [its cwd, *its PYTHONPATH, *the rest].
+_STARTED_PATH: list[str] = []
+
+
+def _set_path(cwd: str, pythonpath: str) -> None:
+    """``sys.path`` as a fresh ``python -m`` in ``cwd`` with ``pythonpath`` would have it."""
+    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    rest = _STARTED_PATH[1 + len(own) :]
+    added = [os.path.join(cwd, p) for p in pythonpath.split(os.pathsep) if p]
+    sys.path[:] = [cwd, *added, *rest]
+
+
 def _child(request: dict[str, Any], fds: list[int], closing: list[int]) -> NoReturn:
     code = 1
     try:
@@ -95,7 +107,7 @@ def _child(request: dict[str, Any], fds: list[int], closing: list[int]) -> NoRet
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.path[0] = os.getcwd()
+        _set_path(os.getcwd(), os.environ.get("PYTHONPATH", ""))
         sys.argv = ["x402srv", *request["args"]]
         from x402srv.cli.main import main
 
@@ -115,6 +127,7 @@ def _child(request: dict[str, Any], fds: list[int], closing: list[int]) -> NoRet
 
 def serve(fd: int) -> None:
     """Answer launch requests on the socket ``fd`` until it closes."""
+    _STARTED_PATH[:] = sys.path
     _warm()
     gc.collect()
     gc.freeze()  # the children share these pages instead of copying them at their first GC
