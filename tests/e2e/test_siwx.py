@@ -23,6 +23,7 @@ import httpx
 import pytest
 from eth_account import Account as LocalAccountFactory
 from eth_account.signers.local import LocalAccount
+from eth_utils.crypto import keccak
 from x402.extensions.sign_in_with_x import (
     SIGN_IN_WITH_X,
     build_siwx_schema,
@@ -40,12 +41,19 @@ from tests.support.siwx import (
     decode_siwx,
     delivered_grant,
     encode_siwx,
+    personal_sign_hash,
     signed_in,
     siwe_text,
     wallet_sign_in,
 )
 from x402srv.config.models import Secret
 from x402srv.devchain import Devchain
+from x402srv.settlement.chain import ChainReader
+from x402srv.settlement.contract_signatures import (
+    EIP6492_SUFFIX,
+    _eth_call,  # the node's wording of a failed call, classified
+    contract_signature_valid,
+)
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess
 
@@ -338,6 +346,9 @@ async def test_siwx_an_undeployed_wallet_signs_in_with_erc6492(
         lambda signature: wallets.wrap_6492(stranger.address, salt, signature),
     )
     assert send(first.access_url, theirs).status_code == 403
+    junk = decode_siwx(theirs)
+    junk["signature"] = "0x" + (b"\x01" * 40 + EIP6492_SUFFIX).hex()  # the validator reverts
+    assert send(first.access_url, encode_siwx(junk)).status_code == 403
     header = await wallet_sign_in(answer, first.access_url, wallet, owner, wrapped)
     signed = send(first.access_url, header)
     assert signed.status_code == 200, signed.text
@@ -350,3 +361,28 @@ async def test_siwx_an_undeployed_wallet_signs_in_with_erc6492(
     answer = httpx.post(first.access_url, json={"planId": "hourly"})
     later = await wallet_sign_in(answer, first.access_url, wallet, owner, wrapped)
     assert send(first.access_url, later).status_code == 200
+
+
+async def test_siwx_a_contract_signature_costing_more_than_the_gas_cap_is_not_valid(
+    wallets: SmartWallets, devchain: Devchain
+) -> None:
+    """Out of gas is "not valid" (403), never "the RPC did not answer" (503) nor "valid"."""
+    owner = devchain.new_account(eth=0)
+    wallet, salt = wallets.counterfactual(owner)
+    digest = keccak(b"a message")
+    wrapped = wallets.wrap_6492(owner.address, salt, personal_sign_hash(owner, digest))
+    chain = ChainReader(devchain.rpc_url)
+    await chain.open()
+    try:
+        assert await contract_signature_valid(chain, wallet, digest, wrapped)
+        # Enough to start the validator, not to deploy the wallet inside it.
+        assert not await contract_signature_valid(chain, wallet, digest, wrapped, gas_cap=150_000)
+        # A call that runs out of the cap at its top level, in the node's own words.
+        deploying = {
+            "to": wallets.factory,
+            "data": "0x" + wallets.deploy_call(owner.address, salt).hex(),
+        }
+        assert await _eth_call(chain, deploying, 60_000) is None
+        assert not wallets.has_code(wallet)
+    finally:
+        await chain.close()

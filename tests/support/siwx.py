@@ -21,6 +21,7 @@ import httpx
 from eth_abi.abi import encode
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
+from eth_typing import Hash32
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 from x402.extensions.sign_in_with_x import (
@@ -71,6 +72,11 @@ def encode_siwx(document: dict[str, Any]) -> str:
 
 def personal_sign(account: LocalAccount, text: str) -> bytes:
     return bytes(account.sign_message(encode_defunct(text=text)).signature)
+
+
+def personal_sign_hash(account: LocalAccount, digest: bytes) -> bytes:
+    """``account``'s bare ECDSA signature of ``digest`` (what our wallet's owner gives)."""
+    return bytes(account.unsafe_sign_hash(Hash32(digest)).signature)
 
 
 class SmartWallets:
