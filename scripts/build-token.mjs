@@ -3,11 +3,15 @@
 //
 //   contracts/EIP3009Token.sol  -> x402srv/devchain/EIP3009Token.json  (the USDC look-alike)
 //   contracts/BatchSettle.sol   -> x402srv/devchain/BatchSettle.json   (one tx, many authorizations)
+//   contracts/SmartWallet.sol   -> x402srv/devchain/SmartWallet.json and SmartWalletFactory.json
+//                                  (an ERC-1271 wallet and its CREATE2 factory, for the tests)
+//   contracts/UniversalSigValidator.sol -> x402srv/settlement/UniversalSigValidator.json
+//                                  (ERC-6492's deployless verifier: the server runs its bytecode)
 //
 // The settings below are part of each artifact's identity: a test recompiles the sources
 // with this script and fails if a checked-in artifact differs.
 //
-// Usage: node scripts/build-token.mjs [--out-dir DIR]   (default: x402srv/devchain)
+// Usage: node scripts/build-token.mjs [--out-dir DIR]   (default: each artifact's place above)
 
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -18,8 +22,14 @@ import { parseArgs } from "node:util";
 import solc from "solc";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const CONTRACTS = ["EIP3009Token", "BatchSettle"];
-const DEFAULT_OUT_DIR = join(ROOT, "x402srv", "devchain");
+// [source file, contract, where the artifact lives in the package]
+const CONTRACTS = [
+  ["EIP3009Token", "EIP3009Token", "devchain"],
+  ["BatchSettle", "BatchSettle", "devchain"],
+  ["SmartWallet", "SmartWallet", "devchain"],
+  ["SmartWallet", "SmartWalletFactory", "devchain"],
+  ["UniversalSigValidator", "UniversalSigValidator", "settlement"],
+];
 
 // cancun: supported by anvil and by every chain x402 settles on; newer opcodes are not needed.
 function settings(name) {
@@ -49,8 +59,8 @@ function compile(name, sourceUnit, source) {
   return output.contracts[sourceUnit][name];
 }
 
-function build(name, outDir) {
-  const sourceUnit = `contracts/${name}.sol`;
+function build(file, name, outDir) {
+  const sourceUnit = `contracts/${file}.sol`;
   const source = readFileSync(join(ROOT, sourceUnit), "utf8");
   const contract = compile(name, sourceUnit, source);
   const artifact = {
@@ -67,12 +77,12 @@ function build(name, outDir) {
 
 function main() {
   const { values } = parseArgs({
-    options: { "out-dir": { type: "string", default: DEFAULT_OUT_DIR } },
+    options: { "out-dir": { type: "string" } },
   });
-  const outDir = resolve(values["out-dir"]);
-  mkdirSync(outDir, { recursive: true });
-  for (const name of CONTRACTS) {
-    build(name, outDir);
+  for (const [file, name, place] of CONTRACTS) {
+    const outDir = values["out-dir"] ? resolve(values["out-dir"]) : join(ROOT, "x402srv", place);
+    mkdirSync(outDir, { recursive: true });
+    build(file, name, outDir);
   }
 }
 

@@ -10,19 +10,25 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO
-from x402srv.devchain import BATCH_ARTIFACT_FILE, load_artifact
 
-#: (contract name, artifact file): every contract scripts/build-token builds.
-CONTRACTS = [("EIP3009Token", "EIP3009Token.json"), ("BatchSettle", BATCH_ARTIFACT_FILE)]
+SETTLEMENT = "x402srv/settlement"
+#: (source file, contract name, artifact): every contract scripts/build-token builds.
+CONTRACTS = [
+    ("EIP3009Token", "EIP3009Token", "x402srv/devchain/EIP3009Token.json"),
+    ("BatchSettle", "BatchSettle", "x402srv/devchain/BatchSettle.json"),
+    ("SmartWallet", "SmartWallet", "x402srv/devchain/SmartWallet.json"),
+    ("SmartWallet", "SmartWalletFactory", "x402srv/devchain/SmartWalletFactory.json"),
+    ("UniversalSigValidator", "UniversalSigValidator", f"{SETTLEMENT}/UniversalSigValidator.json"),
+]
 
 
-@pytest.mark.parametrize(("name", "artifact"), CONTRACTS)
-def test_artifact_matches_source_hash(name: str, artifact: str) -> None:
+@pytest.mark.parametrize(("file", "name", "artifact"), CONTRACTS)
+def test_artifact_matches_source_hash(file: str, name: str, artifact: str) -> None:
     """Cheap staleness check that needs no compiler."""
-    source = REPO / "contracts" / f"{name}.sol"
-    loaded = load_artifact(artifact)
-    assert loaded.contract_name == name
-    assert loaded.source_sha256 == hashlib.sha256(source.read_bytes()).hexdigest()
+    source = REPO / "contracts" / f"{file}.sol"
+    loaded = json.loads((REPO / artifact).read_text())
+    assert loaded["contractName"] == name
+    assert loaded["sourceSha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def test_artifacts_equal_a_fresh_compile(tmp_path: Path) -> None:
@@ -33,9 +39,9 @@ def test_artifacts_equal_a_fresh_compile(tmp_path: Path) -> None:
         capture_output=True,
         timeout=120,
     )
-    for _, artifact in CONTRACTS:
-        fresh = json.loads((tmp_path / artifact).read_text())
-        committed = json.loads((REPO / "x402srv" / "devchain" / artifact).read_text())
+    for _, _, artifact in CONTRACTS:
+        fresh = json.loads((tmp_path / Path(artifact).name).read_text())
+        committed = json.loads((REPO / artifact).read_text())
         assert fresh["abi"] == committed["abi"], "run scripts/build-token and commit the artifact"
         assert fresh["bytecode"] == committed["bytecode"], "run scripts/build-token"
         assert fresh == committed

@@ -43,7 +43,7 @@ from x402srv.settlement.contract_signatures import contract_signature_valid
 from x402srv.wire.eip712 import recover_signer
 from x402srv.wire.siwx import SiwxDeclarer, SiwxPayload, parse_header, scope_tag, siwe_message
 
-__all__ = ["SignIn", "SignedIn"]
+__all__ = ["SignIn", "SignedIn", "use_nonce"]
 
 #: How far ahead of our clock another instance's ``issuedAt`` may be.
 CLOCK_SKEW_SECONDS: Final = 5.0
@@ -170,16 +170,27 @@ class SignIn:
 
     async def use(self, signed: SignedIn) -> None:
         """Step 5: the nonce, used once across every instance; 409 for the second use."""
-        document = {"format": _NONCE_FORMAT, "payer": signed.payer.lower()}
-        created = await self.store.save_task(
-            _NONCE_KEY + signed.payload.nonce,
-            document,
-            expect_version=None,
-            # Past this the message is refused anyway (step 2), so the nonce can go.
-            prune_after=signed.valid_until + CLOCK_SKEW_SECONDS,
+        await use_nonce(
+            self.store, signed.payload.nonce, payer=signed.payer, valid_until=signed.valid_until
         )
-        if created is None:
-            raise SiwxNonceUsed("this sign-in was used before: sign the next 402's message")
+
+
+async def use_nonce(store: Store, nonce: str, *, payer: str, valid_until: float) -> None:
+    """Use a sign-in's nonce once in ``store``; ``SiwxNonceUsed`` if it was used before.
+
+    A create-if-absent task document, the claim every store makes atomic (its
+    contract suite races it, ``x402srv.testing.store_contract_siwx``), so a
+    third-party store gets sign-in-with-x with no method of its own.
+    """
+    created = await store.save_task(
+        _NONCE_KEY + nonce,
+        {"format": _NONCE_FORMAT, "payer": payer.lower()},
+        expect_version=None,
+        # Past this the message is refused anyway (step 2), so the nonce can go.
+        prune_after=valid_until + CLOCK_SKEW_SECONDS,
+    )
+    if created is None:
+        raise SiwxNonceUsed("this sign-in was used before: sign the next 402's message")
 
 
 def _eip191(message: str) -> bytes:

@@ -76,6 +76,7 @@ from x402srv.testing.store_contract_listing import ListingContract
 from x402srv.testing.store_contract_owed import OwedContract
 from x402srv.testing.store_contract_refunds import RefundContract
 from x402srv.testing.store_contract_search import SearchContract
+from x402srv.testing.store_contract_siwx import SiwxNonceContract
 from x402srv.testing.store_contract_transfer import TransferContract
 
 # ``settling`` and ``paid`` stay importable from here for the stores' own tests.
@@ -91,6 +92,7 @@ class StoreContract(
     CountsContract,
     CreditContract,
     TransferContract,
+    SiwxNonceContract,
     StoreContractBase,
 ):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""
