@@ -51,6 +51,7 @@ from x402srv.devchain import Devchain
 from x402srv.testing import toml
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.fixtures import FacilitatorProcess
+from x402srv.testing.launcher import Launched
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
 
 #: What a stop may take, from the signal to the exit of the last process.
@@ -97,7 +98,7 @@ def group_alive(pid: int) -> bool:
     return True
 
 
-def stopped_within(process: subprocess.Popen[bytes], seconds: float) -> float | None:
+def stopped_within(process: subprocess.Popen[bytes] | Launched, seconds: float) -> float | None:
     """Seconds until the process and its whole group ended, or None if not in ``seconds``."""
     start = time.monotonic()
     try:

@@ -9,6 +9,7 @@ back the stored grant without a second transfer.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 from eth_account.signers.local import LocalAccount
@@ -98,12 +99,27 @@ async def test_delivered_replay_returns_same_grant_without_second_transfer(
     assert seller.balance() == balance
 
 
+def sign_in_nonce(document: dict[str, Any]) -> str:
+    return str(document["extensions"]["sign-in-with-x"]["info"]["nonce"])
+
+
+def without_sign_in(document: dict[str, Any]) -> dict[str, Any]:
+    extensions = {k: v for k, v in document["extensions"].items() if k != "sign-in-with-x"}
+    return {**document, "extensions": extensions}
+
+
 async def test_pending_challenge_is_idempotent(seller: Seller, request_id: str) -> None:
     first = httpx.post(seller.access_url, json={"planId": "hourly", "requestId": request_id})
     second = httpx.post(seller.access_url, json={"planId": "hourly", "requestId": request_id})
     assert first.status_code == second.status_code == 402
-    assert first.json() == second.json()
-    assert first.headers["payment-required"] == second.headers["payment-required"]
+    # The same challenge, word for word, but for the sign-in-with-x nonce: fresh in every
+    # 402, as the extension asks (docs/sign-in-with-x.md).
+    nonces = {sign_in_nonce(r.json()) for r in (first, second)}
+    assert len(nonces) == 2
+    assert without_sign_in(first.json()) == without_sign_in(second.json())
+    assert without_sign_in(decode_header(first.headers["payment-required"])) == without_sign_in(
+        decode_header(second.headers["payment-required"])
+    )
     body = first.json()
     assert body["requestId"] == request_id
     assert body["accepts"][0]["extra"]["challengeId"] == body["challengeId"]

@@ -158,7 +158,13 @@ def _differs(original: Any, value: Any) -> bool:
                 if int(original, base) == int(value, base):
                     return False
         return True
+    if _number(original) and _number(value):  # JSON has one number type: 2.0 is 2
+        return bool(original != value)
     return type(original) is not type(value) or original != value
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @FUZZ

@@ -4,7 +4,7 @@ Every read is bounded: figures come from the store's per-hour counters
 (``x402srv.usage.figures``), lists are one ``find_challenges`` page (newest
 first, a cursor for the next), a search is one index lookup. The two
 writes are the state machine's own moves: cancelling is PENDING ->
-CANCELLED, revoking is ``x402srv.tokens.revocation.revoke_grant``.
+CANCELLED, revoking is ``x402srv.refunds.running.revoke``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from x402srv.interfaces import (
     TransitionRequest,
     keeps_credits,
 )
+from x402srv.refunds.running import revoke
 from x402srv.server.health import Readiness
-from x402srv.tokens.revocation import revoke_grant
 from x402srv.usage import figures, sales
 from x402srv.usage.counters import HOUR
 from x402srv.wire.offers import rfc3339
@@ -221,9 +221,7 @@ class AdminService:
 
     async def revoke(self, challenge_id: str, reason: str | None, who: str) -> Page:
         why = (reason or "").strip()[:120] or "no reason given"
-        record, revoked_now = await revoke_grant(
-            self.pipeline, challenge_id, reason=f"by {who}: {why}"
-        )
+        record, revoked_now = await revoke(self.pipeline, challenge_id, reason=f"by {who}: {why}")
         return {
             **grant_view(record, self.config, self._now(), await self._usage(record)),
             "revokedNow": revoked_now,

@@ -235,8 +235,8 @@ async def cancel(config: Config, challenge_id: str) -> ChallengeRecord:
 
 
 async def revoke(config: Config, challenge_id: str, reason: str) -> tuple[ChallengeRecord, bool]:
-    """Revoke a delivered grant (``x402srv.tokens.revocation``); idempotent."""
-    from x402srv.tokens.revocation import revoke_grant
+    """Revoke a delivered grant (``x402srv.refunds.running.revoke``); idempotent."""
+    from x402srv.refunds.running import revoke as revoke_grant
 
     async with opened(config) as pipeline:
         return await revoke_grant(pipeline, challenge_id, reason=f"by operator: {reason}")

@@ -53,6 +53,7 @@ __all__ = [
     "marked",
     "owed_top_ups",
     "paid_at",
+    "refunds_unused_credits",
     "revoked_grants",
     "undelivered",
     "unused_credits",
@@ -235,3 +236,13 @@ async def revoked_grants(pipeline: AccessPipeline) -> list[RefundRecord]:
         if grant is not None and marked(grant):
             asked.extend(await unused_credits(pipeline, grant))
     return asked
+
+
+def refunds_unused_credits(pipeline: AccessPipeline, record: ChallengeRecord) -> bool:
+    """Whether revoking this grant refunds its unused credits (``[refunds] auto_unused_credits``
+    and a plan that sells calls; docs/refunds.md)."""
+    config = pipeline.config
+    if not config.refunds.auto_unused_credits or not config.refunds.enabled:
+        return False
+    plan = pipeline.plans.get(record.plan_id)
+    return record.calls is not None or (plan is not None and plan.calls is not None)

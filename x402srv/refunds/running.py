@@ -22,6 +22,7 @@ from x402srv.refunds.wallet import wallets
 
 if TYPE_CHECKING:
     from x402srv.access.pipeline import AccessPipeline
+    from x402srv.access.records import ChallengeRecord
     from x402srv.access.records import ChallengeRecord as RecordLike
 
 __all__ = ["refund_pass", "refund_unused_credits", "revoke_when_repaid", "sender_of"]
@@ -66,7 +67,6 @@ async def revoke_when_repaid(pipeline: AccessPipeline, refund: RefundRecord) -> 
     """
     from x402srv.access.records import State
     from x402srv.refunds.service import money_of
-    from x402srv.tokens.revocation import revoke_grant
 
     if not refund.revoke_grant:
         return
@@ -75,9 +75,30 @@ async def revoke_when_repaid(pipeline: AccessPipeline, refund: RefundRecord) -> 
     if money.left > 0 or purchase.state is not State.DELIVERED or purchase.top_up_of:
         return
     if purchase.revoked_at is None:
-        await revoke_grant(
+        await revoke(
             pipeline, purchase.challenge_id, reason=f"refunded in full ({refund.refund_id})"
         )
+
+
+async def revoke(
+    pipeline: AccessPipeline, challenge_id: str, *, reason: str
+) -> tuple[ChallengeRecord, bool]:
+    """Revoke a grant (``tokens.revocation.revoke_grant``) and, with ``[refunds]
+    auto_unused_credits``, refund its unused credits pro rata (docs/refunds.md).
+
+    The operators' revocations (CLI, admin API, console) come through here. The
+    history line is marked first, so a pass finishes what a crash cut short.
+    """
+    from x402srv.refunds.automatic import UNUSED_MARK, refunds_unused_credits
+    from x402srv.tokens.revocation import revoke_grant
+
+    def marked(record: ChallengeRecord) -> str | None:
+        return UNUSED_MARK if refunds_unused_credits(pipeline, record) else None
+
+    record, revoked_now = await revoke_grant(pipeline, challenge_id, reason=reason, mark=marked)
+    if revoked_now and refunds_unused_credits(pipeline, record):
+        await refund_unused_credits(pipeline, record)
+    return record, revoked_now
 
 
 async def refund_pass(pipeline: AccessPipeline) -> list[RefundRecord]:

@@ -20,8 +20,7 @@ from typing import Any, Self
 
 import httpx
 
-from x402srv.testing import launcher
-from x402srv.testing.launcher import Launched
+from x402srv.testing.launcher import Launched, popen
 from x402srv.testing.toml import dumps as toml_dumps
 
 __all__ = ["ServerProcess", "free_port", "seller_config", "wait_for_http"]
@@ -152,7 +151,7 @@ class ServerProcess:
         self.config_path.write_text(toml_dumps(self.config))
         args = ["--config", str(self.config_path), "--port", str(self.port)]
         with self.log_path.open("ab") as log:
-            self.process = launcher.popen(
+            self.process = popen(
                 [*args, "--workers", str(self.workers)],
                 stdout=log,
                 stderr=subprocess.STDOUT,

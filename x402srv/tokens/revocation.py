@@ -163,12 +163,19 @@ class RevocationBook:
 
 
 async def revoke_grant(
-    pipeline: AccessPipeline, challenge_id: str, *, reason: str = "revoked by the seller"
+    pipeline: AccessPipeline,
+    challenge_id: str,
+    *,
+    reason: str = "revoked by the seller",
+    mark: Callable[[ChallengeRecord], str | None] | None = None,
 ) -> tuple[ChallengeRecord, bool]:
     """Revoke the grant of ``challenge_id``; (the record, whether this call revoked it).
 
     Only a DELIVERED record has a grant to revoke (``StateConflict`` otherwise,
     ``NotFound`` for no record). See the module docstring for the two steps.
+    ``mark(record)``, when given and not None, goes before ``reason`` in the
+    history line (``x402srv.refunds.running.revoke`` marks the revocations whose
+    unused credits it refunds).
     """
     book = RevocationBook(pipeline.store)
     for _ in range(MAX_ROUNDS):
@@ -188,34 +195,16 @@ async def revoke_grant(
         await book.add(challenge_id, token_lifetime_end(record, now), now)
         if record.revoked_at is not None:
             return record, False
-        unused = _refunds_unused_credits(pipeline, record)
-        said = reason
-        if unused:
-            from x402srv.refunds.automatic import UNUSED_MARK
-
-            said = f"{UNUSED_MARK}; {reason}"
+        marked = mark(record) if mark is not None else None
+        said = reason if marked is None else f"{marked}; {reason}"
         result = await pipeline.transition(_revoking(record, now, said))
         if isinstance(result, TransitionApplied):
             pipeline.counters.add(f"revoked:{record.plan_id}")
-            if unused:
-                from x402srv.refunds.running import refund_unused_credits
-
-                await refund_unused_credits(pipeline, result.record)
             return result.record, True
         if isinstance(result, StateMismatch) and result.record is None:
             raise NotFound(f"no challenge {challenge_id}")
         # Lost to a concurrent revocation (or delivery-side write): look again.
     raise StoreUnavailable("the grant kept changing; retry", retry_after=1)
-
-
-def _refunds_unused_credits(pipeline: AccessPipeline, record: ChallengeRecord) -> bool:
-    """Whether revoking this grant refunds its unused credits (``[refunds] auto_unused_credits``
-    and a plan that sells calls; docs/refunds.md)."""
-    config = pipeline.config
-    if not config.refunds.auto_unused_credits or not config.refunds.enabled:
-        return False
-    plan = pipeline.plans.get(record.plan_id)
-    return record.calls is not None or (plan is not None and plan.calls is not None)
 
 
 def _revoking(record: ChallengeRecord, at: float, reason: str) -> TransitionRequest:
