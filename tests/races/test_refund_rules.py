@@ -29,8 +29,9 @@ from x402srv.devchain import Devchain
 from x402srv.interfaces import CreditStore, TransitionApplied, TransitionRequest
 from x402srv.refunds.automatic import UNUSED_MARK, undelivered, unused_share
 from x402srv.refunds.records import RefundRecord, RefundState
+from x402srv.refunds.running import revoke
 from x402srv.refunds.store import RefundStore
-from x402srv.tokens.revocation import RevocationBook, _revoking, revoke_grant
+from x402srv.tokens.revocation import RevocationBook, _revoking
 from x402srv.usage.figures import funnel, period, revenue
 
 DEADLINE = 600
@@ -271,7 +272,7 @@ async def test_revoking_a_calls_grant_refunds_its_unused_credits_pro_rata(
     grant_id = await one_call_spent(rig, buyer)
 
     rig.settler.then(OnChain(rig.devchain, rig.relayer))
-    revoked, applied = await revoke_grant(rig.pipeline, grant_id)
+    revoked, applied = await revoke(rig.pipeline, grant_id, reason="revoked by the seller")
     assert applied and UNUSED_MARK in revoked.history[-1].reason
     (refund,) = await refunds_of(rig, grant_id)
     assert (refund.state, refund.asked_by, refund.amount) == (
