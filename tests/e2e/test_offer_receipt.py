@@ -17,7 +17,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.console import ADMIN_TOKEN, Console, console_pages
 from tests.support.paths import REPO
 from tests.support.seller import Seller, decode_header
+from x402srv.testing import launcher
 from x402srv.testing.buyers import paying_client
 
 SIGNING_KEY = Account.create()
@@ -142,14 +142,10 @@ async def test_offer_receipt_the_receipt_in_payment_response_and_grant_verifies(
     assert not accepted(forged, receipt)
     # export-sales writes it too, for the seller's books.
     server = signing_seller.server
-    exported = subprocess.run(
-        [sys.executable, "-m", "x402srv", "export-sales", "--config", "seller.toml", "--from", "0"],
+    exported = launcher.run(
+        ["export-sales", "--config", "seller.toml", "--from", "0"],
         cwd=server.directory,
         env={**os.environ, **server.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
     )
     assert exported.returncode == 0, exported.stderr
     rows = {row["challengeId"]: row for row in csv.DictReader(io.StringIO(exported.stdout))}

@@ -45,6 +45,8 @@ import threading
 import traceback
 from typing import Any, NoReturn
 
+from x402srv.testing.tls import share_the_default_ssl_context
+
 __all__ = ["WARM_MODULES", "serve"]
 
 #: Imported before the first fork: what a server or an operator command loads.
@@ -63,6 +65,7 @@ WARM_MODULES = (
 
 
 def _warm() -> None:
+    share_the_default_ssl_context()
     for name in WARM_MODULES:
         # (an optional extra that is not installed: the child that needs it fails as usual)
         with contextlib.suppress(ImportError):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from x402srv_postgres.testing import make_tls_files
 from x402srv.config.models import Config, parse_config
 from x402srv.plugin import ConfigError, PluginContext
 from x402srv.server.registry import Registry
-from x402srv.testing import toml
+from x402srv.testing import launcher, toml
 
 PASSWORD = "s3cret-Postgres-pass"  # grepped for in every output
 DSN = f"postgresql://seller:{PASSWORD}@db.internal:5432/ledger?application_name=a"
@@ -130,10 +128,9 @@ def test_tls_options_must_go_together(tmp_path: Path) -> None:
 def test_x402srv_check_shows_no_secret(tmp_path: Path) -> None:
     path = tmp_path / "seller.toml"
     path.write_text(toml.dumps(_document(_store(sslmode="require"))))
-    check = subprocess.run(
-        [sys.executable, "-m", "x402srv", "check", "--config", str(path)],
-        capture_output=True,
-        text=True,
+    check = launcher.run(
+        ["check", "--config", str(path)],
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", **ENV},
         timeout=60,
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import asyncpg
@@ -15,7 +14,7 @@ from x402srv_postgres.schema import Migration
 from x402srv_postgres.testing import PostgresServer
 
 from x402srv.plugin import ConfigError, Secret
-from x402srv.testing import toml
+from x402srv.testing import launcher, toml
 from x402srv.testing.builders import make_record
 
 DSN_ENV = "X402SRV_TEST_POSTGRES_DSN"
@@ -45,10 +44,9 @@ async def _versions(server: PostgresServer, name: str) -> list[int]:
 
 
 def _cli(config: Path, server: PostgresServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "x402srv", *args, "--config", str(config)],
-        capture_output=True,
-        text=True,
+    return launcher.run(
+        [*args, "--config", str(config)],
+        cwd=os.getcwd(),
         env={**os.environ, DSN_ENV: server.dsn()},
         timeout=60,
     )

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import httpx
 import pytest
 from x402srv_example.testing import KeyService
 
+from x402srv.testing import launcher
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess
 
@@ -82,13 +81,10 @@ def seller(
 
 def test_the_docs_seller_toml_checks(tmp_path: Path) -> None:
     """``x402srv check`` builds all three plugins from the file as the docs show it."""
-    result = subprocess.run(
-        [sys.executable, "-m", "x402srv", "check", "--config", str(SELLER_TOML)],
-        capture_output=True,
-        text=True,
+    result = launcher.run(
+        ["check", "--config", str(SELLER_TOML)],
         env={**os.environ, ADMIN_TOKEN_ENV: "an-admin-token"},
         cwd=tmp_path,
-        check=False,
     )
     assert result.returncode == 0, result.stderr
     described = json.loads(result.stdout)
