@@ -17,7 +17,7 @@ decided here and each adapter only writes it out:
 from __future__ import annotations
 
 import logging
-import re
+import string
 from collections.abc import Sequence
 from typing import Final
 
@@ -33,7 +33,8 @@ from x402srv.tokens.verify import AccessClaims, TokenVerifier
 
 __all__ = ["admit", "admit_sync", "bearer_token"]
 
-_B64TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 2.1
+#: RFC 6750 2.1 b64token: ``1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="``.
+_B64TOKEN_CHARS: Final = (string.ascii_letters + string.digits + "-._~+/").encode("ascii")
 
 log = logging.getLogger("x402srv.tokens.admission")
 
@@ -52,9 +53,22 @@ def bearer_token(authorization: Sequence[str]) -> str:
     if scheme.lower() != "bearer":
         raise InvalidToken("The Authorization scheme must be Bearer.")
     token = credentials.strip(" ")
-    if not _B64TOKEN.fullmatch(token):
+    if not _is_b64token(token):
         raise InvalidToken("The access token is malformed.")
     return token
+
+
+def _is_b64token(token: str) -> bool:
+    """Whether ``token`` is an RFC 6750 b64token.
+
+    Deleting every allowed byte must leave nothing: ``bytes.translate`` does it
+    in one C pass, several times faster than a regex over a token's ~600
+    characters, on every guarded call.
+    """
+    body = token.rstrip("=")
+    return (
+        bool(body) and body.isascii() and not body.encode("ascii").translate(None, _B64TOKEN_CHARS)
+    )
 
 
 def _refusal(err: Exception) -> ProblemError:
