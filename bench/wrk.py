@@ -8,6 +8,7 @@ generator, set the numbers. When it is missing it is installed with
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import tempfile
@@ -112,9 +113,14 @@ def run_wrk(
         script.write_text(_script(method, body, headers or {}))
         base = [binary, f"-t{load.threads}", f"-c{load.connections}", "-s", str(script)]
         if load.warmup_seconds > 0:
-            _wrk([*base, f"-d{load.warmup_seconds:g}s", url])
-        done = _wrk([*base, f"-d{load.seconds:g}s", "--latency", url])
+            _wrk([*base, f"-d{_whole(load.warmup_seconds)}s", url])
+        done = _wrk([*base, f"-d{_whole(load.seconds)}s", "--latency", url])
     return parse(done.stdout, expect_status)
+
+
+def _whole(seconds: float) -> int:
+    """wrk takes whole seconds only: ``-d3.33333s`` is an error, not 3.3 s of load."""
+    return max(1, math.ceil(seconds))
 
 
 def _wrk(command: list[str]) -> subprocess.CompletedProcess[str]:

@@ -91,7 +91,7 @@ def _interleaved(
     in the order metered, unmetered, unmetered, metered ...; requests per second
     are the total over all runs, latencies those of the median run.
     """
-    share = replace(load, seconds=max(3.0, load.seconds / rounds))
+    share = replace(load, seconds=float(max(3, round(load.seconds / rounds))))  # wrk: whole s
     results: dict[str, list[WrkResult]] = {name: [] for name in targets}
     order = list(targets)
     for round_ in range(rounds):

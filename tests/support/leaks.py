@@ -16,7 +16,8 @@ daemonised and now hangs off init, such as a PostgreSQL postmaster that
 
 Temp directories. At start the session points ``TMPDIR`` (and ``tempfile``) at a
 directory of its own under the system's temp directory, after pytest placed its
-``basetemp`` (which pytest keeps on purpose). Whatever ``mkdtemp`` created in
+``basetemp`` (which pytest removes after a green run, ``tmp_path_retention_policy``, and
+keeps for a failed one). Whatever ``mkdtemp`` created in
 this session, in the test process or a child, lands there; at the end anything
 left in it is a leak. Other sessions on the same machine have their own, so one
 session never blames another.
