@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .official_app import serve
+
 __all__ = ["build_app", "main"]
 
 
@@ -71,21 +73,7 @@ def build_app(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
-    parser = argparse.ArgumentParser(prog="bench.mcp_official_app")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--facilitator", required=True)
-    parser.add_argument("--network", required=True)
-    parser.add_argument("--asset", required=True)
-    parser.add_argument("--pay-to", required=True)
-    parser.add_argument("--amount", type=int, required=True)
-    parser.add_argument("--asset-name", default="USD Coin")
-    parser.add_argument("--asset-version", default="2")
-    args = parser.parse_args(argv)
-    uvicorn.run(
-        build_app(args), host="127.0.0.1", port=args.port, access_log=False, log_level="warning"
-    )
+    serve("bench.mcp_official_app", build_app, argv)
 
 
 if __name__ == "__main__":

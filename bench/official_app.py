@@ -15,6 +15,7 @@ access log: the same conditions as x402srv.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["build_app", "main"]
@@ -68,9 +69,16 @@ def build_app(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
+    serve("bench.official_app", build_app, argv)
+
+
+def serve(
+    prog: str, build: Callable[[argparse.Namespace], Any], argv: list[str] | None = None
+) -> None:
+    """Parse the seller's terms (the same for every official app) and serve ``build(args)``."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="bench.official_app")
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--facilitator", required=True)
     parser.add_argument("--network", required=True)
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--asset-version", default="2")
     args = parser.parse_args(argv)
     uvicorn.run(
-        build_app(args), host="127.0.0.1", port=args.port, access_log=False, log_level="warning"
+        build(args), host="127.0.0.1", port=args.port, access_log=False, log_level="warning"
     )
 
 
