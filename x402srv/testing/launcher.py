@@ -38,6 +38,10 @@ FRESH_ENV = "X402SRV_TEST_FRESH"
 WARM = False
 
 
+def _command(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "x402srv", *args]
+
+
 def _fresh(fresh: bool) -> bool:
     return fresh or not WARM or os.environ.get(FRESH_ENV) == "1"
 
@@ -211,7 +215,7 @@ def popen(
     """``python -m x402srv ARGS`` in ``cwd`` with exactly ``env``; stdout/stderr are files."""
     if _fresh(fresh):
         return subprocess.Popen(
-            [sys.executable, "-m", "x402srv", *args],
+            _command(args),
             cwd=cwd,
             env=dict(env),
             stdin=stdin,
@@ -249,7 +253,7 @@ def run(
     """``subprocess.run`` of ``python -m x402srv ARGS``, output captured as text."""
     if _fresh(fresh):
         return subprocess.run(
-            [sys.executable, "-m", "x402srv", *args],
+            _command(args),
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -284,7 +288,7 @@ def run(
         for reader in readers:
             reader.join()
     return subprocess.CompletedProcess(
-        [sys.executable, "-m", "x402srv", *args],
+        _command(args),
         code,
         outputs[out_read].decode(errors="replace"),
         outputs[err_read].decode(errors="replace"),
