@@ -9,6 +9,11 @@ rows of ``credit_entries``, whose unique ``(grant_id, key)`` means a key is
 credited once even if a caller asked twice. An account past ``keep_until``
 counts as absent (``credit_rules.live``); ``credit`` deletes a few of those
 each time it runs, so the table stays as large as the live grants.
+
+A grant's used calls (calls charged by use) are rows of ``used_calls``, not
+part of the account's JSON: a spend then reads and writes a few hundred bytes
+instead of a hundred calls' worth, and a settle adds one row and drops the
+rows past the newest ``USED_CALLS``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import replace
 from x402srv.default_plugins.sqlite.ops import _immediate
 from x402srv.interfaces import CreditAccount, Credited, CreditEntry, RateWindow, Spend, UsedCall
 from x402srv.stores.credit_rules import (
+    USED_CALLS,
     apply_credit,
     apply_refund,
     apply_settle,
@@ -28,7 +34,15 @@ from x402srv.stores.credit_rules import (
 )
 from x402srv.stores.credit_rules import live as live_account
 
-__all__ = ["SWEEP_ACCOUNTS", "credit", "get_credits", "refund", "settle", "spend"]
+__all__ = [
+    "SWEEP_ACCOUNTS",
+    "credit",
+    "get_credits",
+    "refund",
+    "settle",
+    "spend",
+    "used_calls",
+]
 
 #: Forgotten accounts deleted per ``credit`` at most (each purchase creates one at most).
 SWEEP_ACCOUNTS = 20
@@ -41,6 +55,18 @@ _ENTRIES = "SELECT key, amount, at FROM credit_entries WHERE grant_id = ? ORDER 
 _DROP_ENTRIES = "DELETE FROM credit_entries WHERE grant_id = ?"
 _DROP_ACCOUNT = "DELETE FROM credits WHERE grant_id = ?"
 _FORGOTTEN = "SELECT grant_id FROM credits WHERE keep_until < ? LIMIT ?"
+_ADD_USED_CALL = (
+    "INSERT INTO used_calls (grant_id, at, route, reserved, charged) VALUES (?, ?, ?, ?, ?)"
+)
+_TRIM_USED_CALLS = (
+    "DELETE FROM used_calls WHERE grant_id = ? AND seq <= (SELECT seq FROM used_calls "
+    "WHERE grant_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)"
+)
+_USED_CALLS = (
+    "SELECT at, route, reserved, charged FROM used_calls WHERE grant_id = ? "
+    "ORDER BY seq DESC LIMIT ?"
+)
+_DROP_USED_CALLS = "DELETE FROM used_calls WHERE grant_id = ?"
 
 
 def _load(conn: sqlite3.Connection, grant_id: str) -> CreditAccount | None:
@@ -51,7 +77,11 @@ def _load(conn: sqlite3.Connection, grant_id: str) -> CreditAccount | None:
 def _save(conn: sqlite3.Connection, account: CreditAccount) -> None:
     conn.execute(
         _SAVE_ACCOUNT,
-        (account.grant_id, account.keep_until, encode_account(account, entries=False)),
+        (
+            account.grant_id,
+            account.keep_until,
+            encode_account(account, entries=False, used_calls=False),
+        ),
     )
 
 
@@ -62,6 +92,7 @@ def _restart_if_forgotten(
     current = live_account(stored, now)
     if stored is not None and current is None:
         conn.execute(_DROP_ENTRIES, (stored.grant_id,))
+        conn.execute(_DROP_USED_CALLS, (stored.grant_id,))
     return current
 
 
@@ -76,6 +107,7 @@ def credit(
     with _immediate(conn):
         forgotten = conn.execute(_FORGOTTEN, (now, SWEEP_ACCOUNTS)).fetchall()
         conn.executemany(_DROP_ENTRIES, forgotten)
+        conn.executemany(_DROP_USED_CALLS, forgotten)
         conn.executemany(_DROP_ACCOUNT, forgotten)
         current = _restart_if_forgotten(conn, _load(conn, grant_id), now)
         before = current is not None and conn.execute(_HAS_KEY, (grant_id, key)).fetchone()
@@ -131,6 +163,10 @@ def settle(
         updated, balance = apply_settle(_load(conn, grant_id), release, call, now=now)
         if updated is not None:
             _save(conn, updated)
+            conn.execute(
+                _ADD_USED_CALL, (grant_id, call.at, call.route, call.reserved, call.charged)
+            )
+            conn.execute(_TRIM_USED_CALLS, (grant_id, grant_id, USED_CALLS))
         return balance
 
 
@@ -145,6 +181,15 @@ def get_credits(conn: sqlite3.Connection, grant_id: str) -> CreditAccount | None
             CreditEntry(str(k), int(a), float(at))
             for k, a, at in conn.execute(_ENTRIES, (grant_id,))
         )
+        used = used_calls(conn, grant_id)
     finally:
         conn.execute("COMMIT")
-    return replace(account, entries=entries)
+    return replace(account, entries=entries, used_calls=used)
+
+
+def used_calls(conn: sqlite3.Connection, grant_id: str) -> tuple[UsedCall, ...]:
+    """The grant's newest ``USED_CALLS`` used calls, newest first."""
+    return tuple(
+        UsedCall(float(at), str(route), int(reserved), int(charged))
+        for at, route, reserved, charged in conn.execute(_USED_CALLS, (grant_id, USED_CALLS))
+    )
