@@ -65,7 +65,7 @@ def test_a_time_that_is_not_a_number_fails_as_before(value: float) -> None:
 
 
 def test_a_value_of_another_type_is_written_as_the_encoder_writes_it() -> None:
-    record = make_record(updated_at=True, calls=False, implicit=1)
+    record = make_record(updated_at=True, calls=False, implicit=1, plan_id=None, amount=7)
     assert encode_record(record) == reference(record)
 
 

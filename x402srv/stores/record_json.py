@@ -59,27 +59,31 @@ def encode_record(record: ChallengeRecord) -> str:
     """The record's JSON, as every store keeps it (``ChallengeRecord.to_dict``'s keys in order)."""
     try:
         return _direct(record)
-    except _Unusual:
+    except (_Unusual, TypeError):
         return _ENCODER.encode(record.to_dict())
 
 
 def _direct(r: ChallengeRecord) -> str:
+    # Fields that are always strings go to ``_string`` as they are: anything else
+    # makes it raise TypeError, and the record takes the encoder's way.
     payment = "null" if r.payment is None else _ENCODER.encode(r.payment.to_dict())
     grant = "null" if r.grant is None else _ENCODER.encode(r.grant)
     history = ",".join(
-        f'{{"state":{_text(t.state.value)},"at":{_number(t.at)},"reason":{_text(t.reason)}}}'
+        f'{{"state":{_string(t.state.value)},"at":{_number(t.at)},"reason":{_string(t.reason)}}}'
         for t in r.history
     )
     options = ",".join(
-        f'{{"network":{_text(o.network)},"asset":{_text(o.asset)},"amount":{_text(o.amount)}}}'
+        f'{{"network":{_string(o.network)},"asset":{_string(o.asset)},'
+        f'"amount":{_string(o.amount)}}}'
         for o in r.options
     )
     return (
-        f'{{"challenge_id":{_text(r.challenge_id)},"request_id":{_text(r.request_id)},'
-        f'"plan_id":{_text(r.plan_id)},"resource_id":{_text(r.resource_id)},'
-        f'"amount":{_text(r.amount)},"network":{_text(r.network)},"asset":{_text(r.asset)},'
-        f'"pay_to":{_text(r.pay_to)},"max_timeout_seconds":{_number(r.max_timeout_seconds)},'
-        f'"state":{_text(r.state.value)},"created_at":{_number(r.created_at)},'
+        f'{{"challenge_id":{_string(r.challenge_id)},"request_id":{_string(r.request_id)},'
+        f'"plan_id":{_string(r.plan_id)},"resource_id":{_string(r.resource_id)},'
+        f'"amount":{_string(r.amount)},"network":{_string(r.network)},'
+        f'"asset":{_string(r.asset)},"pay_to":{_string(r.pay_to)},'
+        f'"max_timeout_seconds":{_number(r.max_timeout_seconds)},'
+        f'"state":{_string(r.state.value)},"created_at":{_number(r.created_at)},'
         f'"expires_at":{_number(r.expires_at)},"updated_at":{_number(r.updated_at)},'
         f'"implicit":{_flag(r.implicit)},"payment":{payment},"payer":{_text(r.payer)},'
         f'"tx_hash":{_text(r.tx_hash)},"grant":{grant},"history":[{history}],'
