@@ -28,7 +28,14 @@ from tests.support.credentials import (
     forge,
     guarded_app,
 )
-from x402srv.tokens.verify import Ed25519KeySource, HS256KeySource, TokenVerifier, hs256_key_id
+from x402srv.errors import InvalidToken
+from x402srv.tokens.verify import (
+    Ed25519KeySource,
+    HS256KeySource,
+    TokenVerifier,
+    hs256_key_id,
+    verify_access_token,
+)
 
 HS_KID = hs256_key_id(SECRET.encode())
 
@@ -108,6 +115,43 @@ async def test_wrong_authorization_scheme(hs_app: Sanic[Any, Any], authorization
 )
 async def test_malformed_token(hs_app: Sanic[Any, Any], authorization: str) -> None:
     assert_refused(await get(hs_app, {"Authorization": authorization.format(token=hs_token())}))
+
+
+def _spliced(token: str, stray: str) -> str:
+    """``token`` with ``stray`` inserted into its signature (length kept a multiple of 4)."""
+    head, _, signature = token.rpartition(".")
+    return f"{head}.{signature[:8]}{stray}{signature[8:]}"
+
+
+@pytest.mark.parametrize("stray", ["!!!!", "~~~~", "++++", "////", "%2F%2F", "===="])
+async def test_stray_characters_in_a_signed_token(hs_app: Sanic[Any, Any], stray: str) -> None:
+    """A good signature with characters outside base64url spliced in is not that signature.
+
+    Older pyjwt releases skip such characters when decoding; the verifier
+    refuses anything but the compact form itself, before any decoding, and
+    so no spelling of a token other than the issued one is ever cached.
+    """
+    token = _spliced(hs_token(), stray)
+    assert_refused(await get(hs_app, {"Authorization": f"Bearer {token}"}))
+    verifier = TokenVerifier(
+        HS256KeySource(SECRET), issuer=AGENT_URL, audience=AGENT_URL, clock=FrozenClock()
+    )
+    for _ in range(2):  # refused again: nothing was cached
+        with pytest.raises(InvalidToken, match="malformed"):
+            await verifier.verify(token)
+        with pytest.raises(InvalidToken, match="malformed"):
+            verifier.verify_sync(token)
+    with pytest.raises(InvalidToken, match="malformed"):
+        await verify_access_token(
+            token, HS256KeySource(SECRET), issuer=AGENT_URL, audience=AGENT_URL, now=FROZEN_NOW
+        )
+
+
+async def test_trailing_padding_on_the_signature_still_passes(hs_app: Sanic[Any, Any]) -> None:
+    """As before the form check moved into the verifier: a b64token may end in "="."""
+    padded = hs_token() + "="
+    response = await get(hs_app, bearer(padded))
+    assert response.status == 200
 
 
 async def test_expired_token_is_token_expired(hs_app: Sanic[Any, Any]) -> None:

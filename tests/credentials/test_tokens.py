@@ -22,13 +22,14 @@ from tests.support.credentials import (
     grant_request,
     make_config,
 )
-from x402srv.errors import ConfigError, InvalidToken, TokenExpired
+from x402srv.errors import ConfigError, InvalidToken, TokenExpired, TokenRevoked
 from x402srv.tokens.verify import (
     AccessClaims,
     Ed25519KeySource,
     HS256KeySource,
     KeySource,
     TokenVerifier,
+    VerifyingKey,
     hs256_key_id,
     verify_access_token,
 )
@@ -283,3 +284,59 @@ def test_correctly_signed_garbage_only_ever_gives_invalid_token(
     full_header = {"alg": "HS256", "typ": "at+jwt", "kid": HS_KID, **header}
     token = forge(full_header, access_claims(**changes), hmac_key=SECRET.encode())
     _verify_only_raises_token_errors(token)
+
+
+class _SyncRevocations:
+    """A revocation source with only the blocking lookup (a Flask app's, say)."""
+
+    def __init__(self, *revoked: str) -> None:
+        self.revoked = set(revoked)
+
+    def is_revoked_sync(self, challenge_id: str) -> bool:
+        return challenge_id in self.revoked
+
+
+class _AsyncRevocations:
+    def __init__(self, *revoked: str) -> None:
+        self.revoked = set(revoked)
+
+    async def is_revoked(self, challenge_id: str) -> bool:
+        return challenge_id in self.revoked
+
+
+class _AsyncKeys:
+    """A key source with only the async lookup."""
+
+    algorithm = "HS256"
+
+    async def key_for(self, kid: str | None) -> VerifyingKey | None:
+        return SECRET.encode() if kid == HS_KID else None
+
+
+async def test_a_source_without_the_lookup_asked_for_fails_every_call(clock: FrozenClock) -> None:
+    """The verifier checks a source's kind once per source, not once and never again.
+
+    A source that lacks the lookup is a programming error on every call, and
+    one swapped in later is checked in turn.
+    """
+    token = hs_token()
+    jti = access_claims()["jti"]
+    verifier = hs_verifier(clock, revocations=_SyncRevocations())
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="no async lookup"):
+            await verifier.verify(token)
+        assert verifier.verify_sync(token).challenge_id == jti
+    verifier.revocations = _SyncRevocations(jti)
+    with pytest.raises(TokenRevoked):
+        verifier.verify_sync(token)
+    verifier.revocations = _AsyncRevocations(jti)
+    for _ in range(2):
+        with pytest.raises(TokenRevoked):
+            await verifier.verify(token)
+        with pytest.raises(ConfigError, match="no blocking lookup"):
+            verifier.verify_sync(token)
+    async_keys = TokenVerifier(_AsyncKeys(), issuer=AGENT_URL, audience=AGENT_URL, clock=clock)
+    assert (await async_keys.verify(token)).challenge_id == jti
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="no blocking lookup"):
+            async_keys.verify_sync(token)

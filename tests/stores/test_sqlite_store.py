@@ -30,9 +30,10 @@ from x402srv.default_plugins.sqlite import schema as sqlite_schema
 from x402srv.default_plugins.sqlite.checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
-from x402srv.interfaces import Store, TransitionApplied
+from x402srv.interfaces import CreditAccount, Store, TransitionApplied, UsedCall
 from x402srv.server.plugin_context import PluginContext
 from x402srv.server.registry import Registry
+from x402srv.stores.credit_rules import encode_account
 from x402srv.stores.rules import encode_record
 from x402srv.testing import StoreContract
 from x402srv.testing.builders import (
@@ -141,10 +142,10 @@ async def test_wal_busy_timeout_and_schema_version_are_set(opened: SqliteStore) 
     try:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
         version = other.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_schema.SCHEMA_VERSION == 6
+        assert version == sqlite_schema.SCHEMA_VERSION == 7
         tables = {row[0] for row in other.execute("SELECT name FROM sqlite_master")}
         expected = {"challenges", "payment_claims", "tx_claims", "leases", "tasks", "rate_counters"}
-        expected |= {"credits", "credit_entries", "refunds"}
+        expected |= {"credits", "credit_entries", "refunds", "used_calls"}
         assert expected <= tables
     finally:
         other.close()
@@ -781,6 +782,50 @@ async def test_a_version_4_file_files_its_records_under_their_payers(tmp_path: P
         schema = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
         assert "(payer, updated_at, challenge_id)" in schema["challenges_by_payer"]
         assert "WITHOUT ROWID" in schema["counts"]
+    finally:
+        check.close()
+
+
+async def test_a_version_6_file_moves_its_used_calls_out_of_the_accounts(
+    tmp_path: Path,
+) -> None:
+    """Used calls kept in an account's JSON become rows, newest first as before."""
+    path = tmp_path / "v6.db"
+    calls = tuple(UsedCall(BASE_TIME + n, f"/r{n}", 10, n) for n in range(3))
+    account = CreditAccount(
+        "grant-1", 70, 100, 30, 0, 3, 0, 0, BASE_TIME + 3600, used_calls=calls[::-1]
+    )
+    raw = sqlite3.connect(path, isolation_level=None)
+    for _, statements in sqlite_schema._MIGRATIONS[:6]:
+        for statement in statements:
+            raw.execute(statement)
+    raw.execute(
+        "INSERT INTO credits VALUES (?, ?, ?)",
+        ("grant-1", account.keep_until, encode_account(account, entries=False)),
+    )
+    raw.execute("PRAGMA user_version = 6")
+    raw.close()
+
+    store = SqliteStore(path)
+    await store.start()
+    try:
+        moved = await store.get_credits("grant-1")
+        assert moved is not None
+        assert moved.used_calls == calls[::-1]  # newest first
+        assert moved.balance == 70
+        newest = UsedCall(BASE_TIME + 9, "/r9", 10, 1)
+        assert await store.settle("grant-1", 9, now=BASE_TIME + 9, call=newest) == 79
+        after = await store.get_credits("grant-1")
+        assert after is not None
+        assert after.used_calls == (newest, *calls[::-1])
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.SCHEMA_VERSION
+        (text,) = check.execute("SELECT account FROM credits").fetchone()
+        assert "used_calls" not in json.loads(text)  # the account row stays small
+        assert check.execute("SELECT count(*) FROM used_calls").fetchone()[0] == 4
     finally:
         check.close()
 

@@ -228,8 +228,13 @@ def _used(
 # ------------------------------------------------------------ JSON, as durable stores keep it
 
 
-def encode_account(account: CreditAccount, *, entries: bool = True) -> str:
-    """Strict compact JSON; ``entries=False`` leaves them out (a store keeping them apart)."""
+def encode_account(account: CreditAccount, *, entries: bool = True, used_calls: bool = True) -> str:
+    """Strict compact JSON; ``entries=False`` / ``used_calls=False`` leave those out.
+
+    A store that keeps them apart leaves them out: the account is read and
+    written on every spend, and a hundred used calls make its JSON some
+    twenty times longer (the sqlite store keeps them in a table of their own).
+    """
     document: dict[str, Any] = {
         "grant_id": account.grant_id,
         "balance": account.balance,
@@ -241,8 +246,11 @@ def encode_account(account: CreditAccount, *, entries: bool = True) -> str:
         "window_calls": account.window_calls,
         "keep_until": account.keep_until,
         "usage": [[b.start, b.calls, b.spent, b.refunded] for b in account.usage],
-        "used_calls": [[c.at, c.route, c.reserved, c.charged] for c in account.used_calls],
     }
+    if used_calls:
+        document["used_calls"] = [
+            [c.at, c.route, c.reserved, c.charged] for c in account.used_calls
+        ]
     if entries:
         document["entries"] = [[e.key, e.amount, e.at] for e in account.entries]
     return json.dumps(document, separators=(",", ":"), allow_nan=False)

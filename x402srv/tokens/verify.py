@@ -37,6 +37,7 @@ import base64
 import hashlib
 import json
 import math
+import string
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
@@ -90,6 +91,8 @@ MIN_HS256_SECRET_BYTES: Final = 32
 
 #: Longer than any token we issue by far; bounds the work an anonymous client can cause.
 MAX_TOKEN_LENGTH: Final = 8192
+#: RFC 7515 7.1 compact serialization: base64url segments joined by dots, nothing else.
+_JWS_CHARS: Final = (string.ascii_letters + string.digits + "-_.").encode("ascii")
 
 _SUPPORTED_ALGORITHMS: Final = frozenset({"HS256", "EdDSA"})
 _REQUIRED_CLAIMS: Final = ("exp", "iat", "iss", "aud", "sub", "jti")
@@ -399,6 +402,14 @@ def _options() -> Options:
 def _unverified_header(token: str) -> dict[str, Any]:
     if not token or len(token) > MAX_TOKEN_LENGTH or token.count(".") != 2:
         raise InvalidToken("The access token is malformed.")
+    # Only the compact form, whichever pyjwt is installed (older releases decode base64url
+    # leniently, skipping characters outside the alphabet). Trailing padding passes, as in
+    # an RFC 6750 b64token. bytes.translate deletes every allowed byte in one C pass:
+    # anything left is a stray character. Only a token that passed this is ever cached
+    # (``TokenVerifier._accept``), which is why ``admission`` need not check the form itself.
+    body = token.rstrip("=")
+    if not body.isascii() or body.encode("ascii").translate(None, _JWS_CHARS):
+        raise InvalidToken("The access token is malformed.")
     try:
         return jwt.get_unverified_header(token)
     except jwt.PyJWTError:
@@ -616,6 +627,11 @@ class TokenVerifier:
         self.leeway = leeway
         self.revocations = revocations
         self._verified = VerifiedTokens()
+        # ``revocations`` once its kind was checked: ``isinstance`` on a runtime-checkable
+        # Protocol costs several microseconds, too much for every call.
+        self._async_source: RevocationSource | None = None
+        self._sync_source: SyncRevocationSource | None = None
+        self._sync_keys: SyncKeySource | None = None
 
     def __repr__(self) -> str:
         return (
@@ -636,26 +652,35 @@ class TokenVerifier:
             claims = self._accept(token, key, now)
         revocations = self.revocations
         if revocations is not None:
-            if not isinstance(revocations, RevocationSource):
-                raise ConfigError(f"{revocations!r} has no async lookup (is_revoked)")
-            if await revocations.is_revoked(claims.challenge_id):
+            source = self._async_source
+            if source is None or source is not revocations:
+                if not isinstance(revocations, RevocationSource):
+                    raise ConfigError(f"{revocations!r} has no async lookup (is_revoked)")
+                source = self._async_source = revocations
+            if await source.is_revoked(claims.challenge_id):
                 raise TokenRevoked(_REVOKED)
         return claims
 
     def verify_sync(self, token: str) -> AccessClaims:
         """See ``verify_access_token_sync``; the key source must also be a ``SyncKeySource``."""
-        source = self.key_source
-        if not isinstance(source, SyncKeySource):
-            raise ConfigError(f"{source!r} has no blocking lookup (key_for_sync)")
+        keys: object = self.key_source
+        source = self._sync_keys
+        if source is None or source is not keys:
+            if not isinstance(keys, SyncKeySource):
+                raise ConfigError(f"{keys!r} has no blocking lookup (key_for_sync)")
+            source = self._sync_keys = keys
         now = self.clock()
         claims = self._verified.get(token, now, self.leeway)
         if claims is None:
             claims = self._accept(token, source.key_for_sync(_header_kid(token)), now)
         revocations = self.revocations
         if revocations is not None:
-            if not isinstance(revocations, SyncRevocationSource):
-                raise ConfigError(f"{revocations!r} has no blocking lookup (is_revoked_sync)")
-            if revocations.is_revoked_sync(claims.challenge_id):
+            sync_source = self._sync_source
+            if sync_source is None or sync_source is not revocations:
+                if not isinstance(revocations, SyncRevocationSource):
+                    raise ConfigError(f"{revocations!r} has no blocking lookup (is_revoked_sync)")
+                sync_source = self._sync_source = revocations
+            if sync_source.is_revoked_sync(claims.challenge_id):
                 raise TokenRevoked(_REVOKED)
         return claims
 

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import replace
 
+from x402srv.default_plugins.sqlite import credits
 from x402srv.default_plugins.sqlite.ops import _immediate
 from x402srv.interfaces import (
     CreditEntry,
@@ -89,7 +90,13 @@ def _page(conn: sqlite3.Connection, kind: str, after: str) -> tuple[list[ExportI
         entries = _entries(conn, [row[0] for row in rows]) if rows else {}
         for grant_id, text in rows:
             account = decode_account(text)
-            items.append(replace(account, entries=tuple(entries.get(grant_id, ()))))
+            items.append(
+                replace(
+                    account,
+                    entries=tuple(entries.get(grant_id, ())),
+                    used_calls=credits.used_calls(conn, grant_id),
+                )
+            )
     else:
         rows = conn.execute(_LEASES, (after, PAGE)).fetchall()
         items += [ExportedLease(name, int(fence), value) for name, fence, value in rows]
@@ -147,12 +154,29 @@ def import_items(conn: sqlite3.Connection, items: Sequence[ExportItem], now: flo
                     (account.grant_id, now),
                 )
                 conn.execute(
+                    "DELETE FROM used_calls WHERE grant_id IN "
+                    "(SELECT grant_id FROM credits WHERE grant_id = ? AND keep_until < ?)",
+                    (account.grant_id, now),
+                )
+                conn.execute(
                     "DELETE FROM credits WHERE grant_id = ? AND keep_until < ?",
                     (account.grant_id, now),
                 )
                 conn.execute(
                     "INSERT INTO credits (grant_id, keep_until, account) VALUES (?, ?, ?)",
-                    (account.grant_id, account.keep_until, encode_account(account, entries=False)),
+                    (
+                        account.grant_id,
+                        account.keep_until,
+                        encode_account(account, entries=False, used_calls=False),
+                    ),
+                )
+                conn.executemany(  # oldest first: ``seq`` grows toward the newest
+                    "INSERT INTO used_calls (grant_id, at, route, reserved, charged) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (account.grant_id, c.at, c.route, c.reserved, c.charged)
+                        for c in reversed(account.used_calls)
+                    ],
                 )
                 conn.executemany(
                     "INSERT INTO credit_entries (grant_id, key, amount, at) VALUES (?, ?, ?, ?)",

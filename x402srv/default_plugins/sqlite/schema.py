@@ -21,7 +21,10 @@ unique ``(grant_id, key)`` is what makes a credit count once); 5 files each
 record under its payer (``payer``, lowercase, with a partial index ending in
 ``(updated_at, challenge_id)`` for the console's newest-first search;
 existing rows get theirs from their JSON) and adds the counters
-``counts``, keyed by time bucket and name. Each step runs in the one
+``counts``, keyed by time bucket and name; 6 adds ``refunds``; 7 moves each
+grant's used calls (calls charged by use) out of its account's JSON into
+``used_calls``, a row per call indexed by ``(grant_id, seq)``, so a spend
+reads and writes a small account and a settle adds one row. Each step runs in the one
 transaction that sets the version, so a file is at one version or the next,
 never in between.
 """
@@ -37,7 +40,7 @@ from x402srv.errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "StoreConnection", "Synchronous", "connect"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -139,6 +142,27 @@ _SCHEMA_V6 = (
     "CREATE INDEX refunds_by_state ON refunds (state, created_at, refund_id)",
 )
 
+#: Used calls (docs/selling-calls.md, "Charging by use"): a row each, oldest first by
+#: ``seq``; those already in an account's JSON move here in the same order.
+_SCHEMA_V7 = (
+    """CREATE TABLE used_calls (
+        seq INTEGER PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        route TEXT NOT NULL,
+        reserved INTEGER NOT NULL,
+        charged INTEGER NOT NULL
+    )""",
+    "CREATE INDEX used_calls_by_grant ON used_calls (grant_id, seq)",
+    """INSERT INTO used_calls (grant_id, at, route, reserved, charged)
+        SELECT c.grant_id, json_extract(u.value, '$[0]'), json_extract(u.value, '$[1]'),
+            json_extract(u.value, '$[2]'), json_extract(u.value, '$[3]')
+        FROM credits AS c, json_each(c.account, '$.used_calls') AS u
+        ORDER BY c.grant_id, u.key DESC""",
+    """UPDATE credits SET account = json_remove(account, '$.used_calls')
+        WHERE json_type(account, '$.used_calls') IS NOT NULL""",
+)
+
 #: The statements that bring a file from version ``n - 1`` to ``n``.
 _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _SCHEMA_V1),
@@ -147,6 +171,7 @@ _MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (4, _SCHEMA_V4),
     (5, _SCHEMA_V5),
     (6, _SCHEMA_V6),
+    (7, _SCHEMA_V7),
 )
 
 
