@@ -27,7 +27,11 @@ from x402srv.config.models import Config
 from x402srv.default_plugins.sqlite import ops as sqlite_ops
 from x402srv.default_plugins.sqlite import reports as sqlite_reports
 from x402srv.default_plugins.sqlite import schema as sqlite_schema
-from x402srv.default_plugins.sqlite.checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
+from x402srv.default_plugins.sqlite.checkpoint import (
+    INTERVAL_SECONDS,
+    SAFETY_NET_PAGES,
+    waiting_frames,
+)
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import CreditAccount, Store, TransitionApplied, UsedCall
@@ -733,6 +737,28 @@ async def test_a_thread_of_its_own_checkpoints_the_wal(opened: SqliteStore) -> N
         await asyncio.sleep(INTERVAL_SECONDS)
     await opened.close()
     assert not thread.is_alive()
+
+
+async def test_the_checkpoint_thread_reads_the_frames_waiting_in_the_wal(
+    opened: SqliteStore,
+) -> None:
+    """What it checkpoints on: the WAL-index header's frames not yet copied back."""
+    shm = opened.path.with_name(opened.path.name + "-shm")
+    opened._checkpointer.stop()  # (its own checkpoints would race with the counts below)
+    await opened.credit("g", 5, key="k", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    before = waiting_frames(shm)
+    assert before is not None and before > 0
+    await opened.spend("g", 1, now=BASE_TIME, keep_until=BASE_TIME + 60)
+    waiting = waiting_frames(shm)
+    assert waiting is not None and waiting > before
+    check = sqlite3.connect(opened.path)
+    try:
+        busy, frames, copied = check.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        check.close()
+    assert (busy, frames, copied) == (0, waiting, waiting)
+    assert waiting_frames(shm) == 0
+    assert waiting_frames(opened.path.with_name("absent-shm")) is None
 
 
 def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
