@@ -164,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: purchase.run(stack, samples, each)[1],
             ),
             ("reconciler", f"reconciler pass over {records:,} records per store", reconciled),
-            ("guard", "guarded route", lambda: guard.run(stack, load)),
+            (
+                "guard",
+                f"guarded route, {args.runs} runs",
+                lambda: guard.run(stack, load, args.runs),
+            ),
             ("metering", "metered vs unmetered gateway calls", lambda: metering.run(stack, load)),
             ("mcp", "credit-metered MCP tool calls vs direct", lambda: mcp.run(stack, load)),
             (

@@ -130,26 +130,43 @@ def require_access(
     def decorate(
         handler: Callable[Concatenate[Request, P], Coroutine[Any, Any, R]],
     ) -> Callable[Concatenate[Request, P], Coroutine[Any, Any, R | HTTPResponse]]:
+        if meter is None:
+            # Every call of a guarded route runs this: ``admit`` awaited here rather than
+            # through ``_admit`` saves a coroutine (its frame, its allocation) per call.
+
+            @functools.wraps(handler)
+            async def guarded(
+                request: Request, /, *args: P.args, **kwargs: P.kwargs
+            ) -> R | HTTPResponse:
+                claims = await admission.admit(
+                    verifier, request.headers.getall("authorization", [])
+                )
+                if not isinstance(claims, AccessClaims):
+                    return problem_response(claims)
+                request.ctx.x402 = claims
+                return await handler(request, *args, **kwargs)
+
+            return guarded
+        metering: Meter = meter
+
         @functools.wraps(handler)
-        async def guarded(
+        async def metered(
             request: Request, /, *args: P.args, **kwargs: P.kwargs
         ) -> R | HTTPResponse:
-            refusal = await _admit(request, verifier, meter, cost)
+            refusal = await _admit(request, verifier, metering, cost)
             if refusal is not None:
                 return refusal
-            if meter is None:
-                return await handler(request, *args, **kwargs)
             try:
                 answer = await handler(request, *args, **kwargs)
             except BaseException:
-                await _settle_usage(meter, request, None)
+                await _settle_usage(metering, request, None)
                 raise
             await _settle_usage(
-                meter, request, answer if isinstance(answer, HTTPResponse) else None
+                metering, request, answer if isinstance(answer, HTTPResponse) else None
             )
             return answer
 
-        return guarded
+        return metered
 
     return decorate
 
@@ -187,6 +204,12 @@ def access_guard(
 
     async def x402_access_guard(request: Request) -> HTTPResponse | None:
         if not predicate(request):
+            return None
+        if meter is None:  # as in ``require_access``: one coroutine fewer per call
+            claims = await admission.admit(verifier, request.headers.getall("authorization", []))
+            if not isinstance(claims, AccessClaims):
+                return problem_response(claims)
+            request.ctx.x402 = claims
             return None
         return await _admit(request, verifier, meter, cost)
 

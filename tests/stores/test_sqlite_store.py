@@ -27,7 +27,13 @@ from x402srv.config.models import Config
 from x402srv.default_plugins.sqlite import ops as sqlite_ops
 from x402srv.default_plugins.sqlite import reports as sqlite_reports
 from x402srv.default_plugins.sqlite import schema as sqlite_schema
-from x402srv.default_plugins.sqlite.checkpoint import INTERVAL_SECONDS, SAFETY_NET_PAGES
+from x402srv.default_plugins.sqlite.checkpoint import (
+    IDLE_SECONDS,
+    INTERVAL_SECONDS,
+    MIN_OPERATIONS,
+    SAFETY_NET_PAGES,
+    Checkpointer,
+)
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import CreditAccount, Store, TransitionApplied, UsedCall
@@ -733,6 +739,18 @@ async def test_a_thread_of_its_own_checkpoints_the_wal(opened: SqliteStore) -> N
         await asyncio.sleep(INTERVAL_SECONDS)
     await opened.close()
     assert not thread.is_alive()
+
+
+def test_a_quiet_store_is_checkpointed_about_once_a_second(tmp_path: Path) -> None:
+    """Each copy-back makes the next write restart the WAL with an fsync: only when it pays."""
+    checkpointer = Checkpointer(tmp_path / "x.db")
+    start = checkpointer._last
+    assert not checkpointer.due(start + 60)  # nothing ran: nothing to copy
+    checkpointer.ran()
+    assert not checkpointer.due(start + IDLE_SECONDS / 2)  # one write: wait a while
+    assert checkpointer.due(start + IDLE_SECONDS)
+    checkpointer.ran(MIN_OPERATIONS)
+    assert checkpointer.due(start)  # a busy store: every interval
 
 
 def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:

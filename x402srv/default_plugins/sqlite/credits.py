@@ -1,9 +1,13 @@
-"""The sqlite store's credit operations, each one write transaction on one connection.
+"""The sqlite store's credit operations, each inside one write transaction on one connection.
 
 Like ``ops``, these run on the store's own thread. Each loads the
 grant's account, lets ``credit_rules`` decide, and writes the result inside
 one ``BEGIN IMMEDIATE`` transaction, so two workers spending from the same
-grant take turns on the write lock and never both take the last credit. The
+grant take turns on the write lock and never both take the last credit.
+``credit`` is a transaction of its own; ``spend``, ``refund`` and ``settle``
+are steps that the store group-commits (``batch``): several callers' steps run
+one after the other in ``in_one_transaction``, each on the account as the
+step before it left it. The
 account row holds the account's JSON without its entries; the entries are
 rows of ``credit_entries``, whose unique ``(grant_id, key)`` means a key is
 credited once even if a caller asked twice. An account past ``keep_until``
@@ -19,7 +23,9 @@ rows past the newest ``USED_CALLS``.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from x402srv.default_plugins.sqlite.ops import _immediate
 from x402srv.interfaces import CreditAccount, Credited, CreditEntry, RateWindow, Spend, UsedCall
@@ -38,11 +44,14 @@ __all__ = [
     "SWEEP_ACCOUNTS",
     "credit",
     "get_credits",
+    "in_one_transaction",
     "refund",
     "settle",
     "spend",
     "used_calls",
 ]
+
+T = TypeVar("T")
 
 #: Forgotten accounts deleted per ``credit`` at most (each purchase creates one at most).
 SWEEP_ACCOUNTS = 20
@@ -127,6 +136,25 @@ def credit(
         return answer
 
 
+def in_one_transaction(
+    conn: sqlite3.Connection, steps: Sequence[Callable[[sqlite3.Connection], T]]
+) -> list[T | ValueError]:
+    """Run ``steps`` in order in one write transaction; their outcomes, in the same order.
+
+    A step refused for its arguments raises ``ValueError`` before writing
+    anything (the ``credit_rules`` check first), so it fails alone; any other
+    error rolls the whole transaction back and raises.
+    """
+    outcomes: list[T | ValueError] = []
+    with _immediate(conn):
+        for step in steps:
+            try:
+                outcomes.append(step(conn))
+            except ValueError as exc:
+                outcomes.append(exc)
+    return outcomes
+
+
 def spend(
     conn: sqlite3.Connection,
     grant_id: str,
@@ -136,38 +164,36 @@ def spend(
     rate: RateWindow | None,
     credits: bool,
 ) -> Spend:
-    with _immediate(conn):
-        stored = _load(conn, grant_id)
-        updated, answer = apply_spend(
-            stored, grant_id, cost, now=now, keep_until=keep_until, rate=rate, credits=credits
-        )
-        if updated is not None:
-            _restart_if_forgotten(conn, stored, now)
-            _save(conn, updated)
-        return answer
+    """A step (``in_one_transaction``)."""
+    stored = _load(conn, grant_id)
+    updated, answer = apply_spend(
+        stored, grant_id, cost, now=now, keep_until=keep_until, rate=rate, credits=credits
+    )
+    if updated is not None:
+        _restart_if_forgotten(conn, stored, now)
+        _save(conn, updated)
+    return answer
 
 
 def refund(conn: sqlite3.Connection, grant_id: str, amount: int, now: float) -> int | None:
-    with _immediate(conn):
-        stored = _load(conn, grant_id)
-        updated, balance = apply_refund(stored, amount, now=now)
-        if updated is not None:
-            _save(conn, updated)
-        return balance
+    """A step (``in_one_transaction``)."""
+    stored = _load(conn, grant_id)
+    updated, balance = apply_refund(stored, amount, now=now)
+    if updated is not None:
+        _save(conn, updated)
+    return balance
 
 
 def settle(
     conn: sqlite3.Connection, grant_id: str, release: int, now: float, call: UsedCall
 ) -> int | None:
-    with _immediate(conn):
-        updated, balance = apply_settle(_load(conn, grant_id), release, call, now=now)
-        if updated is not None:
-            _save(conn, updated)
-            conn.execute(
-                _ADD_USED_CALL, (grant_id, call.at, call.route, call.reserved, call.charged)
-            )
-            conn.execute(_TRIM_USED_CALLS, (grant_id, grant_id, USED_CALLS))
-        return balance
+    """A step (``in_one_transaction``)."""
+    updated, balance = apply_settle(_load(conn, grant_id), release, call, now=now)
+    if updated is not None:
+        _save(conn, updated)
+        conn.execute(_ADD_USED_CALL, (grant_id, call.at, call.route, call.reserved, call.charged))
+        conn.execute(_TRIM_USED_CALLS, (grant_id, grant_id, USED_CALLS))
+    return balance
 
 
 def get_credits(conn: sqlite3.Connection, grant_id: str) -> CreditAccount | None:

@@ -9,8 +9,9 @@ sqlite3 calls block, so each store owns one thread that owns its connection;
 every store method is one hop to that thread running one transaction, and the
 event loop never waits on the disk. Operations queue on that thread in the
 order they were called, except that claim-free challenge inserts (one per
-unpaid request) are group-committed: whatever is queued when the thread gets
-to them goes into one transaction (``batch``). A caller cancelled while
+unpaid request) and the credit steps of metered calls (``spend``, ``refund``,
+``settle``) are group-committed: whatever of one kind is queued when the
+thread gets to it goes into one transaction (``batch``). A caller cancelled while
 its operation runs does not undo it: the transaction still commits or rolls
 back as a whole.
 
@@ -44,6 +45,7 @@ from x402srv.default_plugins.sqlite.batch import (
     Created,
     GroupCommit,
     PendingInsert,
+    PendingStep,
     deliver,
     fail_all,
 )
@@ -108,7 +110,8 @@ class SqliteStore:
         self.options = options or SqliteOptions()
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None  # used only on the executor thread
-        self._inserts = GroupCommit()
+        self._inserts: GroupCommit[PendingInsert] = GroupCommit()
+        self._steps: GroupCommit[PendingStep] = GroupCommit()
         self._checkpointer = Checkpointer(path)
 
     async def start(self) -> None:
@@ -160,6 +163,7 @@ class SqliteStore:
     def _drain_inserts(self) -> None:
         """Store's thread: commit queued inserts batch by batch until none is left."""
         while batch := self._inserts.take():
+            self._checkpointer.ran(len(batch))
             try:
                 conn = self._connection("create_challenge")
                 outcomes: list[Created | BaseException] = list(
@@ -259,20 +263,68 @@ class SqliteStore:
         rate: RateWindow | None = None,
         credits: bool = True,
     ) -> Spend:
-        return await self._run(
+        spent: Spend = await self._step(
             "spend",
             lambda c: credits_ops.spend(c, grant_id, cost, now, keep_until, rate, credits),
+            skip_if_cancelled=True,
         )
+        return spent
 
     async def refund(self, grant_id: str, amount: int, *, now: float) -> int | None:
-        return await self._run("refund", lambda c: credits_ops.refund(c, grant_id, amount, now))
+        balance: int | None = await self._step(
+            "refund", lambda c: credits_ops.refund(c, grant_id, amount, now)
+        )
+        return balance
 
     async def settle(
         self, grant_id: str, release: int, *, now: float, call: UsedCall
     ) -> int | None:
-        return await self._run(
+        balance: int | None = await self._step(
             "settle", lambda c: credits_ops.settle(c, grant_id, release, now, call)
         )
+        return balance
+
+    async def _step(
+        self,
+        op: str,
+        step: Callable[[sqlite3.Connection], Any],
+        *,
+        skip_if_cancelled: bool = False,
+    ) -> Any:
+        """Queue one credit step for the next group commit (``batch``) and await its outcome."""
+        executor = self._executor
+        if executor is None:
+            _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
+            raise _unavailable()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._steps.add(PendingStep(op, step, future, skip_if_cancelled)):
+            try:
+                executor.submit(self._drain_steps)
+            except RuntimeError:  # the store closed meanwhile
+                fail_all(self._steps.abandon(), _unavailable)
+        return await future
+
+    def _drain_steps(self) -> None:
+        """Store's thread: run queued credit steps batch by batch until none is left."""
+        while batch := self._steps.take():
+            # (read across threads: a cancellation that lands after this runs the step,
+            # as one that lands while a step runs always did)
+            batch = [p for p in batch if not (p.skip_if_cancelled and p.future.cancelled())]
+            if not batch:
+                continue
+            self._checkpointer.ran(len(batch))
+            try:
+                conn = self._connection(batch[0].op)
+                outcomes: list[object] = list(
+                    credits_ops.in_one_transaction(conn, [p.step for p in batch])
+                )
+            except sqlite3.Error as exc:
+                ops_named = ", ".join(sorted({p.op for p in batch}))
+                _log.error("sqlite store %s: %s failed: %s", self.path, ops_named, exc)
+                outcomes = [_unavailable() for _ in batch]
+            except BaseException as exc:  # StoreUnavailable, or a bug: every caller hears it
+                outcomes = [exc for _ in batch]
+            deliver(batch, outcomes)
 
     async def get_credits(self, grant_id: str) -> CreditAccount | None:
         if not nameable(grant_id):
@@ -375,6 +427,7 @@ class SqliteStore:
 
     def _guarded(self, op: str, job: Callable[[], T]) -> T:
         """Runs on the store's thread; converts every sqlite error at the boundary."""
+        self._checkpointer.ran()
         try:
             return job()
         except sqlite3.Error as exc:
