@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
 
 PID = re.compile(r"\bpid (\d+)")
 TX_HASH = re.compile(r"txHash +(0x[0-9a-f]{64})")

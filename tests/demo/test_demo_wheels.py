@@ -9,7 +9,7 @@ own output proves the purchase. anvil is the checkout's (``X402SRV_ANVIL``,
 the documented override): the test does not download it again.
 
 Marked ``slow`` (a virtualenv and a pip install: about a minute on a warm pip
-cache); it runs with the rest of the suite.
+cache): it runs with the rest of the suite, among the first files.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ from tests.support.paths import REPO, SAMPLES
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 CALLS = 1001
 ONE_DOLLAR = 1_000_000
 NODE_BIN = REPO / "node_modules" / ".bin"

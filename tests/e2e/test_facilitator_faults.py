@@ -24,6 +24,8 @@ from x402srv.testing.buyers import encode_payment, signed_payment
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import free_port
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 
 def _pay(seller: Seller, header: str) -> httpx.Response:
     return httpx.post(

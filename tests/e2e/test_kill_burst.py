@@ -28,6 +28,8 @@ from eth_account.signers.local import LocalAccount
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 SEED = 13
 ROUNDS = 3
 BUYERS = 12

@@ -54,6 +54,8 @@ from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.launcher import Launched
 from x402srv.testing.servers import ServerProcess, free_port, seller_config
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 #: What a stop may take, from the signal to the exit of the last process.
 STOP_BUDGET_SECONDS = 2.0
 ADMIN_TOKEN = "lifecycle-admin-token-" + "t" * 24

@@ -51,6 +51,8 @@ from x402srv.devchain import Devchain, deploy_token, encode_call
 from x402srv.testing.fixtures import FacilitatorProcess
 from x402srv.testing.servers import ServerProcess
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 A, B = 31337, 31338
 
 

@@ -26,6 +26,8 @@ from tests.support.purchase import HOURLY, buy
 from tests.support.seller import Seller
 from x402srv.devchain import Devchain
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 REFUND_KEY_ENV = "X402SRV_TEST_REFUND_KEY"
 #: Where a refund can die: claimed and signed, broadcast (gas wallet), sent but not recorded.
 REFUND_POINTS = ("refund-after-claim", "after-broadcast", "refund-after-send")

@@ -49,6 +49,8 @@ from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess, free_port
 from x402srv.tokens.revocation import LIST_PATH, RevocationList
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 REFRESH = 1.0
 #: How long the tests wait for a state a refresh brings (a slow, shared CI machine).
 DEADLINE = 20.0

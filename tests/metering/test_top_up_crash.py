@@ -28,6 +28,8 @@ from tests.support.metering import PLANS, limits, metering_routes
 from tests.support.seller import Seller
 from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 
+pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
+
 TOP_UP = 10_000  # calls-3 costs $0.01
 
 

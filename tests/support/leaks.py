@@ -15,7 +15,8 @@ daemonised and now hangs off init, such as a PostgreSQL postmaster that
 ``pg_ctl`` started. Zombies are dead and do not count.
 
 Temp directories. At start the session points ``TMPDIR`` (and ``tempfile``) at a
-directory of its own under the system's temp directory, after pytest placed its
+directory of its own under the system's temp directory (a pytest-xdist worker's goes
+beside its controller's), after pytest placed its
 ``basetemp`` (which pytest removes after a green run, ``tmp_path_retention_policy``, and
 keeps for a failed one). Whatever ``mkdtemp`` created in
 this session, in the test process or a child, lands there; at the end anything
@@ -136,7 +137,12 @@ def pytest_configure(config: pytest.Config) -> None:
         factory.getbasetemp()  # pytest's own basetemp stays where pytest keeps it
     pid = os.getpid()
     os.environ[MARKER] = str(pid)
-    root = Path(tempfile.mkdtemp(prefix=f"{_ROOT_PREFIX}{pid}-"))
+    # A pytest-xdist worker inherits the TMPDIR of the session that started it; its own root
+    # goes beside that one, not inside: a path nested twice is too long for the unix sockets
+    # chromium and PostgreSQL put in their temp directories (108 bytes at most).
+    inherited = Path(tempfile.gettempdir())
+    parent = inherited.parent if inherited.name.startswith(_ROOT_PREFIX) else inherited
+    root = Path(tempfile.mkdtemp(prefix=f"{_ROOT_PREFIX}{pid}-", dir=parent))
     # Servers run as another user (PostgreSQL refuses root) in directories made here.
     root.chmod(0o711)
     config.stash[_SESSION] = _Session(pid, root, os.environ.get("TMPDIR"))
