@@ -20,7 +20,12 @@ class TestPostgresStore(StoreContract):
     async def store(
         self, postgres_server: PostgresServer, empty_schema: str
     ) -> AsyncIterator[PostgresStore]:
-        options = PostgresOptions(dsn=Secret(postgres_server.dsn()), schema=empty_schema)
+        # The contract's races queue 100 calls per store on its 10 connections: on a loaded
+        # machine (CI, two test workers) that wait can pass the 2 s default and the calls get
+        # 503s. These tests are about outcomes; the pool's own timeout has tests of its own.
+        options = PostgresOptions(
+            dsn=Secret(postgres_server.dsn()), schema=empty_schema, pool_timeout_seconds=30
+        )
         store = PostgresStore(options.dsn, options)
         await store.start()
         yield store

@@ -92,9 +92,18 @@ def postgres_schema() -> str:
 
 @pytest.fixture
 def postgres_store_table(postgres_server: PostgresServer, postgres_schema: str) -> dict[str, Any]:
-    """``{"backend": "postgres", "postgres": {...}}`` for ``seller_config(store=...)``."""
+    """``{"backend": "postgres", "postgres": {...}}`` for ``seller_config(store=...)``.
+
+    Its pool waits up to 30 s for a connection (the default is 2 s): the tests that race
+    200 calls at a seller are about which calls win, and on a loaded machine the queue for
+    the pool's 10 connections can take longer than the default allows.
+    """
     migrate_schema(postgres_server.dsn(), postgres_schema)
     return {
         "backend": "postgres",
-        "postgres": {"dsn": postgres_server.dsn(), "schema": postgres_schema},
+        "postgres": {
+            "dsn": postgres_server.dsn(),
+            "schema": postgres_schema,
+            "pool_timeout_seconds": 30,
+        },
     }
