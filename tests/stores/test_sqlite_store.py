@@ -28,9 +28,11 @@ from x402srv.default_plugins.sqlite import ops as sqlite_ops
 from x402srv.default_plugins.sqlite import reports as sqlite_reports
 from x402srv.default_plugins.sqlite import schema as sqlite_schema
 from x402srv.default_plugins.sqlite.checkpoint import (
+    IDLE_SECONDS,
     INTERVAL_SECONDS,
+    MIN_OPERATIONS,
     SAFETY_NET_PAGES,
-    waiting_frames,
+    Checkpointer,
 )
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
@@ -739,26 +741,16 @@ async def test_a_thread_of_its_own_checkpoints_the_wal(opened: SqliteStore) -> N
     assert not thread.is_alive()
 
 
-async def test_the_checkpoint_thread_reads_the_frames_waiting_in_the_wal(
-    opened: SqliteStore,
-) -> None:
-    """What it checkpoints on: the WAL-index header's frames not yet copied back."""
-    shm = opened.path.with_name(opened.path.name + "-shm")
-    opened._checkpointer.stop()  # (its own checkpoints would race with the counts below)
-    await opened.credit("g", 5, key="k", now=BASE_TIME, keep_until=BASE_TIME + 60)
-    before = waiting_frames(shm)
-    assert before is not None and before > 0
-    await opened.spend("g", 1, now=BASE_TIME, keep_until=BASE_TIME + 60)
-    waiting = waiting_frames(shm)
-    assert waiting is not None and waiting > before
-    check = sqlite3.connect(opened.path)
-    try:
-        busy, frames, copied = check.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    finally:
-        check.close()
-    assert (busy, frames, copied) == (0, waiting, waiting)
-    assert waiting_frames(shm) == 0
-    assert waiting_frames(opened.path.with_name("absent-shm")) is None
+def test_a_quiet_store_is_checkpointed_about_once_a_second(tmp_path: Path) -> None:
+    """Each copy-back makes the next write restart the WAL with an fsync: only when it pays."""
+    checkpointer = Checkpointer(tmp_path / "x.db")
+    start = checkpointer._last
+    assert not checkpointer.due(start + 60)  # nothing ran: nothing to copy
+    checkpointer.ran()
+    assert not checkpointer.due(start + IDLE_SECONDS / 2)  # one write: wait a while
+    assert checkpointer.due(start + IDLE_SECONDS)
+    checkpointer.ran(MIN_OPERATIONS)
+    assert checkpointer.due(start)  # a busy store: every interval
 
 
 def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:

@@ -6,6 +6,7 @@ never a Python exception that would become a 500.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 
@@ -227,3 +228,28 @@ def test_resource_id_of_a_wrong_type_is_refused(resource_id: object) -> None:
 def test_security_resource_id_cannot_smuggle_a_newline() -> None:
     """Regression guard: resourceId lands in tokens and logs; a newline there is refused."""
     refused(json.dumps({"resourceId": "a\nb"}).encode())
+
+
+# ------------------------------------------------------------- remembered parses
+
+
+def test_a_small_body_parsed_again_is_the_same_answer() -> None:
+    raw = json.dumps({"planId": "daily", "resourceId": "a:/b", "topUp": REQUEST_ID}).encode()
+    first = parse_access_body(raw, JSON)
+    assert (
+        parse_access_body(bytes(raw), JSON)
+        == first
+        == AccessBody("daily", None, "a:/b", REQUEST_ID)
+    )
+    with pytest.raises(UnsupportedMediaType):  # the Content-Type is part of what is remembered
+        parse_access_body(raw, "text/plain")
+
+
+def test_a_refused_small_body_is_refused_every_time() -> None:
+    for _ in range(2):
+        refused(b'{"planId": 7}')
+
+
+def test_with_request_id_keeps_every_other_field() -> None:
+    body = AccessBody("daily", None, "a:/b", REQUEST_ID)
+    assert body.with_request_id("r") == dataclasses.replace(body, request_id="r")

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from x402srv.access import moves
 from x402srv.access.claim_payment import PaymentClaimer
@@ -383,8 +383,10 @@ class AccessPipeline:
     async def _challenge(
         self, body: AccessBody, plan: Plan, grant: ChallengeRecord | None = None
     ) -> AccessResult:
-        request_id = body.request_id or uuid4_str()
-        body = replace(body, request_id=request_id)
+        request_id = body.request_id
+        if request_id is None:
+            request_id = uuid4_str()
+            body = body.with_request_id(request_id)
         record = await self.challenges.open(body, request_id, plan, grant)
         return await self._answer(record, Caller(body))
 

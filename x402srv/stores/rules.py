@@ -20,6 +20,7 @@ from typing import Any
 
 from x402srv.access.records import ALLOWED_TRANSITIONS, ChallengeRecord, State
 from x402srv.interfaces import PaymentClaimed, StateMismatch, TransitionRequest, TxClaimed
+from x402srv.stores.record_json import encode_record
 
 __all__ = [
     "check_state",
@@ -118,10 +119,6 @@ def payer_of(record: ChallengeRecord) -> str | None:
 def state_values(states: Sequence[State]) -> list[str]:
     """Distinct state names in the order given: what listing and pruning filter on."""
     return list(dict.fromkeys(State(s).value for s in states))
-
-
-def encode_record(record: ChallengeRecord) -> str:
-    return json.dumps(record.to_dict(), separators=(",", ":"), allow_nan=False)
 
 
 def decode_record(text: str) -> ChallengeRecord:

@@ -30,6 +30,7 @@ process, and a store outage never refuses a client that is under it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import math
@@ -50,6 +51,8 @@ log = logging.getLogger("x402srv.usage.unpaid_limit")
 #: Clients remembered per window in one process; past this the local counts are
 #: dropped and re-read from the store (correct, just one round trip more each).
 MAX_CLIENTS = 100_000
+#: Addresses up to this long have their keys remembered (the longest IPv6 form with a port is 55).
+_REMEMBERED_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +86,24 @@ def client_key(address: str | None) -> str | None:
     IPv6 clients are counted per /64, the block one subscriber usually holds:
     counting single addresses would let one host rotate through 2^64 of them.
     A port a proxy wrote (``192.0.2.1:5555``, ``[2001:db8::1]:443``) is dropped,
-    or rotating source ports would rotate keys.
+    or rotating source ports would rotate keys. Remembered per address: every
+    unpaid request asks, mostly for addresses seen a moment ago, and parsing
+    one was most of the cost of counting a request.
     """
-    candidate = (address or "").strip()
+    if not address:
+        return None
+    if len(address) <= _REMEMBERED_CHARS:  # any address with a port; never a long header value
+        return _remembered_key(address)
+    return _key(address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered_key(address: str) -> str | None:
+    return _key(address)
+
+
+def _key(address: str) -> str | None:
+    candidate = address.strip()
     if not candidate:
         return None
     host = candidate

@@ -16,7 +16,7 @@ includes (``x402srv.config.plans.wire_terms``: period, calls, rate limit).
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import json
 import logging
@@ -237,7 +237,7 @@ class OfferBuilder:
                 now=self._clock(),
             )
             required, body = _with_member(required, member), _with_member(body, member)
-        header = base64.b64encode(required.encode()).decode("ascii")
+        header = binascii.b2a_base64(required.encode(), newline=False).decode("ascii")
         return PaymentOffer(header=header, content=body.encode())
 
     def _build_discovery(self) -> tuple[PaymentOffer, _DiscoveryTemplate]:
@@ -334,8 +334,8 @@ class OfferBuilder:
             required = _with_offers(required, offers, extended=True)
         if self.siwx is not None:  # this plan's grant on this resource
             networks = (
-                tuple(offer.network for offer in record.offers)
-                if record.offers
+                tuple(offer.network for offer in record.options)
+                if record.options
                 else (record.network,)
             )
             required = _with_member(
@@ -356,13 +356,16 @@ class OfferBuilder:
             + rfc3339(record.expires_at)
             + '"}'
         )
-        header = base64.b64encode(required.encode()).decode("ascii")
+        header = binascii.b2a_base64(required.encode(), newline=False).decode("ascii")
         return PaymentOffer(header=header, content=body.encode())
 
     def _template(self, record: ChallengeRecord, description: str) -> _ChallengeTemplate:
-        key = (
+        key = (  # what ``record.offers`` is made of, without making it per request
             record.plan_id,
-            record.offers,
+            record.options,
+            record.network,
+            record.asset,
+            record.amount,
             record.pay_to,
             record.max_timeout_seconds,
             description,

@@ -20,14 +20,16 @@ import binascii
 import functools
 import hashlib
 import json
+import math
 import re
-import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from x402srv.access.ids import token_hex16
 from x402srv.config.siwx import SiwxConfig
 from x402srv.errors import SiwxInvalid
 
@@ -91,10 +93,32 @@ SCHEMA: Final[dict[str, Any]] = {
 }
 
 
+#: Timestamps ``iso_time`` formats from a cached second (years 1970 to 9999).
+_FAST_SECONDS: Final = range(0, 253_402_300_800)
+
+
+@functools.lru_cache(maxsize=256)
+def _iso_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+
+
 def iso_time(timestamp: float) -> str:
-    """UTC with milliseconds and ``Z``, the SDKs' ``issuedAt`` form."""
-    text = datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
+    """UTC with milliseconds and ``Z``, the SDKs' ``issuedAt`` form.
+
+    Every 402 declares two of these, so the text of a second is cached and the
+    milliseconds appended: exactly what ``datetime.fromtimestamp(timestamp,
+    UTC).isoformat(timespec="milliseconds")`` writes (it rounds the fraction
+    to microseconds half to even, then cuts to milliseconds).
+    """
+    fraction, whole = math.modf(timestamp)
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    second = int(whole)
+    if micros < 0 or second not in _FAST_SECONDS:  # before 1970 or after 9999: the slow way
+        text = datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
+        return text.replace("+00:00", "Z")
+    return f"{_iso_second(second)}{micros // 1000:03d}Z"
 
 
 def access_scope(plan_id: str | None, resource_id: str) -> str:
@@ -107,6 +131,7 @@ def route_scope(prefix: str) -> str:
     return f"route {prefix}"
 
 
+@functools.lru_cache(maxsize=1024)
 def scope_tag(access_url: str, scope: str) -> str:
     """The nonce's first 16 hex digits: what the message was declared for, at which seller."""
     digest = hashlib.sha256(f"x402srv-siwx/1\n{access_url}\n{scope}".encode()).hexdigest()
@@ -120,6 +145,7 @@ class SiwxDeclarer:
         self.config = config
         self.access_url = access_url
         self.domain = urlsplit(agent_url).netloc
+        self._info_parts: dict[str, tuple[str, str, str]] = {}
 
     def declaration(
         self, *, scope: str, uri: str, networks: Iterable[str], now: float
@@ -129,7 +155,7 @@ class SiwxDeclarer:
             "domain": self.domain,
             "uri": uri,
             "version": "1",
-            "nonce": scope_tag(self.access_url, scope) + secrets.token_hex(16),
+            "nonce": self._nonce(scope),
             "issuedAt": iso_time(now),
             "resources": [uri],
             "expirationTime": iso_time(now + self.config.expiration_seconds),
@@ -138,17 +164,44 @@ class SiwxDeclarer:
             info["statement"] = self.config.statement
         return {"info": info, **_chains_and_schema(tuple(networks))}
 
+    def _nonce(self, scope: str) -> str:
+        """The scope's tag and 32 random hex digits (``secrets.token_hex(16)``'s source)."""
+        return scope_tag(self.access_url, scope) + token_hex16()
+
     def member(self, *, scope: str, uri: str, networks: tuple[str, ...], now: float) -> str:
         """The declaration as the compact JSON member ``"sign-in-with-x":{...}`` of a 402.
 
-        Made per answer (its nonce and times are), from a cached tail: what a
-        402 costs more is a random nonce and two times.
+        Made per answer (its nonce and times are) between cached parts (the
+        JSON around them, ``_info_parts``, and the tail): what a 402 costs more
+        is a random nonce and two times. The same text as ``_compact`` of
+        ``declaration``'s ``info`` (tests/unit/test_siwx_wire.py compares them).
         """
-        info = self.declaration(scope=scope, uri=uri, networks=(), now=now)["info"]
-        return _MEMBER_HEAD + _compact(info) + _tail(networks)
+        parts = self._info_parts.get(uri)
+        if parts is None:
+            if len(self._info_parts) >= _MAX_URIS:
+                self._info_parts.clear()
+            parts = self._info_parts[uri] = self._parts(uri)
+        head, middle, end = parts
+        return (
+            f"{head}{self._nonce(scope)}{_ISSUED_AT}{iso_time(now)}{middle}"
+            f"{iso_time(now + self.config.expiration_seconds)}{end}{_tail(networks)}"
+        )
+
+    def _parts(self, uri: str) -> tuple[str, str, str]:
+        """The JSON of ``info`` around its nonce, issuedAt and expirationTime (in that order)."""
+        statement = self.config.statement
+        return (
+            f'{_MEMBER_HEAD}{{"domain":{_compact(self.domain)},"uri":{_compact(uri)},'
+            '"version":"1","nonce":"',
+            f'","resources":{_compact([uri])},"expirationTime":"',
+            '"' + (f',"statement":{_compact(statement)}' if statement is not None else "") + "}",
+        )
 
 
 _MEMBER_HEAD: Final = json.dumps(SIGN_IN_WITH_X) + ':{"info":'
+_ISSUED_AT: Final = '","issuedAt":"'
+#: Resource URIs whose ``info`` parts a declarer keeps (the access URL, gateway routes).
+_MAX_URIS: Final = 256
 
 
 def _compact(document: Any) -> str:

@@ -16,18 +16,16 @@ copied everything the next commit starts the WAL over from the beginning, so the
 file stays about as large as the writes of one interval.
 
 Starting the WAL over costs its writer an fsync of the WAL's header (sqlite
-syncs it on every restart, even with ``synchronous = NORMAL``), so a store that
-writes seldom paid one on nearly every write: each found the WAL copied back
-since the last. The thread therefore checkpoints only once ``MIN_FRAMES``
-frames wait to be copied, or when any have waited ``IDLE_SECONDS``: a busy
-store still checkpoints every interval, a quiet one about once a second (a
-metered call's reservation and settlement otherwise each waited for an fsync,
-~4 ms on the bench's disk, before its first byte and its last). It reads how
-many frames wait from the WAL-index header at the start of the ``-shm`` file
-(``mxFrame``, the frames in the WAL, at byte 16, and ``nBackfill``, those
-already copied, at byte 96, in the machine's byte order: sqlite's documented
-WAL-index format); a file it cannot read that way is checkpointed every
-interval, as before. Durability is
+syncs it on every restart, even with ``synchronous = NORMAL``), so checkpointing
+every interval whatever waited made nearly every write of a quiet store such a
+restart (a metered call's reservation and its settlement each waited ~4 ms for
+the disk before its first byte and its last). The store therefore tells this
+thread how many operations it ran (``ran``), and the thread checkpoints once
+``MIN_OPERATIONS`` ran since the last checkpoint, or any did ``IDLE_SECONDS``
+ago (``due``): a busy store still checkpoints every interval, a quiet one about
+once a second. (It counts in the process: opening the ``-shm`` file to read the
+WAL's size would release sqlite's POSIX locks, which belong to the process.)
+Durability is
 unchanged: a commit is as safe as ``synchronous`` makes it the moment it
 returns, whenever its pages are later copied. Workers each run one; sqlite lets
 one checkpoint run at a time and the others simply skip a turn.
@@ -37,20 +35,25 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import sys
 import threading
 import time
 from pathlib import Path
 
-__all__ = ["IDLE_SECONDS", "INTERVAL_SECONDS", "MIN_FRAMES", "SAFETY_NET_PAGES", "Checkpointer"]
+__all__ = [
+    "IDLE_SECONDS",
+    "INTERVAL_SECONDS",
+    "MIN_OPERATIONS",
+    "SAFETY_NET_PAGES",
+    "Checkpointer",
+]
 
 _log = logging.getLogger("x402srv.store.sqlite")
 
 #: Seconds between two background checkpoints.
 INTERVAL_SECONDS = 0.02
-#: Frames waiting in the WAL that make the next tick checkpoint.
-MIN_FRAMES = 64
-#: Seconds after which any frame waiting in the WAL is checkpointed.
+#: Store operations since the last checkpoint that make the next tick checkpoint.
+MIN_OPERATIONS = 32
+#: Seconds after which any operation since the last checkpoint makes a tick checkpoint.
 IDLE_SECONDS = 1.0
 #: ``wal_autocheckpoint`` of the store's connection: only if the thread falls behind.
 SAFETY_NET_PAGES = 10_000
@@ -64,6 +67,18 @@ class Checkpointer:
         self._interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._operations = 0  # since the last checkpoint (written by the store's thread)
+        self._last = time.monotonic()
+
+    def ran(self, operations: int = 1) -> None:
+        """The store's thread ran ``operations`` (a batch counts each of its writes)."""
+        self._operations += operations
+
+    def due(self, now: float) -> bool:
+        """Whether the tick at ``now`` (monotonic) checkpoints (see the module docstring)."""
+        if self._operations >= MIN_OPERATIONS:
+            return True
+        return self._operations > 0 and now - self._last >= IDLE_SECONDS
 
     def start(self) -> None:
         if self._thread is not None:
@@ -87,34 +102,15 @@ class Checkpointer:
         except sqlite3.Error as exc:
             _log.warning("sqlite store %s: checkpoint thread not started: %s", self._path, exc)
             return
-        shm = self._path.with_name(self._path.name + "-shm")
-        last = time.monotonic()
         try:
             while not self._stop.wait(self._interval):
-                waiting = waiting_frames(shm)
                 now = time.monotonic()
-                if waiting == 0 or (
-                    waiting is not None and waiting < MIN_FRAMES and now - last < IDLE_SECONDS
-                ):
+                if not self.due(now):
                     continue
-                last = now
+                self._operations, self._last = 0, now  # (an increment racing this: one more)
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 except sqlite3.Error as exc:  # busy, or the file went away: try next time
                     _log.debug("sqlite store %s: checkpoint skipped: %s", self._path, exc)
         finally:
             conn.close()
-
-
-def waiting_frames(shm: Path) -> int | None:
-    """Frames in the WAL not yet copied back (see the module docstring); None if unreadable."""
-    try:
-        with shm.open("rb") as file:
-            header = file.read(100)
-    except OSError:
-        return None
-    if len(header) < 100:
-        return None
-    frames = int.from_bytes(header[16:20], sys.byteorder)
-    copied = int.from_bytes(header[96:100], sys.byteorder)
-    return max(0, frames - copied)

@@ -163,6 +163,7 @@ class SqliteStore:
     def _drain_inserts(self) -> None:
         """Store's thread: commit queued inserts batch by batch until none is left."""
         while batch := self._inserts.take():
+            self._checkpointer.ran(len(batch))
             try:
                 conn = self._connection("create_challenge")
                 outcomes: list[Created | BaseException] = list(
@@ -311,6 +312,7 @@ class SqliteStore:
             batch = [p for p in batch if not (p.skip_if_cancelled and p.future.cancelled())]
             if not batch:
                 continue
+            self._checkpointer.ran(len(batch))
             try:
                 conn = self._connection(batch[0].op)
                 outcomes: list[object] = list(
@@ -425,6 +427,7 @@ class SqliteStore:
 
     def _guarded(self, op: str, job: Callable[[], T]) -> T:
         """Runs on the store's thread; converts every sqlite error at the boundary."""
+        self._checkpointer.ran()
         try:
             return job()
         except sqlite3.Error as exc:
