@@ -9,6 +9,7 @@ paths were asked (it forwards every request unchanged).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ import httpx
 import pytest
 from eth_account import Account
 
+from x402srv.access.recovery import RECEIPT_REUSE_SECONDS
 from x402srv.config.models import Config, parse_config
 from x402srv.default_plugins.facilitator import FacilitatorOptions, FacilitatorSettler
 from x402srv.devchain import Devchain, sign_transfer_authorization
@@ -41,6 +43,21 @@ class PathRecorder(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.paths.append(request.url.path)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class RpcRecorder(httpx.AsyncBaseTransport):
+    """Forwards to the real node and keeps the JSON-RPC method of each request."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.methods: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.methods.append(json.loads(await request.aread())["method"])
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -225,3 +242,35 @@ async def test_a_transfer_the_chain_shows_does_not_wait_for_a_late_answer(
         assert took < 1.5, f"waited {took:.2f} s for an answer the chain had made moot"
     else:
         assert took >= 3.0
+
+
+async def test_the_settlers_receipt_is_not_read_again_to_check_it(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+) -> None:
+    """The settler confirms its transaction on the shared reader; the pipeline's check of
+    the txHash (flow step 9) reuses that read instead of a second round trip. Only what
+    the node answered is kept: a hash never read, or not mined, is asked for."""
+    process = facilitator()
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    rpc = RpcRecorder()
+    client = httpx.AsyncClient(transport=rpc)
+    chain = ChainReader(devchain.rpc_url, client=client)
+    async with _settler(config, chain) as (settler, _):
+        outcome = await settler.settle(request, Hooks())
+    assert isinstance(outcome, Settled), outcome
+    read = rpc.methods.count("eth_getTransactionReceipt")
+    assert read >= 1  # the settler's confirmation
+    auth = request.authorization
+    reused = await chain.receipt(outcome.tx_hash.upper(), read_within=RECEIPT_REUSE_SECONDS)
+    assert reused is not None
+    assert reused.settles(devchain.token.address, auth.payer, seller, PRICE, auth.nonce)
+    assert rpc.methods.count("eth_getTransactionReceipt") == read
+    assert await chain.receipt(outcome.tx_hash) == reused  # not asked to reuse: asked
+    assert rpc.methods.count("eth_getTransactionReceipt") == read + 1
+    unknown = "0x" + "11" * 32
+    for _ in range(2):
+        assert await chain.receipt(unknown, read_within=RECEIPT_REUSE_SECONDS) is None
+    assert rpc.methods.count("eth_getTransactionReceipt") == read + 3
+    await client.aclose()

@@ -43,9 +43,13 @@ from x402srv.interfaces import Clock, StateMismatch, TransitionApplied, Transiti
 from x402srv.settlement.chain import ChainReader, ChainUnavailable
 from x402srv.settlement.verdicts import NotTransferred, Transferred, Verdict, resolve_authorization
 
-__all__ = ["Paid", "Release", "SettlingResolver"]
+__all__ = ["RECEIPT_REUSE_SECONDS", "Paid", "Release", "SettlingResolver"]
 
 log = logging.getLogger("x402srv.access.pipeline")
+
+#: A receipt the chain reader read this recently (a settler's confirmation) is not read
+#: again to check the settler's txHash (``settles_in``).
+RECEIPT_REUSE_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,9 @@ class SettlingResolver:
         if chain is None or payment is None:
             return False
         try:
-            receipt = await chain.receipt(tx_hash)
+            # The settler confirmed it on this very reader a moment ago: that read is
+            # the chain's word too, and checked here against the record's own terms.
+            receipt = await chain.receipt(tx_hash, read_within=RECEIPT_REUSE_SECONDS)
         except ChainUnavailable as exc:
             log.warning("challenge %s: cannot read %s: %s", record.challenge_id, tx_hash, exc)
             return False

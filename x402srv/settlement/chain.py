@@ -9,11 +9,20 @@ plugins get the same reader so "what does the chain say" has one implementation.
 
 RPC failures raise ``ChainUnavailable`` whose message never contains the RPC
 URL (it may carry an API key).
+
+The receipts of mined transactions it read last are kept (``RECENT_RECEIPTS``):
+a settler confirms its transaction from the chain and the pipeline then checks
+the same receipt against the record itself (docs/protocol/flow.md, step 9). Asked
+with ``read_within``, ``receipt`` answers what this reader read from the node that
+recently instead of a second round trip; only the node's answers are kept, so a
+settler cannot put a receipt there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +44,8 @@ TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
 AUTHORIZATION_USED_TOPIC = "0x" + keccak(text="AuthorizationUsed(address,bytes32)").hex()
 AUTHORIZATION_CANCELED_TOPIC = "0x" + keccak(text="AuthorizationCanceled(address,bytes32)").hex()
 _AUTHORIZATION_STATE_SELECTOR = keccak(text="authorizationState(address,bytes32)")[:4].hex()
+#: How many receipts of mined transactions a reader keeps for ``receipt(read_within=...)``.
+RECENT_RECEIPTS = 256
 
 
 class ChainUnavailable(Exception):
@@ -150,6 +161,8 @@ class ChainReader:
         self._ids = itertools.count(1)
         self.log_lookback_blocks = log_lookback_blocks
         self.log_chunk_blocks = log_chunk_blocks
+        #: txHash -> (loop time read, receipt): the last mined receipts the node answered.
+        self._receipts: OrderedDict[str, tuple[float, Receipt]] = OrderedDict()
 
     async def open(self) -> None:
         if self._client is None:
@@ -206,16 +219,33 @@ class ChainReader:
         block = await self.call("eth_getBlockByNumber", ["latest", False])
         return int(block["number"], 16), int(block["timestamp"], 16)
 
-    async def receipt(self, tx_hash: str) -> Receipt | None:
+    async def receipt(self, tx_hash: str, *, read_within: float = 0.0) -> Receipt | None:
+        """The transaction's receipt; None while it is not mined (or unknown).
+
+        ``read_within`` > 0 accepts a receipt this reader read from the node at
+        most that many seconds ago (the settler's confirmation, a moment before).
+        """
+        loop_time = asyncio.get_running_loop().time()
+        key = tx_hash.lower()
+        if read_within > 0 and (kept := self._receipts.get(key)) is not None:
+            read_at, kept_receipt = kept
+            if loop_time - read_at <= read_within:
+                return kept_receipt
         raw = await self.call("eth_getTransactionReceipt", [tx_hash])
         if not raw:
             return None
-        return Receipt(
+        receipt = Receipt(
             tx_hash=str(raw["transactionHash"]).lower(),
             status=int(raw.get("status") or "0x0", 16),
             block_number=int(raw["blockNumber"], 16),
             logs=tuple(Log.from_rpc(log) for log in raw.get("logs", ())),
         )
+        if receipt.tx_hash == key:  # kept only under the hash it was asked for
+            self._receipts[key] = (loop_time, receipt)
+            self._receipts.move_to_end(key)
+            if len(self._receipts) > RECENT_RECEIPTS:
+                self._receipts.popitem(last=False)
+        return receipt
 
     async def transaction(self, tx_hash: str) -> Transaction | None:
         """The transaction as the node knows it (mined or pending); None if it does not."""
