@@ -93,16 +93,24 @@ async def _admit(
 ) -> HTTPResponse | None:
     """None when the request may go on (claims, and usage, attached), else the response."""
     result = await admission.admit(verifier, request.headers.getall("authorization", []))
-    if not isinstance(result, AccessClaims):
-        return problem_response(result)
-    request.ctx.x402 = result
+    claims = _attach(request, result)
+    if isinstance(claims, HTTPResponse):
+        return claims
     if meter is not None:
         try:
-            usage = await meter.spend(result, cost(request) if callable(cost) else cost)
+            usage = await meter.spend(claims, cost(request) if callable(cost) else cost)
         except ProblemError as err:
             return problem_response(err)
         request.ctx.x402_usage = usage
     return None
+
+
+def _attach(request: Request, result: AccessClaims | ProblemError) -> AccessClaims | HTTPResponse:
+    """Admitted claims go on the request and come back; a refusal comes back as its answer."""
+    if not isinstance(result, AccessClaims):
+        return problem_response(result)
+    request.ctx.x402 = result
+    return result
 
 
 async def _settle_usage(meter: Meter, request: Request, response: BaseHTTPResponse | None) -> None:
@@ -141,9 +149,8 @@ def require_access(
                 claims = await admission.admit(
                     verifier, request.headers.getall("authorization", [])
                 )
-                if not isinstance(claims, AccessClaims):
-                    return problem_response(claims)
-                request.ctx.x402 = claims
+                if isinstance(admitted := _attach(request, claims), HTTPResponse):
+                    return admitted
                 return await handler(request, *args, **kwargs)
 
             return guarded
@@ -207,10 +214,8 @@ def access_guard(
             return None
         if meter is None:  # as in ``require_access``: one coroutine fewer per call
             claims = await admission.admit(verifier, request.headers.getall("authorization", []))
-            if not isinstance(claims, AccessClaims):
-                return problem_response(claims)
-            request.ctx.x402 = claims
-            return None
+            admitted = _attach(request, claims)
+            return admitted if isinstance(admitted, HTTPResponse) else None
         return await _admit(request, verifier, meter, cost)
 
     app.on_request(x402_access_guard, priority=priority)
