@@ -40,6 +40,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -112,6 +113,24 @@ class GroupCommit(Generic[P]):
                 return False
             self._draining = True
             return True
+
+    def submit(
+        self,
+        pending: P,
+        executor: Executor,
+        drain: Callable[[], None],
+        error: Callable[[], BaseException],
+    ) -> None:
+        """Queue ``pending`` and start ``drain`` on ``executor`` unless one is running.
+
+        If the executor no longer takes work (the store closed meanwhile), everything
+        queued fails with a fresh ``error()``.
+        """
+        if self.add(pending):
+            try:
+                executor.submit(drain)
+            except RuntimeError:
+                fail_all(self.abandon(), error)
 
     def take(self) -> list[P]:
         """The next batch in call order; an empty list ends the drain (store's thread)."""

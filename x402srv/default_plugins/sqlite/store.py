@@ -47,7 +47,6 @@ from x402srv.default_plugins.sqlite.batch import (
     PendingInsert,
     PendingStep,
     deliver,
-    fail_all,
 )
 from x402srv.default_plugins.sqlite.checkpoint import SAFETY_NET_PAGES, Checkpointer
 from x402srv.default_plugins.sqlite.schema import Synchronous, connect
@@ -153,11 +152,8 @@ class SqliteStore:
             _log.error("sqlite store %s: create_challenge called while closed", self.path)
             raise _unavailable()
         future: asyncio.Future[Created] = asyncio.get_running_loop().create_future()
-        if self._inserts.add(PendingInsert(record, ops.challenge_row(record), future)):
-            try:
-                executor.submit(self._drain_inserts)
-            except RuntimeError:  # the store closed meanwhile
-                fail_all(self._inserts.abandon(), _unavailable)
+        insert = PendingInsert(record, ops.challenge_row(record), future)
+        self._inserts.submit(insert, executor, self._drain_inserts, _unavailable)
         return await future
 
     def _drain_inserts(self) -> None:
@@ -297,11 +293,8 @@ class SqliteStore:
             _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
             raise _unavailable()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self._steps.add(PendingStep(op, step, future, skip_if_cancelled)):
-            try:
-                executor.submit(self._drain_steps)
-            except RuntimeError:  # the store closed meanwhile
-                fail_all(self._steps.abandon(), _unavailable)
+        pending = PendingStep(op, step, future, skip_if_cancelled)
+        self._steps.submit(pending, executor, self._drain_steps, _unavailable)
         return await future
 
     def _drain_steps(self) -> None:
