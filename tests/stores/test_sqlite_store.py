@@ -33,6 +33,7 @@ from x402srv.default_plugins.sqlite.checkpoint import (
     MIN_OPERATIONS,
     SAFETY_NET_PAGES,
     Checkpointer,
+    checkpoint,
 )
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
@@ -751,6 +752,23 @@ def test_a_quiet_store_is_checkpointed_about_once_a_second(tmp_path: Path) -> No
     assert checkpointer.due(start + IDLE_SECONDS)
     checkpointer.ran(MIN_OPERATIONS)
     assert checkpointer.due(start)  # a busy store: every interval
+
+
+async def test_the_checkpoint_thread_starts_the_wal_over_itself(opened: SqliteStore) -> None:
+    """The header's fsync of a restarted WAL is the thread's, not the next reservation's."""
+    opened._checkpointer.stop()  # this test's connection plays the thread
+    await asyncio.gather(*(opened.create_challenge(make_record()) for _ in range(50)))
+    conn = sqlite3.connect(opened.path, timeout=0, isolation_level=None)
+    try:
+        checkpoint(conn)
+        # Everything copied and the WAL started over by the thread's own empty write:
+        # what is left to copy is that one write's page.
+        assert conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone() == (0, 1, 1)
+    finally:
+        conn.close()
+    assert await _pragma(opened, "user_version") == sqlite_schema.SCHEMA_VERSION
+    record = make_record()
+    assert (await opened.create_challenge(record))[0] == record
 
 
 def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:
