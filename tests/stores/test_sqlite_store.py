@@ -27,6 +27,7 @@ from x402srv.config.models import Config
 from x402srv.default_plugins.sqlite import ops as sqlite_ops
 from x402srv.default_plugins.sqlite import reports as sqlite_reports
 from x402srv.default_plugins.sqlite import schema as sqlite_schema
+from x402srv.default_plugins.sqlite import store as sqlite_store_module
 from x402srv.default_plugins.sqlite.checkpoint import (
     IDLE_SECONDS,
     INTERVAL_SECONDS,
@@ -769,6 +770,63 @@ async def test_the_checkpoint_thread_starts_the_wal_over_itself(opened: SqliteSt
     assert await _pragma(opened, "user_version") == sqlite_schema.SCHEMA_VERSION
     record = make_record()
     assert (await opened.create_challenge(record))[0] == record
+
+
+async def test_a_credit_step_of_a_quiet_store_runs_on_the_loop(opened: SqliteStore) -> None:
+    """No hop to the store's thread (held here) for a reservation on a quiet store."""
+    await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    release = _hold_thread(opened)
+    try:
+        spent = await asyncio.wait_for(
+            opened.spend("g", 3, now=BASE_TIME, keep_until=BASE_TIME + 60), 5
+        )
+    finally:
+        release.set()
+    assert spent.balance == 7
+    assert (await opened.get_credits("g")).balance == 7  # committed, on the same file
+
+
+async def test_the_steps_of_a_busy_store_queue_for_its_thread(
+    opened: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step soon after another one goes to the group commit (``batch``)."""
+    await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    await opened.spend("g", 1, now=BASE_TIME, keep_until=BASE_TIME + 60)  # (quiet: inline)
+    monkeypatch.setattr(sqlite_store_module, "QUIET_SECONDS", 3600.0)  # ("soon", however slow)
+    release = _hold_thread(opened)
+    second = asyncio.create_task(opened.spend("g", 1, now=BASE_TIME, keep_until=BASE_TIME + 60))
+    await asyncio.sleep(0.03)
+    assert not second.done()  # queued behind the held thread
+    release.set()
+    assert (await second).balance == 8
+
+
+async def test_a_quiet_step_queues_while_another_writer_holds_the_lock(
+    opened: SqliteStore,
+) -> None:
+    """The loop never waits for the lock: the step queues, and the thread waits for it."""
+    await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    blocker = sqlite3.connect(opened.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        task = asyncio.create_task(opened.spend("g", 4, now=BASE_TIME, keep_until=BASE_TIME + 60))
+        await asyncio.sleep(0.02)
+        assert not task.done()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (await task).balance == 6
+
+
+async def test_a_store_that_fsyncs_every_commit_runs_no_step_on_the_loop(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "full.db", SqliteOptions(synchronous="FULL"))
+    await store.start()
+    try:
+        assert store._inline is None
+        await store.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+        assert (await store.spend("g", 4, now=BASE_TIME, keep_until=BASE_TIME + 60)).balance == 6
+    finally:
+        await store.close()
 
 
 def _v3_row(record: ChallengeRecord) -> tuple[str, str, str, float, str]:

@@ -27,6 +27,10 @@ answer that shows the balance after it ends. A spend whose caller was cancelled
 before the batch took it is not run (nothing reserved for nobody); refunds
 and settlements always run (they give credits back).
 
+A caller on a quiet store may run its credit step itself instead
+(``try_inline``): only while nothing is queued and no drain runs, and a drain
+it blocked meanwhile starts when it is done (``end_inline``).
+
 The queue is shared by the loop (``add``) and the store's thread (``take``); a
 lock makes "queue it, and start a drain unless one is running" and "take a
 batch, or declare the drain finished" atomic, so no insert is ever left queued
@@ -131,6 +135,31 @@ class GroupCommit(Generic[P]):
                 executor.submit(drain)
             except RuntimeError:
                 fail_all(self.abandon(), error)
+
+    def try_inline(self) -> bool:
+        """Whether the caller may run its write itself, now: nothing queued, no drain running.
+
+        True marks a drain as running (the caller's), so writes queued meanwhile
+        wait for ``end_inline`` to start theirs.
+        """
+        with self._lock:
+            if self._draining or self._queue:
+                return False
+            self._draining = True
+            return True
+
+    def end_inline(
+        self, executor: Executor, drain: Callable[[], None], error: Callable[[], BaseException]
+    ) -> None:
+        """The caller's own write is over: start a drain for what was queued meanwhile."""
+        with self._lock:
+            if not self._queue:
+                self._draining = False
+                return
+        try:
+            executor.submit(drain)
+        except RuntimeError:
+            fail_all(self.abandon(), error)
 
     def take(self) -> list[P]:
         """The next batch in call order; an empty list ends the drain (store's thread)."""

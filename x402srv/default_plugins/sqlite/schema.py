@@ -187,6 +187,7 @@ def connect(
     synchronous: Synchronous,
     busy_timeout_ms: int,
     autocheckpoint_pages: int = 1000,
+    check_same_thread: bool = True,
 ) -> StoreConnection:
     """A connection ready for the store: WAL, busy timeout, current schema.
 
@@ -198,6 +199,8 @@ def connect(
     transactions; the store issues ``BEGIN IMMEDIATE`` itself wherever it reads
     and then writes, so the write lock is taken before the read and a
     concurrent writer in another process makes it wait instead of failing.
+    ``check_same_thread=False``: a connection opened on one thread and used on
+    another (the store's inline connection, used only by its event loop).
     """
     conn = sqlite3.connect(
         path,
@@ -205,6 +208,7 @@ def connect(
         isolation_level=None,
         cached_statements=64,
         factory=StoreConnection,
+        check_same_thread=check_same_thread,
     )
     conn.busy_timeout_ms = busy_timeout_ms
     try:

@@ -15,6 +15,14 @@ thread gets to it goes into one transaction (``batch``). A caller cancelled whil
 its operation runs does not undo it: the transaction still commits or rolls
 back as a whole.
 
+The one exception to "the loop never touches the file": on a quiet store with
+``synchronous = "NORMAL"``, a credit step runs on the event loop itself, on a
+connection of its own that waits for no lock (``_step``): a commit is then a
+write into the WAL with no fsync (the WAL's restarts are the checkpoint
+thread's), and a lock held by any other writer sends the step to the store's
+thread as usual. That saves a metered call's reservation two thread wake-ups
+on the path to its first byte.
+
 WAL checkpoints run on a thread of their own (``checkpoint``), so no
 commit of the store's thread stops to copy the WAL back and fsync.
 
@@ -29,6 +37,8 @@ import asyncio
 import functools
 import logging
 import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -49,7 +59,7 @@ from x402srv.default_plugins.sqlite.batch import (
     deliver,
 )
 from x402srv.default_plugins.sqlite.checkpoint import SAFETY_NET_PAGES, Checkpointer
-from x402srv.default_plugins.sqlite.schema import Synchronous, connect
+from x402srv.default_plugins.sqlite.schema import StoreConnection, Synchronous, connect
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.hookspecs import Register, hookimpl
 from x402srv.interfaces import (
@@ -77,6 +87,9 @@ _log = logging.getLogger("x402srv.store.sqlite")
 T = TypeVar("T")
 
 _UNAVAILABLE = "The store could not be reached; retry later."
+
+#: A credit step asked for this long after the one before runs on the caller's loop (``_step``).
+QUIET_SECONDS = 0.01
 
 
 class SqliteOptions(PluginOptions):
@@ -112,6 +125,10 @@ class SqliteStore:
         self._inserts: GroupCommit[PendingInsert] = GroupCommit()
         self._steps: GroupCommit[PendingStep] = GroupCommit()
         self._checkpointer = Checkpointer(path)
+        # The event loop's own connection, for credit steps it runs itself (``_step``).
+        self._inline: StoreConnection | None = None
+        self._inline_lock = threading.Lock()  # (one user at a time, whatever its thread)
+        self._last_step = 0.0  # (monotonic) when the last credit step was asked for
 
     async def start(self) -> None:
         if self._executor is not None:
@@ -287,15 +304,60 @@ class SqliteStore:
         *,
         skip_if_cancelled: bool = False,
     ) -> Any:
-        """Queue one credit step for the next group commit (``batch``) and await its outcome."""
+        """One credit step: run here on a quiet store, else queued for the next group commit.
+
+        Here (``_step_inline``) only when no step was asked for in the last
+        ``QUIET_SECONDS``, none is queued or being committed and no other writer
+        holds the lock. On a quiet store the hop to the store's thread and back
+        is two thread wake-ups, most of a reservation's time on the path to the
+        first byte (0.6-1.0 of 3 ms on a loaded machine, against 0.24 here). On a
+        busy one the thread is awake and one commit serves many steps, which is
+        cheaper than a commit each on the event loop (throughput fell by a
+        fifth when every step ran here).
+        """
         executor = self._executor
         if executor is None:
             _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
             raise _unavailable()
+        now = time.monotonic()
+        quiet, self._last_step = now - self._last_step >= QUIET_SECONDS, now
+        if quiet and self._inline is not None and self._steps.try_inline():
+            try:
+                ran, outcome = self._step_inline(op, step)
+            finally:
+                self._steps.end_inline(executor, self._drain_steps, _unavailable)
+            if ran:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending = PendingStep(op, step, future, skip_if_cancelled)
         self._steps.submit(pending, executor, self._drain_steps, _unavailable)
         return await future
+
+    def _step_inline(self, op: str, step: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
+        """(True, outcome): ``step`` ran in a transaction of its own on the loop's connection.
+
+        (False, None) when another writer holds the write lock (this connection
+        waits for nobody): nothing was written, and the caller queues the step.
+        """
+        conn = self._inline
+        if conn is None or not self._inline_lock.acquire(blocking=False):
+            return False, None
+        try:
+            (outcome,) = credits_ops.in_one_transaction(conn, [step])
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                return False, None  # (rolled back, if it got as far as a transaction)
+            _log.error("sqlite store %s: %s failed: %s", self.path, op, exc)
+            return True, _unavailable()
+        except sqlite3.Error as exc:
+            _log.error("sqlite store %s: %s failed: %s", self.path, op, exc)
+            return True, _unavailable()
+        finally:
+            self._inline_lock.release()
+        self._checkpointer.ran()
+        return True, outcome
 
     def _drain_steps(self) -> None:
         """Store's thread: run queued credit steps batch by batch until none is left."""
@@ -446,15 +508,29 @@ class SqliteStore:
             busy_timeout_ms=self.options.busy_timeout_ms,
             autocheckpoint_pages=SAFETY_NET_PAGES,
         )
+        if self.options.synchronous == "NORMAL":  # (FULL: every commit waits for an fsync)
+            inline = connect(
+                self.path,
+                synchronous="NORMAL",
+                busy_timeout_ms=self.options.busy_timeout_ms,
+                autocheckpoint_pages=SAFETY_NET_PAGES,
+                check_same_thread=False,
+            )
+            inline.execute("PRAGMA busy_timeout = 0")  # a held lock: queue the step instead
+            inline.busy_timeout_ms = 0
+            self._inline = inline
 
     def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            conn.close()
-        except sqlite3.Error as exc:
-            _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+        with self._inline_lock:
+            inline, self._inline = self._inline, None
+        for conn in (self._conn, inline):
+            if conn is None:
+                continue
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                _log.warning("sqlite store %s: close failed: %s", self.path, exc)
+        self._conn = None
 
 
 def _page(kind: str, after: str, conn: sqlite3.Connection) -> tuple[list[ExportItem], str]:
