@@ -92,3 +92,24 @@ def test_a_stream_that_stops_inside_an_event_says_so() -> None:
     assert not sse.mid_event
     sse.feed(b"event: token\ndata: cut")
     assert sse.mid_event
+
+
+def test_a_stream_reads_the_same_in_whole_events_as_byte_by_byte() -> None:
+    """Chunks of whole events without a usage event are skipped unread: nothing is missed."""
+    stream = (
+        b"event: token\ndata: usage\n\n"  # (a token that says "usage" is read, not counted)
+        b"event: token\r\ndata: hi\r\n\r\n"
+        b'data: {"cost": 9}\nevent: usage\n\n'  # (the name may follow the data)
+        b"event: token\ndata: x\n\n"
+        b'event: usage\ndata: {"cost": 12}\n\n'
+        b"event: token\ndata: y\n\n"
+    )
+    events = [e + b"\n\n" for e in stream.replace(b"\r\n", b"\n").split(b"\n\n") if e]
+    whole, split, single = SseUsage(), SseUsage(), SseUsage()
+    for event in events:
+        whole.feed(event)
+    for n in range(len(stream)):
+        split.feed(stream[n : n + 1])
+    single.feed(stream)
+    for sse in (whole, split, single):
+        assert (sse.cost, sse.invalid, sse.mid_event) == (12, 0, False)

@@ -9,7 +9,9 @@ who disconnects is charged the last total seen, or the reservation).
 
 The stream passes through untouched: ``SseUsage.feed`` only reads the bytes on
 their way to the buyer, a line at a time, keeping no more than one
-unfinished line (at most ``MAX_LINE`` bytes; a longer one is skipped).
+unfinished line (at most ``MAX_LINE`` bytes; a longer one is skipped). A chunk
+that starts and ends between events and does not contain ``usage`` anywhere
+is passed over unread (an LLM's token events, one per chunk).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ __all__ = ["MAX_LINE", "SseUsage", "charge", "header_cost", "report_cost", "usag
 #: The longest SSE line the reader looks into; the usage event is small.
 MAX_LINE: Final = 64 * 1024
 _DIGITS: Final = re.compile(r"[0-9]{1,12}")
+#: How a chunk that ends with its last event ends (an empty line, either line ending).
+_EVENT_END: Final = (b"\n\n", b"\n\r\n")
+#: In every usage event: a chunk of whole events without it holds none.
+_USAGE: Final = b"usage"
 
 
 def header_cost(value: str | None) -> int | None:
@@ -68,6 +74,8 @@ class SseUsage:
         return bool(self._pending or self._event or self._data or self._skipping)
 
     def feed(self, chunk: bytes) -> None:
+        if not self.mid_event and chunk.endswith(_EVENT_END) and _USAGE not in chunk:
+            return  # whole events, none of them named usage: nothing to read in them
         lines = (self._pending + chunk).split(b"\n")
         self._pending = lines.pop()
         for line in lines:
