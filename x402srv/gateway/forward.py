@@ -233,7 +233,11 @@ async def forward(
                 request.transport.close()  # no final chunk: the client sees the truncation
             return None
         if tail is not None:
-            ending = await tail(upstream_trailers(upstream))
+            trailers = upstream_trailers(upstream)
+            # The upstream's answer is over: its connection goes back to the pool
+            # now, not once the call has settled (a metered stream's last step).
+            await upstream.aclose()
+            ending = await tail(trailers)
             if ending.tail:
                 await response.send(ending.tail)
             if ending.trailers and await send_trailers(response, ending.trailers):
