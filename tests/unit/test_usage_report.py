@@ -105,11 +105,14 @@ def test_a_stream_reads_the_same_in_whole_events_as_byte_by_byte() -> None:
         b"event: token\ndata: y\n\n"
     )
     events = [e + b"\n\n" for e in stream.replace(b"\r\n", b"\n").split(b"\n\n") if e]
-    whole, split, single = SseUsage(), SseUsage(), SseUsage()
+    whole = SseUsage()
     for event in events:
         whole.feed(event)
-    for n in range(len(stream)):
-        split.feed(stream[n : n + 1])
-    single.feed(stream)
-    for sse in (whole, split, single):
+    readers = [whole]
+    for size in (1, 2, 3, 5, 7, 11, 13, 29, len(stream)):  # events cut anywhere
+        sse = SseUsage()
+        for n in range(0, len(stream), size):
+            sse.feed(stream[n : n + size])
+        readers.append(sse)
+    for sse in readers:
         assert (sse.cost, sse.invalid, sse.mid_event) == (12, 0, False)

@@ -9,9 +9,9 @@ who disconnects is charged the last total seen, or the reservation).
 
 The stream passes through untouched: ``SseUsage.feed`` only reads the bytes on
 their way to the buyer, a line at a time, keeping no more than one
-unfinished line (at most ``MAX_LINE`` bytes; a longer one is skipped). A chunk
-that starts and ends between events and does not contain ``usage`` anywhere
-is passed over unread (an LLM's token events, one per chunk).
+unfinished line (at most ``MAX_LINE`` bytes; a longer one is skipped). The
+whole events a chunk starts with are passed over unread when none of them
+contains ``usage`` anywhere (an LLM's token events).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ __all__ = ["MAX_LINE", "SseUsage", "charge", "header_cost", "report_cost", "usag
 #: The longest SSE line the reader looks into; the usage event is small.
 MAX_LINE: Final = 64 * 1024
 _DIGITS: Final = re.compile(r"[0-9]{1,12}")
-#: How a chunk that ends with its last event ends (an empty line, either line ending).
-_EVENT_END: Final = (b"\n\n", b"\n\r\n")
 #: In every usage event: a chunk of whole events without it holds none.
 _USAGE: Final = b"usage"
 
@@ -74,8 +72,15 @@ class SseUsage:
         return bool(self._pending or self._event or self._data or self._skipping)
 
     def feed(self, chunk: bytes) -> None:
-        if not self.mid_event and chunk.endswith(_EVENT_END) and _USAGE not in chunk:
-            return  # whole events, none of them named usage: nothing to read in them
+        if not self.mid_event:
+            # The whole events this chunk starts with, up to its last empty line: when
+            # none of them says "usage" anywhere, none is a usage event: skip them unread.
+            ends = chunk.rfind(b"\n\n"), chunk.rfind(b"\n\r\n")
+            whole = max(ends[0] + 2 if ends[0] >= 0 else 0, ends[1] + 3 if ends[1] >= 0 else 0)
+            if whole and chunk.find(_USAGE, 0, whole) < 0:
+                chunk = chunk[whole:]
+                if not chunk:
+                    return
         lines = (self._pending + chunk).split(b"\n")
         self._pending = lines.pop()
         for line in lines:
