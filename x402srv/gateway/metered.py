@@ -91,7 +91,9 @@ class UsageCall:
                 self.reserved,
             )
         self.usage = await self.meter.settle(self.usage, used, route=self.route.prefix)
-        log.info(
+        # (debug: the store records every call, ``used_calls``; a log line each cost a
+        # metered stream as much time as its settlement's store step)
+        log.debug(
             "usage grant=%s route=%s reserved=%d charged=%d balance=%s",
             self.grant_id,
             self.route.prefix,
