@@ -233,11 +233,7 @@ async def forward(
                 request.transport.close()  # no final chunk: the client sees the truncation
             return None
         if tail is not None:
-            trailers = upstream_trailers(upstream)
-            # The upstream's answer is over: its connection goes back to the pool
-            # now, not once the call has settled (a metered stream's last step).
-            await upstream.aclose()
-            ending = await tail(trailers)
+            ending = await tail(upstream_trailers(upstream))
             if ending.tail:
                 await response.send(ending.tail)
             if ending.trailers and await send_trailers(response, ending.trailers):
