@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -277,3 +278,40 @@ async def test_the_settlers_receipt_is_not_read_again_to_check_it(
     assert rpc.methods.count("eth_getTransactionReceipt") == read + 3
     await client.aclose()
 
+
+async def test_a_precheck_then_settle_asks_the_token_once(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+) -> None:
+    """The pipeline runs ``precheck`` while it writes the hand-over; ``settle`` then
+    trusts it (``prechecked``) instead of simulating the same transfer again."""
+    process = facilitator()
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    rpc = RpcRecorder()
+    client = httpx.AsyncClient(transport=rpc)
+    chain = ChainReader(devchain.rpc_url, client=client)
+    # (the chain not watched while /settle is out: its reads would be eth_calls too)
+    async with _settler(config, chain, watch_chain_after_seconds=0) as (settler, recorder):
+        assert await settler.precheck(request) is None
+        outcome = await settler.settle(replace(request, prechecked=True), Hooks())
+    await client.aclose()
+    assert isinstance(outcome, Settled), outcome
+    assert rpc.methods.count("eth_call") == 1  # the precheck's simulation alone
+    assert recorder.paths == ["/supported", "/settle"]
+    assert devchain.balance_of(seller) == PRICE
+
+
+async def test_a_precheck_refuses_an_unfunded_payer_and_cannot_tell_without_an_rpc(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess], chain: ChainReader
+) -> None:
+    process = facilitator()
+    broke = devchain.new_account(eth=0, usdc_atomic=0)
+    config, request = _request(devchain, Account.create().address, broke, process.url)
+    async with _settler(config, chain) as (settler, recorder):
+        refused = await settler.precheck(request)
+    assert isinstance(refused, Rejected) and refused.reason == Reason.INSUFFICIENT_BALANCE
+    assert recorder.paths == ["/supported"]
+    async with _settler(config, None) as (settler, _):
+        with pytest.raises(ChainUnavailable):  # the pipeline lets settle check as it would
+            await settler.precheck(request)

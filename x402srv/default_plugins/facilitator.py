@@ -9,7 +9,9 @@ official SDK's settle re-verifies the signature but does not simulate the
 transfer, so a payer without the funds got a reverted transaction (the
 facilitator's gas spent, and an outcome only the chain could tell). With an RPC
 of its own x402srv simulates ``transferWithAuthorization`` there
-(``transfer_call.preflight``: one ``eth_call``, ~1 ms on a local node); without
+(``transfer_call.preflight``: one ``eth_call``, ~1 ms on a local node; the pipeline
+runs it as ``precheck`` while it writes the hand-over, and ``settle`` does not ask
+again); without
 one, or when it cannot answer, it asks ``/verify`` (a round trip through the
 facilitator, ~10 ms). Either way an unfunded payer gets
 ``invalid_exact_evm_insufficient_balance`` at once.
@@ -281,8 +283,8 @@ class FacilitatorSettler:
             "paymentPayload": dict(request.payload),
             "paymentRequirements": dict(request.requirements),
         }
-        simulated = False
-        if self._chain is not None:
+        simulated = request.prechecked  # the pipeline ran ``precheck`` a moment ago
+        if self._chain is not None and not simulated:
             try:
                 refused = await preflight(self._chain, request)
             except ChainUnavailable as exc:
@@ -297,6 +299,18 @@ class FacilitatorSettler:
             if verdict is not None:
                 return verdict
         return await self._settle(request, body, hooks)
+
+    async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
+        """``settle``'s simulation of the transfer, which the pipeline runs ahead of it.
+
+        It runs while the pipeline records the hand-over, and ``settle`` then skips
+        its own (``request.prechecked``): None when the token would take the transfer
+        now, else the outcome to answer. Raises ``ChainUnavailable`` when it cannot
+        tell (no RPC, or the node did not answer): ``settle`` then checks as it would.
+        """
+        if self._chain is None:
+            raise ChainUnavailable("no RPC to simulate the transfer on")
+        return await preflight(self._chain, request)
 
     async def _verify(self, body: dict[str, Any]) -> Rejected | None:
         """None when valid. /verify moves nothing, so every failure here is definite."""
