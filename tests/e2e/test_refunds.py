@@ -217,6 +217,7 @@ async def test_a_refund_killed_holding_the_nonce_lease_does_not_hold_up_the_next
     started = time.monotonic()
     await buy(seller, devchain.new_account(eth=0, usdc_atomic=HOURLY))
     waited = time.monotonic() - started
+    print(f"purchase after a killed refund, {backend}: {waited:.2f} s")
 
     assert waited < LONG_NONCE_LEASE / 2, waited
     assert "taken over from" in seller.server.logs()  # the killed refund held it
