@@ -609,6 +609,9 @@ class SettlementRequest:
     payload: Mapping[str, Any]
     requirements: Mapping[str, Any]
     network: NetworkInfo
+    #: The settler's own ``precheck`` found the transfer good a moment ago (the pipeline
+    #: runs it while it records the hand-over): ``settle`` need not ask the token again.
+    prechecked: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,15 @@ class NetworkSettlers:
             return Settled(outcome.tx_hash, outcome.payer, self._firsts[network].label)
         return outcome
 
+    async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
+        """The payment's network settler's ``precheck``; raises when it has none."""
+        settler = self.settlers.get(request.network.caip2)
+        precheck = getattr(settler, "precheck", None)
+        if not callable(precheck):
+            raise LookupError(f"no precheck for {request.network.caip2}")
+        outcome: SettlementOutcome | None = await precheck(request)
+        return outcome
+
     async def check_ready(self) -> str | None:
         """None when every network has a settler ready."""
         problem, _ = await self.readiness()
