@@ -1,0 +1,198 @@
+"""A nonce lease whose holder died on this host is taken over at once, and only then.
+
+The holders are real processes: a Python child that prints its holder id,
+alive, killed before its parent reaps it (a zombie), or killed and reaped. A
+holder id that names another host, boot or namespace, or a pid that now belongs
+to another process, must never pass for a dead holder of ours: taking over from
+a live holder would let two processes pick the same nonce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from x402srv_gaswallet.holders import ProcessKey, holder_id, is_dead_here
+from x402srv_gaswallet.nonces import NonceGate
+
+from x402srv.default_plugins.memory_store import MemoryStore
+from x402srv.interfaces import Lease, Store
+
+pytestmark = pytest.mark.skipif(
+    ProcessKey.of_this_process() is None, reason="no /proc that names this process"
+)
+
+NAME = "gas-wallet-nonce:1:0xwallet"
+_PRINTS_ITS_HOLDER = (
+    "import sys; from x402srv_gaswallet.holders import holder_id; "
+    "print(holder_id(), flush=True); sys.stdin.read()"
+)
+
+
+class Holders:
+    """Child processes that print their holder id and wait (killed at teardown)."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self) -> tuple[subprocess.Popen[str], str]:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _PRINTS_ITS_HOLDER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(child)
+        assert child.stdout is not None
+        return child, child.stdout.readline().strip()
+
+    def dead(self) -> str:
+        """The holder id of a process that died (killed and reaped)."""
+        child, holder = self.start()
+        child.kill()
+        child.wait()
+        return holder
+
+
+@pytest.fixture
+def holders() -> Iterator[Holders]:
+    made = Holders()
+    yield made
+    for child in made.started:
+        child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _replace(holder: str, index: int, part: str) -> str:
+    parts = holder.split(":")
+    parts[index] = part
+    return ":".join(parts)
+
+
+def _key(holder: str) -> ProcessKey:
+    key = ProcessKey.parse(holder.split(":")[3])
+    assert key is not None
+    return key
+
+
+def test_a_live_holder_on_this_host_is_alive(holders: Holders) -> None:
+    _, holder = holders.start()
+    assert not is_dead_here(holder)
+    assert not is_dead_here(holder_id())  # this process
+
+
+def test_a_killed_holder_is_dead_even_before_it_is_reaped(holders: Holders) -> None:
+    child, holder = holders.start()
+    child.kill()
+    deadline = time.monotonic() + 10
+    while not is_dead_here(holder):  # a zombie until its parent reaps it
+        assert time.monotonic() < deadline, "the killed child still looks alive"
+        time.sleep(0.01)
+    assert child.poll() is None or child.returncode == -9
+    child.wait()
+    assert is_dead_here(holder)
+
+
+def test_a_reused_pid_does_not_keep_a_dead_holder_alive(holders: Holders) -> None:
+    """The pid is alive, but it started at another time: the holder itself is gone."""
+    _, holder = holders.start()
+    key = _key(holder)
+    earlier = ProcessKey(key.boot, key.namespaces, key.started - 1)
+    assert is_dead_here(_replace(holder, 3, str(earlier)))
+
+
+def test_holders_it_cannot_check_count_as_alive(holders: Holders) -> None:
+    """Another host, boot or container, or an id without a process key: wait the TTL."""
+    dead = holders.dead()
+    assert is_dead_here(dead)
+    key = _key(dead)
+    cannot_check = [
+        _replace(dead, 0, "another-host"),
+        _replace(dead, 3, str(ProcessKey("another-boot", key.namespaces, key.started))),
+        _replace(dead, 3, str(ProcessKey(key.boot, "1-2", key.started))),  # another container
+        ":".join(dead.split(":")[:3]),  # an older release's id: host, pid, random
+        "doomed-host:1",
+        "",
+        _replace(dead, 1, "not-a-pid"),
+        _replace(dead, 3, "garbled"),
+    ]
+    assert [h for h in cannot_check if is_dead_here(h)] == []
+
+
+# ---------------------------------------------------------------- the gate
+
+
+async def _no_transactions_yet() -> int:
+    return 0  # the gate's pending count: these tests send nothing
+
+
+def _gate(store: Store, ttl: float) -> NonceGate:
+    return NonceGate(
+        store=store,
+        chain_id=1,
+        address="0xWallet",
+        lease_seconds=ttl,
+        clock=time.time,
+        pending_count=_no_transactions_yet,
+    )
+
+
+async def _entered(gate: NonceGate, bound: float) -> float:
+    """How long ``gate`` took to let us in (TimeoutError past ``bound`` seconds)."""
+    started = time.monotonic()
+    async with asyncio.timeout(bound), gate.hold() as ticket:
+        assert ticket.nonce == 0
+    return time.monotonic() - started
+
+
+async def test_the_gate_takes_a_dead_holders_lease_over_at_once(holders: Holders) -> None:
+    store = MemoryStore()
+    ttl = 60.0  # waiting for it would outlast the bound below
+    assert await store.acquire_lease(NAME, holders.dead(), ttl, time.time()) is not None
+    gate = _gate(store, ttl)
+    await _entered(gate, bound=ttl / 2)
+    after = await store.acquire_lease(NAME, "probe", 1, time.time())
+    assert after is not None and after.fence == 3  # the dead holder's 1, the gate's 2
+
+
+async def test_the_gate_waits_for_a_live_holders_lease_to_expire(holders: Holders) -> None:
+    store = MemoryStore()
+    ttl = 0.5
+    _, live = holders.start()
+    assert await store.acquire_lease(NAME, live, ttl, time.time()) is not None
+    waited = await _entered(_gate(store, ttl), bound=10)
+    assert waited >= 0.8 * ttl
+
+
+class _LeasesOnly:
+    """A store of a plugin written before ``LeaseTakeoverStore``: leases, no takeover."""
+
+    name = "leases-only"
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+
+    async def acquire_lease(self, *args: Any) -> Lease | None:
+        return await self.inner.acquire_lease(*args)
+
+    async def release_lease(self, *args: Any) -> bool:
+        return await self.inner.release_lease(*args)
+
+
+async def test_a_store_without_takeover_waits_the_ttl_even_for_a_dead_holder(
+    holders: Holders,
+) -> None:
+    store = MemoryStore()
+    ttl = 0.5
+    assert await store.acquire_lease(NAME, holders.dead(), ttl, time.time()) is not None
+    # (only the lease methods: what NonceGate calls, as a third-party store has them)
+    waited = await _entered(_gate(cast(Store, _LeasesOnly(store)), ttl), bound=10)
+    assert waited >= 0.8 * ttl
