@@ -14,9 +14,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from x402srv_gaswallet import holders as holders_module
 from x402srv_gaswallet.holders import ProcessKey, holder_id, is_dead_here
 from x402srv_gaswallet.nonces import NonceGate
 
@@ -125,6 +127,44 @@ def test_holders_it_cannot_check_count_as_alive(holders: Holders) -> None:
         _replace(dead, 3, "garbled"),
     ]
     assert [h for h in cannot_check if is_dead_here(h)] == []
+
+
+def test_a_live_holder_hidden_from_proc_is_alive(
+    holders: Holders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``/proc`` mounted ``hidepid=2`` (systemd's ``ProtectProc=invisible``) another
+    user's live process has no ``/proc/<pid>``: it must not pass for a dead holder."""
+    child, holder = holders.start()
+    proc_stat = holders_module._stat
+
+    def hidden(pid: int) -> tuple[str, int, int] | None:
+        # A fake, because hidepid cannot be mounted here (it needs root and a /proc of
+        # its own): the one thing it changes for us, a missing /proc/<pid>, is faked.
+        if pid == child.pid:
+            raise FileNotFoundError(f"/proc/{pid}/stat")
+        return proc_stat(pid)
+
+    monkeypatch.setattr(holders_module, "_stat", hidden)
+    assert not is_dead_here(holder)
+    child.kill()
+    child.wait()
+    assert is_dead_here(holder)  # the kernel says the pid is gone: hidden or not, dead
+
+
+def test_an_unreadable_pid_namespace_takes_over_from_nobody(
+    holders: Holders, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without our pid namespace, a holder in another container would compare equal to
+    ours (its pids another pid namespace's): every holder then counts as alive, and our
+    own id carries no process key, so nobody takes over from us either."""
+    dead = holders.dead()
+    assert is_dead_here(dead)
+    # (a /proc without ns/ cannot be mounted here: the namespaces are read from an
+    # empty directory instead)
+    monkeypatch.setattr(holders_module, "_NAMESPACES", tmp_path)
+    assert ProcessKey.of_this_process() is None
+    assert not is_dead_here(dead)
+    assert len(holder_id().split(":")) == 3  # host, pid, random: no key to vouch for
 
 
 # ---------------------------------------------------------------- the gate

@@ -9,16 +9,22 @@ got its pid. A waiter decides:
 
     holder id                                                 the holder is
     no process key (other systems, older releases)            alive (unknown)
+    our own pid namespace unreadable (no key of ours)         alive (unknown)
     another hostname, boot or namespace (host, container)     alive (unknown)
-    /proc/<pid> gone                                           dead
+    kill(pid, 0): no such process (ESRCH)                      dead
     /proc/<pid> started at another time (the pid was reused)   dead
     /proc/<pid> a zombie with no thread left                   dead
     otherwise, or anything unreadable                          alive
 
-Only a dead holder's lease is taken over at once (``NonceGate``); "alive"
-includes every case it cannot be sure of, whose lease passes on when its TTL
-runs out. A dead process sends nothing more, and the next holder's nonce comes
-from the chain's pending count, which counts whatever it had sent.
+Whether the pid exists is the kernel's answer to ``kill(pid, 0)``, never a
+missing ``/proc/<pid>``: with ``/proc`` mounted ``hidepid=2`` (systemd's
+``ProtectProc=invisible``, ``DynamicUser``) another user's live process has no
+entry there, and ``kill`` answers EPERM for it. ``/proc`` only tells a reused
+pid or a zombie apart; where it cannot be read the holder is alive.
+
+Only a dead holder's lease is taken over (``NonceGate``, once the lease is
+older than an RPC request may last); "alive" includes every case it cannot be
+sure of, whose lease passes on when its TTL runs out.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pathlib import Path
 __all__ = ["ProcessKey", "holder_id", "is_dead_here"]
 
 _PROC = Path("/proc")
+_NAMESPACES = _PROC / "self/ns"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +73,11 @@ class ProcessKey:
             started = _stat(os.getpid())
         except OSError:
             return None
-        if started is None or not boot or "/" in boot or ":" in boot:
+        namespaces = _namespaces()
+        # (an unreadable pid namespace would let two containers' pids pass for each other)
+        if started is None or namespaces is None or not boot or "/" in boot or ":" in boot:
             return None
-        return cls(boot, _namespaces(), started[1])
+        return cls(boot, namespaces, started[1])
 
 
 def holder_id() -> str:
@@ -88,12 +97,17 @@ def is_dead_here(holder: str) -> bool:
         return False
     if (theirs.boot, theirs.namespaces) != (ours.boot, ours.namespaces):
         return False
+    pid = int(parts[1])
     try:
-        now = _stat(int(parts[1]))
-    except FileNotFoundError:
+        os.kill(pid, 0)  # sends nothing: asks the kernel whether the pid exists
+    except ProcessLookupError:
         return True  # no such process
     except OSError:
-        return False
+        return False  # EPERM: another user's live process; anything else: unknown
+    try:
+        now = _stat(pid)
+    except OSError:
+        return False  # hidden (hidepid) or gone since: the next look decides
     if now is None:
         return False
     state, started, threads = now
@@ -111,12 +125,20 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
-def _namespaces() -> str:
-    """The pid and time namespaces' inode numbers (``-`` where the kernel has none)."""
-    found = []
-    for kind in ("pid", "time"):
-        try:
-            found.append(str(os.stat(_PROC / "self/ns" / kind).st_ino))
-        except OSError:
-            found.append("-")
-    return "-".join(found)
+def _namespaces() -> str | None:
+    """The pid and time namespaces' inode numbers; None when the pid one cannot be read.
+
+    A kernel without time namespaces (before 5.6) has no ``time`` entry: ``-``,
+    as for every process of that kernel.
+    """
+    try:
+        pid = os.stat(_NAMESPACES / "pid").st_ino
+    except OSError:
+        return None
+    try:
+        time = str(os.stat(_NAMESPACES / "time").st_ino)
+    except FileNotFoundError:
+        time = "-"
+    except OSError:
+        return None
+    return f"{pid}-{time}"
