@@ -199,14 +199,16 @@ async def test_a_refund_killed_holding_the_nonce_lease_does_not_hold_up_the_next
 ) -> None:
     """``x402srv refunds create`` killed right after broadcasting dies holding the gas
     wallet's nonce lease. The seller's process sees that the refund's process is gone
-    and takes the lease over at once, instead of keeping a paid buyer waiting for
-    ``nonce_lease_seconds``; the refund it had sent still ends exactly once."""
+    and takes the lease over once it is the RPC timeout (1 s here) old, instead of
+    keeping a paid buyer waiting for ``nonce_lease_seconds``; the refund it had sent
+    still ends exactly once."""
     seller, wallet = refunding_seller(
         start_seller,
         devchain,
         "gas-wallet",
         store_for(backend, request),
-        gas_wallet={"nonce_lease_seconds": LONG_NONCE_LEASE},
+        # (a dead holder's lease is taken over once it is the RPC timeout old)
+        gas_wallet={"nonce_lease_seconds": LONG_NONCE_LEASE, "rpc_timeout_seconds": 1},
     )
     refunded = devchain.new_account(eth=0, usdc_atomic=HOURLY)
     grant = await buy(seller, refunded)

@@ -23,7 +23,7 @@ from x402srv_gaswallet.holders import ProcessKey, holder_id, is_dead_here
 from x402srv_gaswallet.nonces import NonceGate
 
 from x402srv.default_plugins.memory_store import MemoryStore
-from x402srv.interfaces import Lease, Store
+from x402srv.interfaces import Clock, Lease, Store
 
 pytestmark = pytest.mark.skipif(
     ProcessKey.of_this_process() is None, reason="no /proc that names this process"
@@ -174,13 +174,53 @@ async def _no_transactions_yet() -> int:
     return 0  # the gate's pending count: these tests send nothing
 
 
-def _gate(store: Store, ttl: float) -> NonceGate:
+#: The gate's RPC timeout: how old a dead holder's lease must be before it is taken over.
+RPC_TIMEOUT = 5.0
+
+
+class FrozenClock:
+    """The gate's and the store's clock, moved only by the test (no test here sleeps on it)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class CountedStore(MemoryStore):
+    """A memory store that counts the gate's tries to take the lease."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+        self._tried = asyncio.Event()
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float, now: float) -> Lease | None:
+        self.tries += 1
+        self._tried.set()
+        return await super().acquire_lease(name, holder, ttl, now)
+
+    async def tried_again(self, times: int = 2) -> None:
+        """Return once the gate has tried ``times`` more times (each try's checks done)."""
+        until = self.tries + times
+        async with asyncio.timeout(10):
+            while self.tries < until:
+                self._tried.clear()
+                await self._tried.wait()
+
+
+def _gate(store: Store, ttl: float, clock: Clock = time.time) -> NonceGate:
     return NonceGate(
         store=store,
         chain_id=1,
         address="0xWallet",
         lease_seconds=ttl,
-        clock=time.time,
+        rpc_timeout=RPC_TIMEOUT,
+        clock=clock,
         pending_count=_no_transactions_yet,
     )
 
@@ -196,11 +236,34 @@ async def _entered(gate: NonceGate, bound: float) -> float:
 async def test_the_gate_takes_a_dead_holders_lease_over_at_once(holders: Holders) -> None:
     store = MemoryStore()
     ttl = 60.0  # waiting for it would outlast the bound below
-    assert await store.acquire_lease(NAME, holders.dead(), ttl, time.time()) is not None
+    taken_at = time.time() - RPC_TIMEOUT  # any send of the dead holder's is over
+    assert await store.acquire_lease(NAME, holders.dead(), ttl, taken_at) is not None
     gate = _gate(store, ttl)
     await _entered(gate, bound=ttl / 2)
     after = await store.acquire_lease(NAME, "probe", 1, time.time())
     assert after is not None and after.fence == 3  # the dead holder's 1, the gate's 2
+
+
+async def test_a_dead_holders_lease_is_taken_over_only_once_its_send_is_over(
+    holders: Holders,
+) -> None:
+    """A holder killed during ``eth_sendRawTransaction`` may have its request still in a
+    socket buffer: it can reach the node after the process died, and a waiter reading
+    the pending count before it would reuse the nonce. Its lease is taken over once it
+    is the RPC timeout old (that send is over then), long before the TTL runs out."""
+    clock, store = FrozenClock(), CountedStore()
+    ttl = 60.0
+    assert await store.acquire_lease(NAME, holders.dead(), ttl, clock()) is not None
+    entering = asyncio.create_task(_entered(_gate(store, ttl, clock), bound=ttl))
+    await store.tried_again()
+    assert not entering.done()  # dead, but its last send may be on its way
+    clock.advance(RPC_TIMEOUT - 0.1)
+    await store.tried_again()
+    assert not entering.done()
+    clock.advance(0.1)
+    await asyncio.wait_for(entering, 10)
+    after = await store.acquire_lease(NAME, "probe", 1, clock())
+    assert after is not None and after.fence == 3  # taken over 5 s in, 55 s before expiry
 
 
 async def test_the_gate_waits_for_a_live_holders_lease_to_expire(holders: Holders) -> None:

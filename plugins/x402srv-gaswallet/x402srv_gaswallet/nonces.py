@@ -12,9 +12,9 @@ A holder that crashed leaves the lease held. When its holder id names a
 process of this host that is gone (``holders``: pid, start time, boot and
 namespaces, so a reused pid or another container never passes for it) and the
 store can hand a held lease on (``LeaseTakeoverStore``), the next waiter takes
-it over at once, a compare-and-set on holder and fence so one waiter wins.
-Otherwise (a holder on another host, a store without the capability) the lease
-passes on when its TTL runs out.
+it over as soon as the lease is ``rpc_timeout`` old, a compare-and-set on holder
+and fence so one waiter wins. Otherwise (a holder on another host, a store
+without the capability) the lease passes on when its TTL runs out.
 
 The nonce is ``max(value left by the previous holder, eth_getTransactionCount
 (pending))``. The chain is always asked; the left value only helps when the
@@ -23,9 +23,15 @@ It is trusted for ``LEFT_NONCE_TRUST_SECONDS`` only: if a transaction was
 dropped from the mempool, a left value would point past a gap forever, while the
 chain's count lets the next transaction fill it.
 
-Taking over is as safe as expiry: a dead process sends nothing more, and
-the pending count includes whatever it had sent. The gate is never held while
-waiting for a receipt.
+Why wait ``rpc_timeout``: a holder killed during ``eth_sendRawTransaction`` may
+leave its request in a socket buffer, to reach the node after the process died.
+A waiter that read the pending count before it arrived would pick the same
+nonce (its transaction refused or replacing the other: no funds lost, but a
+buyer may go unserved). A send is over, one way or the other, once its RPC
+timeout has passed, and the holder's first send began after it took the lease
+(taken at ``expires_at - ttl``: every process of a wallet runs with the same
+``nonce_lease_seconds``). After that the pending count includes whatever the
+dead holder sent. The gate is never held while waiting for a receipt.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class NonceGate:
         chain_id: int,
         address: str,
         lease_seconds: float,
+        rpc_timeout: float,
         clock: Clock,
         pending_count: Callable[[], Awaitable[int]],
     ) -> None:
@@ -85,6 +92,8 @@ class NonceGate:
         self._store = store
         self._takeover = store if isinstance(store, LeaseTakeoverStore) else None
         self._ttl = lease_seconds
+        # A dead holder's send may still reach the node until its RPC timeout passed.
+        self._rpc_timeout = rpc_timeout
         # A crashed holder on another host blocks for one TTL; a second covers a live queue.
         self._wait = 2 * lease_seconds
         self._clock = clock
@@ -159,7 +168,11 @@ class NonceGate:
             pause = min(pause * 2, _BACKOFF_MAX)
 
     async def _take_over_from_the_dead(self) -> Lease | None:
-        """The lease, if its holder is a process of this host that has died (else None)."""
+        """The lease, if its holder is a process of this host that has died (else None).
+
+        Only once the lease is ``rpc_timeout`` old: a send the holder began before
+        it died is over by then (see the module docstring).
+        """
         store = self._takeover
         if store is None:
             return None
@@ -167,7 +180,10 @@ class NonceGate:
             held = await store.held_lease(self.lease_name, self._clock())
         except Exception as exc:
             raise NonceUnavailable(f"store unavailable ({type(exc).__name__})") from None
-        if held is None or held.holder == self.holder or not is_dead_here(held.holder):
+        if held is None or held.holder == self.holder:
+            return None
+        taken_at = held.expires_at - self._ttl
+        if self._clock() - taken_at < self._rpc_timeout or not is_dead_here(held.holder):
             return None
         try:
             lease = await store.take_over_lease(held, self.holder, self._ttl, self._clock())
