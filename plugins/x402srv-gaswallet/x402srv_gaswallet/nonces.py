@@ -152,12 +152,9 @@ class NonceGate:
         loop = asyncio.get_running_loop()
         pause = _BACKOFF_FIRST
         while True:
-            try:
-                lease = await self._store.acquire_lease(
-                    self.lease_name, self.holder, self._ttl, self._clock()
-                )
-            except Exception as exc:
-                raise NonceUnavailable(f"store unavailable ({type(exc).__name__})") from None
+            lease = await _from_store(
+                self._store.acquire_lease(self.lease_name, self.holder, self._ttl, self._clock())
+            )
             if lease is None:
                 lease = await self._take_over_from_the_dead()
             if lease is not None:
@@ -176,19 +173,15 @@ class NonceGate:
         store = self._takeover
         if store is None:
             return None
-        try:
-            held = await store.held_lease(self.lease_name, self._clock())
-        except Exception as exc:
-            raise NonceUnavailable(f"store unavailable ({type(exc).__name__})") from None
+        held = await _from_store(store.held_lease(self.lease_name, self._clock()))
         if held is None or held.holder == self.holder:
             return None
         taken_at = held.expires_at - self._ttl
         if self._clock() - taken_at < self._rpc_timeout or not is_dead_here(held.holder):
             return None
-        try:
-            lease = await store.take_over_lease(held, self.holder, self._ttl, self._clock())
-        except Exception as exc:
-            raise NonceUnavailable(f"store unavailable ({type(exc).__name__})") from None
+        lease = await _from_store(
+            store.take_over_lease(held, self.holder, self._ttl, self._clock())
+        )
         if lease is not None:  # (None: another waiter took it first, or it moved)
             log.info(
                 "gas-wallet nonce lease %s taken over from %s, a process of this host "
@@ -235,3 +228,11 @@ class NonceGate:
         if self._clock() - at > LEFT_NONCE_TRUST_SECONDS:
             return 0
         return nonce
+
+
+async def _from_store(call: Awaitable[Lease | None]) -> Lease | None:
+    """A lease call's answer; any failure of the store is ``NonceUnavailable``."""
+    try:
+        return await call
+    except Exception as exc:
+        raise NonceUnavailable(f"store unavailable ({type(exc).__name__})") from None
