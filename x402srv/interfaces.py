@@ -612,6 +612,9 @@ class SettlementRequest:
     #: The settler's own ``precheck`` found the transfer good a moment ago (the pipeline
     #: runs it while it records the hand-over): ``settle`` need not ask the token again.
     prechecked: bool = False
+    #: The settler's own ``precheck`` raised a moment ago: it could not tell (its node
+    #: did not answer, say). ``settle`` should check another way, not ask it again.
+    precheck_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ The clock is frozen; transfers the chain must agree with really happen on anvil.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -36,6 +37,7 @@ from x402srv.interfaces import (
     TransitionRequest,
     Unknown,
 )
+from x402srv.settlement.chain import ChainUnavailable
 from x402srv.wire.offers import AccessGranted, PaymentOffer
 from x402srv.wire.reasons import Reason
 
@@ -273,13 +275,16 @@ async def test_submit_lost_to_the_chain_showing_it_paid_never_calls_the_settler(
 class Prechecking(ScriptedSettler):
     """A scripted settler with a ``precheck``, which the pipeline runs during the hand-over."""
 
-    def __init__(self, refuse: Rejected | None = None) -> None:
+    def __init__(self, refuse: Rejected | None = None, fail: Exception | None = None) -> None:
         super().__init__()
         self.refuse = refuse
+        self.fail = fail
         self.prechecks: list[SettlementRequest] = []
 
     async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
         self.prechecks.append(request)
+        if self.fail is not None:
+            raise self.fail
         return self.refuse
 
 
@@ -336,6 +341,27 @@ async def test_a_precheck_refusal_releases_the_claim_and_never_reaches_the_settl
     assert states(record) == [PENDING, SETTLING, SETTLING, PENDING]  # claimed, handed, released
     assert record.payment is None
     assert rig.settler.requests == []
+
+
+async def test_a_precheck_that_cannot_tell_is_said_once_and_settle_is_told(
+    make_rig: MakeRig, buyer: LocalAccount, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A precheck whose node hung raises; ``settle`` gets the request marked
+    ``precheck_failed`` (the facilitator asks /verify then, not the same node again),
+    and the log says so at warning, once."""
+    hung = ChainUnavailable("eth_call: RPC request failed (ReadTimeout)")
+    rig = await make_rig(settler=Prechecking(fail=hung))
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    with caplog.at_level(logging.WARNING, logger="x402srv.access.pipeline"):
+        granted(await outcome(rig.pay(payment)))
+
+    [settled] = rig.settler.requests
+    assert settled.precheck_failed and not settled.prechecked
+    said = [r.getMessage() for r in caplog.records if "could not check" in r.getMessage()]
+    assert len(said) == 1 and "ReadTimeout" in said[0], said
 
 
 # ------------------------------------------------------------ step 4: expiry

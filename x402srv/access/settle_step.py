@@ -51,6 +51,8 @@ from x402srv.interfaces import (
     Unknown,
 )
 from x402srv.server.metrics import Metrics
+from x402srv.settlement.chain import ChainUnavailable
+from x402srv.settlement.per_network import NoPrecheck
 from x402srv.settlement.verdicts import NotTransferred, Transferred
 from x402srv.usage.counters import Counters
 from x402srv.wire.offers import OfferBuilder
@@ -186,8 +188,19 @@ class SettleStep:
         if checking is not None:
             try:
                 refused = await checking
-            except Exception as exc:  # it could not tell: the settler checks as it settles
-                log.debug("challenge %s: precheck failed: %s", request.challenge_id, exc)
+            except NoPrecheck:
+                pass  # (this network's settler has none: it checks as it settles)
+            except Exception as exc:  # it could not tell: the settler checks another way
+                # (ChainUnavailable never names the RPC URL; another error only its type)
+                said = str(exc) if isinstance(exc, ChainUnavailable) else type(exc).__name__
+                log.warning(
+                    "challenge %s: %s could not check the payment before settling (%s); "
+                    "it settles checking another way",
+                    request.challenge_id,
+                    self.settler.name,
+                    said,
+                )
+                request = replace(request, precheck_failed=True)
             else:
                 if refused is not None:
                     return refused  # the token refuses it, or it was paid already

@@ -284,7 +284,8 @@ class FacilitatorSettler:
             "paymentRequirements": dict(request.requirements),
         }
         simulated = request.prechecked  # the pipeline ran ``precheck`` a moment ago
-        if self._chain is not None and not simulated:
+        # (a precheck that could not tell met the same node a moment ago: /verify instead)
+        if self._chain is not None and not simulated and not request.precheck_failed:
             try:
                 refused = await preflight(self._chain, request)
             except ChainUnavailable as exc:
@@ -306,7 +307,8 @@ class FacilitatorSettler:
         It runs while the pipeline records the hand-over, and ``settle`` then skips
         its own (``request.prechecked``): None when the token would take the transfer
         now, else the outcome to answer. Raises ``ChainUnavailable`` when it cannot
-        tell (no RPC, or the node did not answer): ``settle`` then checks as it would.
+        tell (no RPC, or the node did not answer): ``settle`` then asks ``/verify``
+        (``request.precheck_failed``) rather than wait on the same node again.
         """
         if self._chain is None:
             raise ChainUnavailable("no RPC to simulate the transfer on")
