@@ -36,6 +36,7 @@ __all__ = [
     "GrantRequest",
     "IssuedCredential",
     "Lease",
+    "LeaseTakeoverStore",
     "MigratingStore",
     "PaymentClaimed",
     "PortableStore",
@@ -293,6 +294,40 @@ class MigratingStore(Protocol):
         Safe to run while old instances serve (each step keeps what they use)
         and by two operators at once (steps are serialized). Returns one line
         per step applied; an empty list when the schema was already current.
+        """
+
+
+@runtime_checkable
+class LeaseTakeoverStore(Protocol):
+    """A store that hands a held lease to a new holder at once (optional, beside ``Store``).
+
+    ``acquire_lease`` waits out a held lease's TTL, whatever became of its
+    holder. A caller that knows the holder is gone (the gas wallet sees that the
+    process holding its nonce lease on this host has died) reads the lease with
+    ``held_lease`` and takes it with ``take_over_lease``, a compare-and-set on
+    holder and fence: of any number of callers taking over one lease, one wins.
+    A store without these methods still serves: its leases pass to a new holder
+    only once they expire. The built-in stores and the redis and postgres
+    plugins implement it, and ``x402srv.testing.StoreContract`` checks it.
+    """
+
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        """The lease as its holder has it (holder, fence, expiry, value left before).
+
+        ``None`` when nobody holds it at ``now``: never taken, released or expired
+        (``acquire_lease`` would take it).
+        """
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        """Give the lease to ``holder`` until ``now + ttl`` if it is still ``held``.
+
+        One atomic step, only while the lease has ``held.holder`` and
+        ``held.fence`` and was not released: then, as ``acquire_lease`` does, the
+        fence grows by one and the value left stays. ``None`` (nothing changes)
+        when the lease moved since it was read: released, taken after it
+        expired, or taken over by another caller.
         """
 
 
@@ -574,6 +609,12 @@ class SettlementRequest:
     payload: Mapping[str, Any]
     requirements: Mapping[str, Any]
     network: NetworkInfo
+    #: The settler's own ``precheck`` found the transfer good a moment ago (the pipeline
+    #: runs it while it records the hand-over): ``settle`` need not ask the token again.
+    prechecked: bool = False
+    #: The settler's own ``precheck`` raised a moment ago: it could not tell (its node
+    #: did not answer, say). ``settle`` should check another way, not ask it again.
+    precheck_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

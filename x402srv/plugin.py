@@ -26,7 +26,10 @@ checked against the kind's Protocol at start-up.
   or implement the Protocol and run ``x402srv.testing.StoreContract``. A store
   that also keeps credits per grant (``CreditStore``: ``credit``, ``spend``,
   ``refund``, ``get_credits``) can serve plans that sell calls; the contract
-  checks those methods whenever a store has them.
+  checks those methods whenever a store has them. A store that can hand a held
+  lease to a new holder at once (``LeaseTakeoverStore``: ``held_lease``,
+  ``take_over_lease``) lets the gas wallet take over the nonce lease of a
+  process that died on its host instead of waiting for the lease's TTL.
 - **Settlers** (``Settler``, ``BaseSettler``): move a checked authorization
   on-chain and say ``Settled``, ``Rejected`` (nothing moved) or ``Unknown``.
   The core confirms every ``Settled`` on-chain when an RPC is configured.
@@ -79,6 +82,7 @@ from x402srv.interfaces import (
     GrantRequest,
     IssuedCredential,
     Lease,
+    LeaseTakeoverStore,
     MigratingStore,
     PaymentClaimed,
     PortableStore,
@@ -197,6 +201,7 @@ __all__ = [
     "ImportBatch",
     "IssuedCredential",
     "Lease",
+    "LeaseTakeoverStore",
     "MalformedSignature",
     "MigratingStore",
     "NetworkInfo",
@@ -418,6 +423,21 @@ class DelegatingStore:
 
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self.inner.release_lease(lease, value)
+
+    # Taking a lease over: the inner store's, when it can (``LeaseTakeoverStore``);
+    # without it nobody is seen holding a lease, so it passes on only once it expires.
+
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        if not isinstance(self.inner, LeaseTakeoverStore):
+            return None
+        return await self.inner.held_lease(name, now)
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        if not isinstance(self.inner, LeaseTakeoverStore):
+            return None
+        return await self.inner.take_over_lease(held, holder, ttl, now)
 
     async def find_challenges(
         self,

@@ -9,10 +9,12 @@ paths were asked (it forwards every request unchanged).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -187,7 +189,9 @@ async def test_which_facilitator_calls_a_purchase_makes(
     ) as (settler, recorder):
         outcome = await settler.settle(request, hooks)
     assert isinstance(outcome, Settled), outcome
-    assert hooks.noted == [outcome.tx_hash]
+    # Confirmed on our RPC (or, without one, taken at its word): the txHash reaches the
+    # record with PAID, so no hint is written on its own first.
+    assert hooks.noted == []
     assert recorder.paths == expected
     assert devchain.balance_of(seller) == PRICE
 
@@ -233,7 +237,7 @@ async def test_a_transfer_the_chain_shows_does_not_wait_for_a_late_answer(
         took = time.monotonic() - started
     assert isinstance(outcome, Settled), outcome
     assert outcome.payer.lower() == payer.address.lower()
-    assert hooks.noted == [outcome.tx_hash]
+    assert hooks.noted == []  # confirmed from its receipt: recorded with PAID
     assert recorder.paths == ["/supported", "/settle"]
     assert devchain.balance_of(seller) == PRICE
     receipt = await chain.receipt(outcome.tx_hash)
@@ -274,3 +278,104 @@ async def test_the_settlers_receipt_is_not_read_again_to_check_it(
         assert await chain.receipt(unknown, read_within=RECEIPT_REUSE_SECONDS) is None
     assert rpc.methods.count("eth_getTransactionReceipt") == read + 3
     await client.aclose()
+
+
+async def test_a_precheck_then_settle_asks_the_token_once(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+) -> None:
+    """The pipeline runs ``precheck`` while it writes the hand-over; ``settle`` then
+    trusts it (``prechecked``) instead of simulating the same transfer again."""
+    process = facilitator()
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    rpc = RpcRecorder()
+    client = httpx.AsyncClient(transport=rpc)
+    chain = ChainReader(devchain.rpc_url, client=client)
+    # (the chain not watched while /settle is out: its reads would be eth_calls too)
+    async with _settler(config, chain, watch_chain_after_seconds=0) as (settler, recorder):
+        assert await settler.precheck(request) is None
+        outcome = await settler.settle(replace(request, prechecked=True), Hooks())
+    await client.aclose()
+    assert isinstance(outcome, Settled), outcome
+    assert rpc.methods.count("eth_call") == 1  # the precheck's simulation alone
+    assert recorder.paths == ["/supported", "/settle"]
+    assert devchain.balance_of(seller) == PRICE
+
+
+async def test_a_precheck_refuses_an_unfunded_payer_and_cannot_tell_without_an_rpc(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess], chain: ChainReader
+) -> None:
+    process = facilitator()
+    broke = devchain.new_account(eth=0, usdc_atomic=0)
+    config, request = _request(devchain, Account.create().address, broke, process.url)
+    async with _settler(config, chain) as (settler, recorder):
+        refused = await settler.precheck(request)
+    assert isinstance(refused, Rejected) and refused.reason == Reason.INSUFFICIENT_BALANCE
+    assert recorder.paths == ["/supported"]
+    async with _settler(config, None) as (settler, _):
+        with pytest.raises(ChainUnavailable):  # the pipeline lets settle check as it would
+            await settler.precheck(request)
+
+
+class SilentNode:
+    """A real TCP server that takes every connection and never answers: a hung RPC node.
+
+    It keeps what arrived, so a test can count the JSON-RPC calls sent to it.
+    """
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self._server: asyncio.Server | None = None
+        self._held: list[asyncio.StreamWriter] = []
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def calls(self, method: str) -> int:
+        return bytes(self.received).count(f'"{method}"'.encode())
+
+    async def __aenter__(self) -> SilentNode:
+        self._server = await asyncio.start_server(self._take, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._held:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _take(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._held.append(writer)
+        while chunk := await reader.read(65536):
+            self.received += chunk
+
+
+async def test_a_precheck_that_met_a_hung_node_sends_settle_straight_to_verify(
+    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+) -> None:
+    """The node hangs: the pipeline's ``precheck`` waits out the RPC timeout and cannot
+    tell. ``settle`` (``precheck_failed``) then asks ``/verify`` at once instead of
+    sending the same simulation to the same node and waiting out a second timeout."""
+    process = facilitator()
+    payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
+    seller = Account.create().address
+    config, request = _request(devchain, seller, payer, process.url)
+    async with SilentNode() as node:
+        hung = ChainReader(node.url, timeout=1)
+        # (the chain not watched while /settle is out: its reads would be eth_calls too)
+        async with _settler(config, hung, watch_chain_after_seconds=0) as (settler, recorder):
+            with pytest.raises(ChainUnavailable):
+                await settler.precheck(request)
+            assert node.calls("eth_call") == 1
+            failed = replace(request, precheck_failed=True)
+            outcome = await settler.settle(failed, Hooks())
+        await hung.close()
+    assert node.calls("eth_call") == 1  # the precheck's alone: settle did not ask again
+    assert recorder.paths == ["/supported", "/verify", "/settle"]
+    # settled, but not confirmable on the hung node: Unknown with its txHash, decided later
+    assert isinstance(outcome, Unknown) and outcome.tx_hash is not None
+    assert devchain.balance_of(seller) == PRICE

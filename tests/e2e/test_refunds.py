@@ -23,7 +23,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.cli import x402srv
 from tests.support.problems import assert_problem
 from tests.support.purchase import HOURLY, buy
-from tests.support.seller import Seller
+from tests.support.seller import Seller, settlement_table
 from x402srv.devchain import Devchain
 
 pytestmark = pytest.mark.slow  # a long file: ./run test starts it first (conftest.py)
@@ -40,11 +40,19 @@ def refunding_seller(
     devchain: Devchain,
     strategy: str,
     store: dict[str, Any] | None = None,
+    gas_wallet: dict[str, Any] | None = None,
 ) -> tuple[Seller, LocalAccount]:
-    """A seller whose refund wallet holds tokens but no ETH (the settlers pay the gas)."""
+    """A seller whose refund wallet holds tokens but no ETH (the settlers pay the gas).
+
+    ``gas_wallet``: ``[settlement.gas-wallet]`` options, with a SETTLING lease long
+    enough for them (the gas-wallet strategy).
+    """
     wallet = devchain.new_account(eth=0, usdc_atomic=10 * HOURLY)
     env = {REFUND_KEY_ENV: "0x" + bytes(wallet.key).hex()}
     extra: dict[str, Any] = {"store": store} if store else {}
+    if gas_wallet is not None:
+        table = settlement_table(strategy, devchain, None, env)
+        extra["settlement"] = {**table, "lease_seconds": 300, "gas-wallet": gas_wallet}
     seller = start_seller(
         strategy,
         env=env,
@@ -176,6 +184,51 @@ async def test_refunds_reach_the_buyer_once_and_never_past_what_was_paid(
     assert wallet.address in checked.stdout
     assert f"refund wallet {wallet.address}" in checked.stderr
     assert "holds less than refunds.low_balance" in checked.stderr  # 10 hours < 20 hours
+
+
+#: A nonce lease no purchase in these tests could wait out (their buyer gives up after 30 s).
+LONG_NONCE_LEASE = 60
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
+async def test_a_refund_killed_holding_the_nonce_lease_does_not_hold_up_the_next_purchase(
+    start_seller: Callable[..., Seller],
+    devchain: Devchain,
+    request: pytest.FixtureRequest,
+    backend: str,
+) -> None:
+    """``x402srv refunds create`` killed right after broadcasting dies holding the gas
+    wallet's nonce lease. The seller's process sees that the refund's process is gone
+    and takes the lease over once it is the RPC timeout (1 s here) old, instead of
+    keeping a paid buyer waiting for ``nonce_lease_seconds``; the refund it had sent
+    still ends exactly once."""
+    seller, wallet = refunding_seller(
+        start_seller,
+        devchain,
+        "gas-wallet",
+        store_for(backend, request),
+        # (a dead holder's lease is taken over once it is the RPC timeout old)
+        gas_wallet={"nonce_lease_seconds": LONG_NONCE_LEASE, "rpc_timeout_seconds": 1},
+    )
+    refunded = devchain.new_account(eth=0, usdc_atomic=HOURLY)
+    grant = await buy(seller, refunded)
+    start_block = devchain.rpc.block_number() + 1
+    killed = refund(seller, grant["challengeId"], env={"X402SRV_FAILPOINT": "after-broadcast"})
+    assert killed.returncode == -9, killed.stderr
+
+    started = time.monotonic()
+    await buy(seller, devchain.new_account(eth=0, usdc_atomic=HOURLY))
+    waited = time.monotonic() - started
+    print(f"purchase after a killed refund, {backend}: {waited:.2f} s")
+
+    assert waited < LONG_NONCE_LEASE / 2, waited
+    assert "taken over from" in seller.server.logs()  # the killed refund held it
+    reconciled = x402srv(seller, "reconcile", "--grace-seconds", "0")
+    assert reconciled.returncode == 0, reconciled.stderr
+    listed = x402srv(seller, "refunds", "list", "--purchase", grant["challengeId"])
+    assert listed.stdout.count("REFUNDED") == 1, listed.stdout
+    transfers = devchain.transfer_logs(from_address=wallet.address, from_block=start_block)
+    assert [(t.to.lower(), t.value) for t in transfers] == [(refunded.address.lower(), HOURLY)]
 
 
 def store_for(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:

@@ -12,6 +12,7 @@ The clock is frozen; transfers the chain must agree with really happen on anvil.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -28,12 +29,17 @@ from x402srv.access.records import ChallengeRecord, RecordChanges, State
 from x402srv.errors import ProblemError
 from x402srv.interfaces import (
     PaymentClaimed,
+    Rejected,
+    SettlementOutcome,
+    SettlementRequest,
     StateMismatch,
     TransitionApplied,
     TransitionRequest,
     Unknown,
 )
+from x402srv.settlement.chain import ChainUnavailable
 from x402srv.wire.offers import AccessGranted, PaymentOffer
+from x402srv.wire.reasons import Reason
 
 PENDING, SETTLING, PAID = State.PENDING, State.SETTLING, State.PAID
 DELIVERED, EXPIRED, CANCELLED = State.DELIVERED, State.EXPIRED, State.CANCELLED
@@ -264,6 +270,98 @@ async def test_submit_lost_to_the_chain_showing_it_paid_never_calls_the_settler(
     assert record.history[2].reason == "resolved from chain: transferred"
     assert grant["txHash"] == record.tx_hash
     assert rig.settler.requests == []
+
+
+class Prechecking(ScriptedSettler):
+    """A scripted settler with a ``precheck``, which the pipeline runs during the hand-over."""
+
+    def __init__(self, refuse: Rejected | None = None, fail: Exception | None = None) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.fail = fail
+        self.prechecks: list[SettlementRequest] = []
+
+    async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
+        self.prechecks.append(request)
+        if self.fail is not None:
+            raise self.fail
+        return self.refuse
+
+
+async def test_submit_lost_while_a_precheck_ran_sends_nothing_until_claimed_again(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The precheck runs while the hand-over is written, and that write is lost to recovery:
+    the check is dropped, nothing reaches the settler until the request has claimed and
+    handed over again, and the settler then settles once on that attempt's own check."""
+    rig = await make_rig(settler=Prechecking())
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    async def recovery_releases(request: TransitionRequest) -> object:
+        rig.clock.advance(rig.config.settlement.lease_seconds + 1)
+        return await rig.competitor().resolve(await rig.record(request.challenge_id))
+
+    rig.store.before_transition(
+        recovery_releases, when=moving(SETTLING, SETTLING, "handed to settler")
+    )
+    grant = granted(await outcome(rig.pay(payment)))
+
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [
+        PENDING,
+        SETTLING,  # claimed
+        PENDING,  # released by recovery while the first precheck ran
+        SETTLING,  # claimed again
+        SETTLING,  # handed to the settler
+        SETTLING,  # broadcast
+        PAID,
+        DELIVERED,
+    ]
+    settler = rig.settler
+    assert isinstance(settler, Prechecking)
+    assert len(settler.prechecks) == 2  # one per hand-over, the first one dropped
+    [settled] = settler.requests
+    assert settled.prechecked and settled.attempt_id == settler.prechecks[1].attempt_id
+    assert grant["txHash"] == record.tx_hash
+
+
+async def test_a_precheck_refusal_releases_the_claim_and_never_reaches_the_settler(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    refusal = Rejected(Reason.INSUFFICIENT_BALANCE, "The payer's token balance is too low.")
+    rig = await make_rig(settler=Prechecking(refuse=refusal))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    problem(await outcome(rig.pay(payment)), 402, "PAYMENT_FAILED")
+
+    record = await rig.record(challenge["challengeId"])
+    assert states(record) == [PENDING, SETTLING, SETTLING, PENDING]  # claimed, handed, released
+    assert record.payment is None
+    assert rig.settler.requests == []
+
+
+async def test_a_precheck_that_cannot_tell_is_said_once_and_settle_is_told(
+    make_rig: MakeRig, buyer: LocalAccount, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A precheck whose node hung raises; ``settle`` gets the request marked
+    ``precheck_failed`` (the facilitator asks /verify then, not the same node again),
+    and the log says so at warning, once."""
+    hung = ChainUnavailable("eth_call: RPC request failed (ReadTimeout)")
+    rig = await make_rig(settler=Prechecking(fail=hung))
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    with caplog.at_level(logging.WARNING, logger="x402srv.access.pipeline"):
+        granted(await outcome(rig.pay(payment)))
+
+    [settled] = rig.settler.requests
+    assert settled.precheck_failed and not settled.prechecked
+    said = [r.getMessage() for r in caplog.records if "could not check" in r.getMessage()]
+    assert len(said) == 1 and "ReadTimeout" in said[0], said
 
 
 # ------------------------------------------------------------ step 4: expiry

@@ -27,6 +27,7 @@ from x402srv.interfaces import (
     Credited,
     CreditStore,
     Lease,
+    LeaseTakeoverStore,
     PaymentClaimed,
     RateWindow,
     Spend,
@@ -295,6 +296,20 @@ class RacingStore:
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         self._count("release_lease")
         return await self.inner.release_lease(lease, value)
+
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        self._count("held_lease")
+        if not isinstance(self.inner, LeaseTakeoverStore):
+            return None
+        return await self.inner.held_lease(name, now)
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        self._count("take_over_lease")
+        if not isinstance(self.inner, LeaseTakeoverStore):
+            return None
+        return await self.inner.take_over_lease(held, holder, ttl, now)
 
     async def find_challenges(
         self,

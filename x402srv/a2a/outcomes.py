@@ -144,10 +144,15 @@ def submitted() -> Update:
     )
 
 
-def settling(tx_hash: str | None) -> Update:
-    """The pipeline claimed the payment and is settling it (docs/protocol/flow.md, steps 7-9)."""
+def settling(tx_hash: str | None, *, mined: bool = False) -> Update:
+    """The pipeline claimed the payment and is settling it (docs/protocol/flow.md, steps 7-9).
+
+    ``mined``: the chain confirmed ``tx_hash`` already (the move to PAID).
+    """
     if tx_hash is None:
         text = "Payment verified; settling it on-chain."
+    elif mined:
+        text = f"Payment verified; transaction {tx_hash} mined, issuing the access credential."
     else:
         text = f"Payment verified; transaction {tx_hash} broadcast, waiting for it to be mined."
     return Update(

@@ -4,8 +4,11 @@ The pipeline calls its observers with the challenge record after every
 transition it applies (``AccessPipeline.observers``). While an A2A payment is
 being settled here, the record's steps are queued for it: SETTLING (the payment
 passed every check and is claimed), then SETTLING with the transaction hash as
-soon as the settler broadcast it. The task writes each step into its log, so a
-stream on any worker shows them, however fast the chain was.
+soon as the settler broadcast it. A settler that learns the hash with its
+confirmation (a facilitator answers once its transaction is mined) notes none:
+then the move to PAID shows the hash instead, in the same step. The task writes
+each step into its log, so a stream on any worker shows them, however fast the
+chain was.
 
 Only this process's settlements are seen; that is enough, because a payment is
 always settled by the worker that received it, and everything it learns is
@@ -27,8 +30,17 @@ __all__ = ["SettlementWatch", "step_of"]
 
 def step_of(record: ChallengeRecord) -> Update | None:
     """What a buyer is told about a challenge in this state (None: nothing new to tell)."""
-    if record.state is State.SETTLING and record.payment is not None:
+    if record.payment is None:
+        return None
+    if record.state is State.SETTLING:
         return settling(record.payment.broadcast_tx_hash)
+    if (
+        record.state is State.PAID
+        and record.payment.broadcast_tx_hash is None
+        and len(record.history) >= 2
+        and record.history[-2].state is State.SETTLING  # the move to PAID, not a later one
+    ):
+        return settling(record.tx_hash, mined=True)
     return None
 
 

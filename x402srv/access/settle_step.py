@@ -1,6 +1,7 @@
 """Steps 8-9: settle a claimed payment, confirm it on-chain, and record it PAID.
 
-    8  the attempt is marked submitted (its own compare-and-set), then the
+    8  the attempt is marked submitted (its own compare-and-set; the settler's
+       ``precheck``, a read, runs meanwhile when it has one), then the
        settler of the payment's network settles it, our ids removed
        (``protocol.for_third_parties``). Rejected: SETTLING -> PENDING, the claim
        released, 402 (503 SETTLER_UNAVAILABLE when no settler could be reached);
@@ -50,6 +51,8 @@ from x402srv.interfaces import (
     Unknown,
 )
 from x402srv.server.metrics import Metrics
+from x402srv.settlement.chain import ChainUnavailable
+from x402srv.settlement.per_network import NoPrecheck
 from x402srv.settlement.verdicts import NotTransferred, Transferred
 from x402srv.usage.counters import Counters
 from x402srv.wire.offers import OfferBuilder
@@ -64,6 +67,8 @@ log = logging.getLogger("x402srv.access.pipeline")
 PENDING_RETRY_AFTER = 5
 #: Retry-After when no settler could be reached (a restarting facilitator, a breaker cooling).
 SETTLER_RETRY_AFTER = 10
+#: A settler's ``precheck`` of one request, running (``SettleStep._precheck``).
+Checking = asyncio.Task[SettlementOutcome | None]
 #: What the counters count a payment turned away by a settler outage as.
 SETTLER_UNAVAILABLE_REASON = "settler_unavailable"
 
@@ -85,11 +90,6 @@ class SettleStep:
         record, payment = claimed.record, claimed.payment
         assert record.payment is not None  # SETTLING: the claim stored it
         handed = replace(record.payment, submitted=True, attempt_id=uuid4_hex())
-        reason = f"handed to settler {self.settler.name}"
-        submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
-        if not isinstance(submitted, TransitionApplied):
-            return await self.mover.current(record, submitted)
-        record = submitted.record
         request = SettlementRequest(
             challenge_id=record.challenge_id,
             attempt_id=handed.attempt_id,
@@ -98,6 +98,19 @@ class SettleStep:
             requirements=for_third_parties(self.offers.offered_requirement(record)),
             network=payment.option,
         )
+        # The settler's check of the transfer (a read: nothing leaves) runs while the
+        # hand-over is written; nothing is sent before that write applied.
+        checking = self._precheck(request)
+        reason = f"handed to settler {self.settler.name}"
+        try:
+            submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
+        except BaseException:
+            _drop(checking)
+            raise
+        if not isinstance(submitted, TransitionApplied):
+            _drop(checking)
+            return await self.mover.current(record, submitted)
+        record = submitted.record
         log.info(
             "challenge %s: settling on %s with %s",
             record.challenge_id,
@@ -106,7 +119,7 @@ class SettleStep:
         )
         hooks = moves.AttemptHooks(self.mover, record)
         started = time.perf_counter()
-        outcome = await self._run_settler(request, hooks)
+        outcome = await self._run_settler(request, hooks, checking)
         elapsed, outcome_name = time.perf_counter() - started, type(outcome).__name__.lower()
         self.metrics.settlement(self.settler.name, outcome_name, elapsed)
         # (the console keeps a refused payment, the buyer's doing, apart from a settler failing)
@@ -139,11 +152,22 @@ class SettleStep:
             retry_after=PENDING_RETRY_AFTER,
         )
 
+    def _precheck(self, request: SettlementRequest) -> Checking | None:
+        """The settler's optional ``precheck`` of ``request``, started now; None without one."""
+        precheck = getattr(self.settler, "precheck", None)
+        if not callable(precheck):
+            return None
+        checking: Checking = asyncio.ensure_future(precheck(request))
+        return checking
+
     async def _run_settler(
-        self, request: SettlementRequest, hooks: moves.AttemptHooks
+        self,
+        request: SettlementRequest,
+        hooks: moves.AttemptHooks,
+        checking: Checking | None,
     ) -> SettlementOutcome:
         try:
-            settling = self.settler.settle(request, hooks)
+            settling = self._settled(request, hooks, checking)
             return await asyncio.wait_for(settling, max(1.0, self.lease_seconds - 2.0))
         except TimeoutError:
             return Unknown("settlement did not finish within the lease")
@@ -153,6 +177,35 @@ class SettleStep:
                 "challenge %s: settler %s raised", request.challenge_id, self.settler.name
             )
             return Unknown("settler raised")
+
+    async def _settled(
+        self,
+        request: SettlementRequest,
+        hooks: moves.AttemptHooks,
+        checking: Checking | None,
+    ) -> SettlementOutcome:
+        """The precheck's refusal, else what the settler did with the payment."""
+        if checking is not None:
+            try:
+                refused = await checking
+            except NoPrecheck:
+                pass  # (this network's settler has none: it checks as it settles)
+            except Exception as exc:  # it could not tell: the settler checks another way
+                # (ChainUnavailable never names the RPC URL; another error only its type)
+                said = str(exc) if isinstance(exc, ChainUnavailable) else type(exc).__name__
+                log.warning(
+                    "challenge %s: %s could not check the payment before settling (%s); "
+                    "it settles checking another way",
+                    request.challenge_id,
+                    self.settler.name,
+                    said,
+                )
+                request = replace(request, precheck_failed=True)
+            else:
+                if refused is not None:
+                    return refused  # the token refuses it, or it was paid already
+                request = replace(request, prechecked=True)
+        return await self.settler.settle(request, hooks)
 
     async def _after_settlement(self, record: ChallengeRecord, outcome: SettlementOutcome) -> Next:
         if isinstance(outcome, Rejected) and outcome.reason == Reason.NONCE_USED:
@@ -243,3 +296,10 @@ class SettleStep:
             return await self.mover.current(record, result)
         failpoint("after-paid")
         return await self.delivery.answer(result.record)
+
+
+def _drop(checking: Checking | None) -> None:
+    """A precheck nobody will read: cancelled, its error (if it had one) read and dropped."""
+    if checking is not None:
+        checking.cancel()
+        checking.add_done_callback(lambda task: task.cancelled() or task.exception())

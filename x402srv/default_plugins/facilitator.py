@@ -9,7 +9,9 @@ official SDK's settle re-verifies the signature but does not simulate the
 transfer, so a payer without the funds got a reverted transaction (the
 facilitator's gas spent, and an outcome only the chain could tell). With an RPC
 of its own x402srv simulates ``transferWithAuthorization`` there
-(``transfer_call.preflight``: one ``eth_call``, ~1 ms on a local node); without
+(``transfer_call.preflight``: one ``eth_call``, ~1 ms on a local node; the pipeline
+runs it as ``precheck`` while it writes the hand-over, and ``settle`` does not ask
+again); without
 one, or when it cannot answer, it asks ``/verify`` (a round trip through the
 facilitator, ~10 ms). Either way an unfunded payer gets
 ``invalid_exact_evm_insufficient_balance`` at once.
@@ -67,6 +69,7 @@ import collections
 import contextlib
 import logging
 import statistics
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -280,8 +283,9 @@ class FacilitatorSettler:
             "paymentPayload": dict(request.payload),
             "paymentRequirements": dict(request.requirements),
         }
-        simulated = False
-        if self._chain is not None:
+        simulated = request.prechecked  # the pipeline ran ``precheck`` a moment ago
+        # (a precheck that could not tell met the same node a moment ago: /verify instead)
+        if self._chain is not None and not simulated and not request.precheck_failed:
             try:
                 refused = await preflight(self._chain, request)
             except ChainUnavailable as exc:
@@ -296,6 +300,19 @@ class FacilitatorSettler:
             if verdict is not None:
                 return verdict
         return await self._settle(request, body, hooks)
+
+    async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
+        """``settle``'s simulation of the transfer, which the pipeline runs ahead of it.
+
+        It runs while the pipeline records the hand-over, and ``settle`` then skips
+        its own (``request.prechecked``): None when the token would take the transfer
+        now, else the outcome to answer. Raises ``ChainUnavailable`` when it cannot
+        tell (no RPC, or the node did not answer): ``settle`` then asks ``/verify``
+        (``request.precheck_failed``) rather than wait on the same node again.
+        """
+        if self._chain is None:
+            raise ChainUnavailable("no RPC to simulate the transfer on")
+        return await preflight(self._chain, request)
 
     async def _verify(self, body: dict[str, Any]) -> Rejected | None:
         """None when valid. /verify moves nothing, so every failure here is definite."""
@@ -326,9 +343,9 @@ class FacilitatorSettler:
             raise
         if landed is not None:
             # The chain shows the transfer; the answer still due changes nothing.
+            # Its receipt was read and checked: the pipeline records PAID with it next.
             self._late.add(posting)
             posting.add_done_callback(self._late_answer)
-            await hooks.note_broadcast(landed)
             return Settled(landed, request.authorization.payer)
         try:
             answer = await posting
@@ -375,17 +392,25 @@ class FacilitatorSettler:
         # what the answer says: a facilitator's "payer" reached records, tokens, the
         # X-X402-Payer header and spreadsheets before (docs/facilitators.md).
         payer = request.authorization.payer
-        # The txHash is written while the chain is asked for its receipt: the two
-        # are independent, and both finish before the pipeline records PAID.
-        noted, outcome = await asyncio.gather(
-            hooks.note_broadcast(tx_hash),
-            self._confirm(request, tx_hash, payer),
-            return_exceptions=True,
-        )
-        if isinstance(noted, BaseException):
-            raise noted  # the pipeline treats a raising settler as Unknown
-        if isinstance(outcome, BaseException):
-            raise outcome
+        noted = False
+
+        async def note() -> None:
+            nonlocal noted
+            if not noted:
+                noted = True
+                await hooks.note_broadcast(tx_hash)
+
+        # A facilitator answers once its transaction is mined, so the first receipt read
+        # nearly always confirms it and the pipeline records PAID with the txHash at
+        # once: the hint alone is written only when the chain does not back the answer
+        # at first sight (a receipt still to come, a transfer that does not match), so
+        # that whoever decides the record later reads that receipt first. A crash
+        # between the answer and PAID leaves the record SETTLING without it, as a crash
+        # while /settle was out does: the chain decides it from the authorization's own
+        # events (docs/protocol/states.md).
+        outcome = await self._confirm(request, tx_hash, payer, before_waiting=note)
+        if not isinstance(outcome, Settled):
+            await note()
         return outcome
 
     async def _watch(
@@ -468,9 +493,17 @@ class FacilitatorSettler:
         return answer
 
     async def _confirm(
-        self, request: SettlementRequest, tx_hash: str, payer: str
+        self,
+        request: SettlementRequest,
+        tx_hash: str,
+        payer: str,
+        *,
+        before_waiting: Callable[[], Awaitable[None]],
     ) -> SettlementOutcome:
-        """Trust the facilitator's success only as far as the chain backs it."""
+        """Trust the facilitator's success only as far as the chain backs it.
+
+        ``before_waiting`` runs once the first read finds no receipt, before the wait.
+        """
         if self._chain is None:
             return Settled(tx_hash, payer)
         auth = request.authorization
@@ -482,6 +515,7 @@ class FacilitatorSettler:
                 receipt = await self._chain.receipt(tx_hash)
                 if receipt is not None:
                     break
+                await before_waiting()
                 if asyncio.get_running_loop().time() >= deadline:
                     return Unknown("facilitator's transaction not found on-chain yet", tx_hash)
                 await asyncio.sleep(delay)

@@ -401,6 +401,24 @@ class MemoryStore(MemoryRefunds):
                 row.value = value
             return True
 
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        async with self._lock:
+            row = self._leases.get(name)
+            if row is None or row.released or row.expires_at <= now:
+                return None
+            return Lease(name, row.holder, row.fence, row.expires_at, row.value)
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        async with self._lock:
+            row = self._leases.get(held.name)
+            if row is None or row.released or (row.holder, row.fence) != (held.holder, held.fence):
+                return None
+            fence = row.fence + 1
+            self._leases[held.name] = _LeaseRow(holder, fence, now + ttl, False, row.value)
+            return Lease(held.name, holder, fence, now + ttl, row.value)
+
     async def find_challenges(
         self,
         *,

@@ -26,7 +26,11 @@ from x402srv.settlement.failover import FailoverSettler
 from x402srv.settlement.readiness import settler_problem
 from x402srv.wire.reasons import Reason
 
-__all__ = ["NetworkSettlers"]
+__all__ = ["NetworkSettlers", "NoPrecheck"]
+
+
+class NoPrecheck(LookupError):
+    """The payment's network settler has no ``precheck``: it checks as it settles."""
 
 
 class NetworkSettlers:
@@ -59,6 +63,15 @@ class NetworkSettlers:
         outcome = await settler.settle(request, hooks)
         if isinstance(outcome, Settled) and outcome.by is None and network in self._firsts:
             return Settled(outcome.tx_hash, outcome.payer, self._firsts[network].label)
+        return outcome
+
+    async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
+        """The payment's network settler's ``precheck``; ``NoPrecheck`` when it has none."""
+        settler = self.settlers.get(request.network.caip2)
+        precheck = getattr(settler, "precheck", None)
+        if not callable(precheck):
+            raise NoPrecheck(f"no precheck for {request.network.caip2}")
+        outcome: SettlementOutcome | None = await precheck(request)
         return outcome
 
     async def check_ready(self) -> str | None:

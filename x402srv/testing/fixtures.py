@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from x402srv.devchain import Devchain
+from x402srv.testing import launcher
 from x402srv.testing.servers import _kill_group, free_port, wait_for_http
 
 __all__ = ["FacilitatorProcess", "devchain", "facilitator", "facilitator_url"]
@@ -51,9 +51,6 @@ class FacilitatorProcess:
         self.record = log.with_suffix(".requests.jsonl") if record else None
         self.url = f"http://127.0.0.1:{self.port}"
         command = [
-            sys.executable,
-            "-m",
-            "x402srv.testing.facilitator_app",
             "--rpc-url",
             chain.rpc_url,
             "--network",
@@ -71,12 +68,14 @@ class FacilitatorProcess:
             command += ["--record", str(self.record)]
         if receipt_poll is not None:  # seconds between its receipt polls (the SDK's: 0.1)
             command += ["--receipt-poll", str(receipt_poll)]
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
+        with log.open("ab") as out:  # (in a test session, forked from the warm zygote)
+            self.process = launcher.popen(
                 command,
+                program="x402srv.testing.facilitator_app",
+                cwd=os.getcwd(),
+                env={**os.environ, "X402SRV_FACILITATOR_KEY": key},
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "X402SRV_FACILITATOR_KEY": key},
                 start_new_session=True,
             )
         try:

@@ -38,8 +38,8 @@ FRESH_ENV = "X402SRV_TEST_FRESH"
 WARM = False
 
 
-def _command(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "x402srv", *args]
+def _command(args: Sequence[str], program: str = "x402srv") -> list[str]:
+    return [sys.executable, "-m", program, *args]
 
 
 def _fresh(fresh: bool) -> bool:
@@ -143,6 +143,7 @@ class _Zygote:
         streams: list[int],
         *,
         new_session: bool,
+        program: str,
     ) -> int:
         number = next(self.ids)
         request = {
@@ -151,6 +152,7 @@ class _Zygote:
             "cwd": cwd,
             "env": dict(env),
             "new_session": new_session,
+            "program": program,
         }
         with self.lock:
             socket.send_fds(self.channel, [json.dumps(request).encode()], streams)
@@ -211,11 +213,15 @@ def popen(
     stderr: _Stream = None,
     start_new_session: bool = False,
     fresh: bool = False,
+    program: str = "x402srv",
 ) -> subprocess.Popen[bytes] | Launched:
-    """``python -m x402srv ARGS`` in ``cwd`` with exactly ``env``; stdout/stderr are files."""
+    """``python -m PROGRAM ARGS`` in ``cwd`` with exactly ``env``; stdout/stderr are files.
+
+    ``program`` is ``x402srv`` or another of ``zygote.PROGRAMS`` (the local facilitator).
+    """
     if _fresh(fresh):
         return subprocess.Popen(
-            _command(args),
+            _command(args, program),
             cwd=cwd,
             env=dict(env),
             stdin=stdin,
@@ -235,7 +241,9 @@ def popen(
             closing.append(opened)
     zygote = _zygote()
     try:
-        pid = zygote.launch(args, str(cwd), env, fds, new_session=start_new_session)
+        pid = zygote.launch(
+            args, str(cwd), env, fds, new_session=start_new_session, program=program
+        )
     finally:
         for opened in closing:
             opened.close()

@@ -72,6 +72,7 @@ from x402srv.testing.store_contract_base import (
 from x402srv.testing.store_contract_counters import CounterContract
 from x402srv.testing.store_contract_counts import CountsContract
 from x402srv.testing.store_contract_credits import CreditContract
+from x402srv.testing.store_contract_leases import LeaseTakeoverContract
 from x402srv.testing.store_contract_listing import ListingContract
 from x402srv.testing.store_contract_owed import OwedContract
 from x402srv.testing.store_contract_refunds import RefundContract
@@ -93,6 +94,7 @@ class StoreContract(
     CreditContract,
     TransferContract,
     SiwxNonceContract,
+    LeaseTakeoverContract,
     StoreContractBase,
 ):
     """Inherit in a ``Test...`` class that provides the ``store`` fixture."""

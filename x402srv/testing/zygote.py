@@ -13,8 +13,11 @@ status; only the import work is shared (copy-on-write).
 The protocol (``x402srv.testing.launcher`` is the other end) is one datagram
 per message on a ``SOCK_SEQPACKET`` socket pair:
 
-- request: ``{"id", "args", "cwd", "env", "new_session"}`` with the child's
-  stdin, stdout and stderr as three file descriptors (``SCM_RIGHTS``);
+- request: ``{"id", "args", "cwd", "env", "new_session", "program"}`` with the
+  child's stdin, stdout and stderr as three file descriptors (``SCM_RIGHTS``);
+  ``program`` is one of ``PROGRAMS``: ``x402srv`` itself, or the tests' local
+  facilitator (``x402srv.testing.facilitator_app``, the official SDK's), which
+  the suite starts dozens of times and whose SDK import costs ~0.5 s each;
 - reply: ``{"id", "pid"}`` once the child exists;
 - then ``{"pid", "returncode"}`` when it ends (negative: killed by a signal).
 
@@ -47,7 +50,13 @@ from typing import Any, NoReturn
 
 from x402srv.testing.tls import share_the_default_ssl_context
 
-__all__ = ["WARM_MODULES", "serve"]
+__all__ = ["PROGRAMS", "WARM_MODULES", "serve"]
+
+#: What a child can become, as ``python -m NAME ARGS``: the module whose ``main(args)`` runs.
+PROGRAMS = {
+    "x402srv": "x402srv.cli.main",
+    "x402srv.testing.facilitator_app": "x402srv.testing.facilitator_app",
+}
 
 #: Imported before the first fork: what a server or an operator command loads.
 WARM_MODULES = (
@@ -61,6 +70,12 @@ WARM_MODULES = (
     "x402srv.demo",
     "eth_account",
     "web3",
+    # the local facilitator and the parts of the official SDK it loads when it starts
+    "x402srv.testing.facilitator_app",
+    "x402",
+    "x402.mechanisms.evm",
+    "x402.mechanisms.evm.exact",
+    "x402.schemas",
 )
 
 
@@ -111,10 +126,10 @@ def _child(request: dict[str, Any], fds: list[int], closing: list[int]) -> NoRet
         os.environ.clear()
         os.environ.update(request["env"])
         _set_path(os.getcwd(), os.environ.get("PYTHONPATH", ""))
-        sys.argv = ["x402srv", *request["args"]]
-        from x402srv.cli.main import main
-
-        code = main(request["args"])
+        program = request.get("program", "x402srv")
+        sys.argv = [program, *request["args"]]
+        returned = importlib.import_module(PROGRAMS[program]).main(request["args"])
+        code = returned if isinstance(returned, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -66,9 +68,11 @@ async def test_two_settlers_sharing_a_sqlite_store_never_collide(
     await sqlite_stores[0].release_lease(probe, None)
 
 
-async def test_a_lease_left_by_a_crashed_holder_delays_at_most_its_ttl(
+async def test_a_lease_left_by_a_crashed_holder_elsewhere_delays_at_most_its_ttl(
     rig: SettlerRig, sqlite_stores: list[SqliteStore]
 ) -> None:
+    """A holder id this host cannot check (another host's, an older release's) is
+    waited for until the lease expires: it may still be sending."""
     ttl = 1.0
     options = {
         "poll_interval_seconds": 0.05,
@@ -77,9 +81,9 @@ async def test_a_lease_left_by_a_crashed_holder_delays_at_most_its_ttl(
     }
     settler = await rig.start(store=sqlite_stores[0], options=options)
     request = rig.request()
-    # Another worker took the lease and died before releasing it.
+    # Another host's worker took the lease and died before releasing it.
     crashed = await sqlite_stores[1].acquire_lease(
-        _lease_name(rig), "crashed-worker", ttl, time.time()
+        _lease_name(rig), "other-host:4242:crashed", ttl, time.time()
     )
     assert crashed is not None
 
@@ -90,6 +94,57 @@ async def test_a_lease_left_by_a_crashed_holder_delays_at_most_its_ttl(
     assert isinstance(outcome, Settled), outcome
     assert 0.5 * ttl < waited < ttl + 0.5
     assert tx_nonce(rig.devchain, outcome.tx_hash) == 0
+
+
+_HOLDS_THE_LEASE = """
+import asyncio, sys, time
+from pathlib import Path
+from x402srv.default_plugins.sqlite.store import SqliteStore
+from x402srv_gaswallet.holders import holder_id
+
+async def main():
+    store = SqliteStore(Path(sys.argv[1]))
+    await store.start()
+    lease = await store.acquire_lease(sys.argv[2], holder_id(), float(sys.argv[3]), time.time())
+    print("held" if lease else "busy", flush=True)
+    await asyncio.sleep(3600)  # killed here, never releases
+
+asyncio.run(main())
+"""
+
+
+async def test_a_lease_left_by_a_worker_killed_on_this_host_is_taken_over_at_once(
+    rig: SettlerRig, sqlite_stores: list[SqliteStore], tmp_path: Path
+) -> None:
+    """A worker of this host killed while it held the lease (after broadcasting, say)
+    no longer holds up the next payment: the settler sees the process is gone and
+    takes the lease over, with the nonce from the chain's pending count."""
+    ttl = 30.0  # waiting for it would outlast the bound below
+    options = {"poll_interval_seconds": 0.05, "nonce_lease_seconds": ttl}
+    settler = await rig.start(store=sqlite_stores[0], options=options)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _HOLDS_THE_LEASE, str(tmp_path / "x402srv.db"),
+         _lease_name(rig), str(ttl)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "held"
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+
+    async with asyncio.timeout(ttl / 2):
+        outcome = await settler.settle(rig.request(), rig.hooks())
+
+    assert isinstance(outcome, Settled), outcome
+    assert tx_nonce(rig.devchain, outcome.tx_hash) == 0
+    after = await sqlite_stores[1].acquire_lease(_lease_name(rig), "probe", 1, time.time())
+    assert after is not None
+    assert after.fence == 3  # the killed worker's 1, the settler's 2
 
 
 class _OutsiderSendsFirst(RecordingHooks):

@@ -44,7 +44,8 @@ class GasWalletOptions(PluginOptions):
     """Per-request timeout of the node; a send that times out counts as ambiguous."""
 
     nonce_lease_seconds: float = Field(default=10.0, gt=0, le=300)
-    """TTL of the cross-process nonce lease: the longest a crashed holder blocks others."""
+    """TTL of the cross-process nonce lease: the longest a holder that crashed on another
+    host blocks others (one on this host is taken over at once)."""
 
     nonce_retries: int = Field(default=3, ge=0, le=10)
     """Re-sends with a fresh nonce after "nonce too low"-type refusals."""

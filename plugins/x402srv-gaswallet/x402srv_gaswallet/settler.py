@@ -99,6 +99,7 @@ class GasWalletSettler:
             chain_id=network.chain_id,
             address=account.address,
             lease_seconds=options.nonce_lease_seconds,
+            rpc_timeout=options.rpc_timeout_seconds,
             clock=clock,
             pending_count=self._pending_count,
         )

@@ -144,6 +144,18 @@ _TEMPLATES = {
         "UPDATE {schema}.leases SET released = true, value = coalesce($1, value) "
         "WHERE name = $2 AND fence = $3 AND holder = $4 RETURNING true"
     ),
+    # $1 name, $2 now: the lease while someone holds it.
+    "held_lease": (
+        "SELECT holder, fence, expires_at, value FROM {schema}.leases "
+        "WHERE name = $1 AND NOT released AND expires_at > $2"
+    ),
+    # $1 new holder, $2 expires_at, $3 name, $4 holder read, $5 fence read. A racing
+    # update makes this one re-check its WHERE on the new row: one taker wins.
+    "take_over_lease": (
+        "UPDATE {schema}.leases SET holder = $1, fence = fence + 1, expires_at = $2 "
+        "WHERE name = $3 AND holder = $4 AND fence = $5 AND NOT released "
+        "RETURNING fence, value"
+    ),
 }
 
 
@@ -168,6 +180,8 @@ class Statements:
     sweep_counters: str
     acquire_lease: str
     release_lease: str
+    held_lease: str
+    take_over_lease: str
     account: str
     account_for_credit: str
     save_account: str

@@ -18,7 +18,8 @@ guarantees across hosts, with its own tools:
 - **Credits** of grants sold by the call are compare-and-set the same way
   (``credits``).
 - **Leases** are one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (free,
-  released or expired), with a fence that only grows.
+  released or expired), with a fence that only grows; taking one over from a
+  dead holder is one ``UPDATE ... WHERE`` on the holder and fence read.
 
 A record is kept as the exact JSON text ``encode_record`` makes.
 Every database or network error becomes ``StoreUnavailable`` (503 with
@@ -512,6 +513,33 @@ class PostgresStore(CreditMethods, DumpMethods, RefundMethods):
             ),
         )
         return bool(released)
+
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        row = await self._run(
+            "held_lease", lambda conn: conn.fetchrow(self.sql.held_lease, name, float(now))
+        )
+        if row is None:
+            return None
+        return Lease(name, row["holder"], int(row["fence"]), float(row["expires_at"]), row["value"])
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        expires_at = now + ttl
+        row = await self._run(
+            "take_over_lease",
+            lambda conn: conn.fetchrow(
+                self.sql.take_over_lease,
+                holder,
+                float(expires_at),
+                held.name,
+                held.holder,
+                held.fence,
+            ),
+        )
+        if row is None:
+            return None
+        return Lease(held.name, holder, int(row["fence"]), expires_at, row["value"])
 
     # ------------------------------------------------------------ plumbing
 

@@ -43,6 +43,7 @@ __all__ = [
     "READ_COUNTS",
     "RELEASE_LEASE",
     "SAVE_TASK",
+    "TAKE_OVER_LEASE",
     "TRANSITION",
 ]
 
@@ -407,6 +408,19 @@ if held[1] ~= ARGV[1] or held[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'released', '1')
 if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'value', ARGV[3]) end
 return 1
+"""
+
+TAKE_OVER_LEASE = """#!lua
+-- KEYS: lease:<name>; ARGV: holder read, fence read, new holder, expires_at
+-- Only while the holder and fence the caller read still stand, unreleased: of
+-- callers taking over one lease, the first wins and the others find a new fence.
+local held = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'released')
+if held[1] ~= ARGV[1] or held[2] ~= ARGV[2] or held[3] ~= '0' then
+  return false
+end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'holder', ARGV[3], 'expires_at', ARGV[4])
+return {fence, redis.call('HGET', KEYS[1], 'value')}
 """
 
 SAVE_TASK = """#!lua

@@ -4,7 +4,8 @@ Several x402srv instances (each with several workers) behind a load balancer
 share one Redis. Every multi-key change is one Lua script (``scripts``), so
 what the sqlite store guarantees across the processes of one host holds across
 hosts: one settlement per challenge, one challenge per payment and per txHash,
-one holder per lease. The key layout is in ``keys``.
+one holder per lease (taken over from a dead holder only by ``TAKE_OVER_LEASE``,
+a compare-and-set on holder and fence). The key layout is in ``keys``.
 
 Transitions are optimistic: read the record, decide with the same
 store rules (``x402srv.plugin``) the built-in stores use, compute the new record with
@@ -466,6 +467,30 @@ class RedisStore(CreditMethods, DumpMethods, RefundMethods):
             args=[lease.holder, str(lease.fence), value or "", "0" if value is None else "1"],
         )
         return int(released) == 1
+
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        holder, fence, expires_at, released, value = await self._call(
+            "held_lease",
+            self._redis().hmget(
+                self.keys.lease(name), ["holder", "fence", "expires_at", "released", "value"]
+            ),
+        )
+        if holder is None or released != "0" or float(expires_at) <= now:
+            return None
+        return Lease(name, holder, int(fence), float(expires_at), value)
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        expires_at = now + ttl
+        reply = await self._script(
+            "TAKE_OVER_LEASE",
+            keys=[self.keys.lease(held.name)],
+            args=[held.holder, str(held.fence), holder, repr(expires_at)],
+        )
+        if reply is None:
+            return None
+        return Lease(held.name, holder, int(reply[0]), expires_at, reply[1])
 
     # ------------------------------------------------------------ plumbing
 

@@ -44,6 +44,7 @@ __all__ = [
     "get_by_tx_hash",
     "get_challenge",
     "get_task",
+    "held_lease",
     "immediate",
     "list_challenges",
     "listing_query",
@@ -52,6 +53,7 @@ __all__ = [
     "prune_tasks",
     "release_lease",
     "save_task",
+    "take_over_lease",
     "transition",
 ]
 
@@ -107,6 +109,14 @@ _LEASE = "SELECT fence, expires_at, released, value FROM leases WHERE name = ?"
 _TAKE_LEASE = (
     "INSERT OR REPLACE INTO leases (name, holder, fence, expires_at, released, value) "
     "VALUES (?, ?, ?, ?, 0, ?)"
+)
+_HELD_LEASE = (
+    "SELECT holder, fence, expires_at, value FROM leases "
+    "WHERE name = ? AND released = 0 AND expires_at > ?"
+)
+_TAKE_OVER_LEASE = (
+    "UPDATE leases SET holder = ?, fence = fence + 1, expires_at = ? "
+    "WHERE name = ? AND holder = ? AND fence = ? AND released = 0"
 )
 _RELEASE_LEASE = (
     "UPDATE leases SET released = 1, value = coalesce(?, value) "
@@ -447,6 +457,25 @@ def release_lease(conn: sqlite3.Connection, lease: Lease, value: str | None) -> 
     """One conditional update: the fence and holder match, or someone took over."""
     cursor = conn.execute(_RELEASE_LEASE, (value, lease.name, lease.fence, lease.holder))
     return cursor.rowcount == 1
+
+
+def held_lease(conn: sqlite3.Connection, name: str, now: float) -> Lease | None:
+    row = conn.execute(_HELD_LEASE, (name, now)).fetchone()
+    if row is None:
+        return None
+    return Lease(name, row[0], int(row[1]), float(row[2]), row[3])
+
+
+def take_over_lease(
+    conn: sqlite3.Connection, held: Lease, holder: str, ttl: float, now: float
+) -> Lease | None:
+    """One transaction: the holder and fence read before still stand, or nothing changes."""
+    with _immediate(conn):
+        args = (holder, now + ttl, held.name, held.holder, held.fence)
+        if conn.execute(_TAKE_OVER_LEASE, args).rowcount != 1:
+            return None
+        value = conn.execute(_LEASE, (held.name,)).fetchone()[3]
+        return Lease(held.name, holder, held.fence + 1, now + ttl, value)
 
 
 def ping(conn: sqlite3.Connection) -> None:

@@ -435,6 +435,16 @@ class SqliteStore:
     async def release_lease(self, lease: Lease, value: str | None) -> bool:
         return await self._run("release_lease", lambda c: ops.release_lease(c, lease, value))
 
+    async def held_lease(self, name: str, now: float) -> Lease | None:
+        return await self._run("held_lease", lambda c: ops.held_lease(c, name, now))
+
+    async def take_over_lease(
+        self, held: Lease, holder: str, ttl: float, now: float
+    ) -> Lease | None:
+        return await self._run(
+            "take_over_lease", lambda c: ops.take_over_lease(c, held, holder, ttl, now)
+        )
+
     async def find_challenges(
         self,
         *,
