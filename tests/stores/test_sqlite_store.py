@@ -769,7 +769,7 @@ async def test_the_checkpoint_thread_starts_the_wal_over_itself(opened: SqliteSt
         conn.close()
     assert await _pragma(opened, "user_version") == sqlite_schema.SCHEMA_VERSION
     record = make_record()
-    assert (await opened.create_challenge(record))[0] == record
+    assert await opened.create_challenge(record) == (record, True)
 
 
 async def test_a_credit_step_of_a_quiet_store_runs_on_the_loop(opened: SqliteStore) -> None:
@@ -783,7 +783,8 @@ async def test_a_credit_step_of_a_quiet_store_runs_on_the_loop(opened: SqliteSto
     finally:
         release.set()
     assert spent.balance == 7
-    assert (await opened.get_credits("g")).balance == 7  # committed, on the same file
+    account = await opened.get_credits("g")  # committed, on the same file
+    assert account is not None and account.balance == 7
 
 
 async def test_the_steps_of_a_busy_store_queue_for_its_thread(
