@@ -52,7 +52,7 @@ from x402srv.interfaces import (
 )
 from x402srv.server.metrics import Metrics
 from x402srv.settlement.chain import ChainUnavailable
-from x402srv.settlement.per_network import NoPrecheck
+from x402srv.settlement.per_network import NoPrecheck, precheck_of
 from x402srv.settlement.verdicts import NotTransferred, Transferred
 from x402srv.usage.counters import Counters
 from x402srv.wire.offers import OfferBuilder
@@ -152,13 +152,15 @@ class SettleStep:
             retry_after=PENDING_RETRY_AFTER,
         )
 
+    def __post_init__(self) -> None:
+        precheck_of(self.settler, warn=True)  # (a plugin's plain-function precheck: said once)
+
     def _precheck(self, request: SettlementRequest) -> Checking | None:
         """The settler's optional ``precheck`` of ``request``, started now; None without one."""
-        precheck = getattr(self.settler, "precheck", None)
-        if not callable(precheck):
+        precheck = precheck_of(self.settler)
+        if precheck is None:
             return None
-        checking: Checking = asyncio.ensure_future(precheck(request))
-        return checking
+        return asyncio.ensure_future(precheck(request))
 
     async def _run_settler(
         self,
