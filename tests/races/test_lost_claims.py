@@ -364,6 +364,38 @@ async def test_a_precheck_that_cannot_tell_is_said_once_and_settle_is_told(
     assert len(said) == 1 and "ReadTimeout" in said[0], said
 
 
+class PlainPrecheck(ScriptedSettler):
+    """A plugin's settler whose ``precheck`` is a plain function, not the async one asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prechecks = 0
+
+    def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
+        self.prechecks += 1
+        return None
+
+
+async def test_a_precheck_that_is_not_async_is_never_run_and_the_payment_settles(
+    make_rig: MakeRig, buyer: LocalAccount, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Starting a plain function as a task raised TypeError after the claim: a 500, the
+    payment held until its lease ran out. It is now no precheck at all, said at start-up."""
+    with caplog.at_level(logging.WARNING, logger="x402srv.settlement"):
+        rig = await make_rig(settler=PlainPrecheck())
+    assert any("precheck is not an async function" in r.getMessage() for r in caplog.records)
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+
+    granted(await outcome(rig.pay(payment)))
+
+    settler = rig.settler
+    assert isinstance(settler, PlainPrecheck) and settler.prechecks == 0
+    [settled] = settler.requests
+    assert not settled.prechecked and not settled.precheck_failed
+
+
 # ------------------------------------------------------------ step 4: expiry
 
 

@@ -52,7 +52,7 @@ from x402srv.interfaces import (
 )
 from x402srv.server.metrics import Metrics
 from x402srv.settlement.chain import ChainUnavailable
-from x402srv.settlement.per_network import NoPrecheck
+from x402srv.settlement.per_network import NoPrecheck, precheck_of
 from x402srv.settlement.verdicts import NotTransferred, Transferred
 from x402srv.usage.counters import Counters
 from x402srv.wire.offers import OfferBuilder
@@ -68,7 +68,7 @@ PENDING_RETRY_AFTER = 5
 #: Retry-After when no settler could be reached (a restarting facilitator, a breaker cooling).
 SETTLER_RETRY_AFTER = 10
 #: A settler's ``precheck`` of one request, running (``SettleStep._precheck``).
-Checking = asyncio.Task[SettlementOutcome | None]
+PrecheckTask = asyncio.Task[SettlementOutcome | None]
 #: What the counters count a payment turned away by a settler outage as.
 SETTLER_UNAVAILABLE_REASON = "settler_unavailable"
 
@@ -100,15 +100,15 @@ class SettleStep:
         )
         # The settler's check of the transfer (a read: nothing leaves) runs while the
         # hand-over is written; nothing is sent before that write applied.
-        checking = self._precheck(request)
+        prechecking = self._precheck(request)
         reason = f"handed to settler {self.settler.name}"
         try:
             submitted = await self.mover.apply(moves.note(record, self.clock(), reason, handed))
         except BaseException:
-            _drop(checking)
+            _drop(prechecking)
             raise
         if not isinstance(submitted, TransitionApplied):
-            _drop(checking)
+            _drop(prechecking)
             return await self.mover.current(record, submitted)
         record = submitted.record
         log.info(
@@ -119,7 +119,7 @@ class SettleStep:
         )
         hooks = moves.AttemptHooks(self.mover, record)
         started = time.perf_counter()
-        outcome = await self._run_settler(request, hooks, checking)
+        outcome = await self._run_settler(request, hooks, prechecking)
         elapsed, outcome_name = time.perf_counter() - started, type(outcome).__name__.lower()
         self.metrics.settlement(self.settler.name, outcome_name, elapsed)
         # (the console keeps a refused payment, the buyer's doing, apart from a settler failing)
@@ -152,22 +152,24 @@ class SettleStep:
             retry_after=PENDING_RETRY_AFTER,
         )
 
-    def _precheck(self, request: SettlementRequest) -> Checking | None:
+    def __post_init__(self) -> None:
+        precheck_of(self.settler, warn=True)  # (a plugin's plain-function precheck: said once)
+
+    def _precheck(self, request: SettlementRequest) -> PrecheckTask | None:
         """The settler's optional ``precheck`` of ``request``, started now; None without one."""
-        precheck = getattr(self.settler, "precheck", None)
-        if not callable(precheck):
+        precheck = precheck_of(self.settler)
+        if precheck is None:
             return None
-        checking: Checking = asyncio.ensure_future(precheck(request))
-        return checking
+        return asyncio.ensure_future(precheck(request))
 
     async def _run_settler(
         self,
         request: SettlementRequest,
         hooks: moves.AttemptHooks,
-        checking: Checking | None,
+        prechecking: PrecheckTask | None,
     ) -> SettlementOutcome:
         try:
-            settling = self._settled(request, hooks, checking)
+            settling = self._settled(request, hooks, prechecking)
             return await asyncio.wait_for(settling, max(1.0, self.lease_seconds - 2.0))
         except TimeoutError:
             return Unknown("settlement did not finish within the lease")
@@ -182,12 +184,12 @@ class SettleStep:
         self,
         request: SettlementRequest,
         hooks: moves.AttemptHooks,
-        checking: Checking | None,
+        prechecking: PrecheckTask | None,
     ) -> SettlementOutcome:
         """The precheck's refusal, else what the settler did with the payment."""
-        if checking is not None:
+        if prechecking is not None:
             try:
-                refused = await checking
+                refused = await prechecking
             except NoPrecheck:
                 pass  # (this network's settler has none: it checks as it settles)
             except Exception as exc:  # it could not tell: the settler checks another way
@@ -298,8 +300,8 @@ class SettleStep:
         return await self.delivery.answer(result.record)
 
 
-def _drop(checking: Checking | None) -> None:
+def _drop(prechecking: PrecheckTask | None) -> None:
     """A precheck nobody will read: cancelled, its error (if it had one) read and dropped."""
-    if checking is not None:
-        checking.cancel()
-        checking.add_done_callback(lambda task: task.cancelled() or task.exception())
+    if prechecking is not None:
+        prechecking.cancel()
+        prechecking.add_done_callback(lambda task: task.cancelled() or task.exception())

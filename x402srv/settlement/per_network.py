@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from x402srv.config.networks import SettlerSpec
@@ -26,11 +28,35 @@ from x402srv.settlement.failover import FailoverSettler
 from x402srv.settlement.readiness import settler_problem
 from x402srv.wire.reasons import Reason
 
-__all__ = ["NetworkSettlers", "NoPrecheck"]
+__all__ = ["NetworkSettlers", "NoPrecheck", "precheck_of"]
+
+log = logging.getLogger("x402srv.settlement")
+
+#: A settler's optional ``precheck`` (docs/plugin-reference.md).
+Precheck = Callable[[SettlementRequest], Awaitable[SettlementOutcome | None]]
 
 
 class NoPrecheck(LookupError):
     """The payment's network settler has no ``precheck``: it checks as it settles."""
+
+
+def precheck_of(settler: object, *, warn: bool = False) -> Precheck | None:
+    """``settler``'s ``precheck`` if it has an async one, else None (it has none).
+
+    A plain function there (a plugin's mistake) would only fail once called, after
+    the payment was claimed: it is never run, and the settler checks as it settles.
+    ``warn``: say so in the log (once, where the settler is put in place).
+    """
+    precheck = getattr(settler, "precheck", None)
+    if precheck is None or inspect.iscoroutinefunction(precheck):
+        return precheck
+    if warn:
+        log.warning(
+            "settler %s: its precheck is not an async function; it is not run "
+            "(docs/plugin-reference.md)",
+            getattr(settler, "name", type(settler).__name__),
+        )
+    return None
 
 
 class NetworkSettlers:
@@ -41,6 +67,8 @@ class NetworkSettlers:
     def __init__(self, settlers: Mapping[str, Settler], firsts: Mapping[str, SettlerSpec]) -> None:
         self.settlers = dict(settlers)
         self._firsts = dict(firsts)  # each network's first (for a plain settler, only) one
+        for settler in self.settlers.values():
+            precheck_of(settler, warn=True)
 
     def only(self) -> Settler | None:
         """The one settler of a one-network seller (the pipeline calls it directly)."""
@@ -67,12 +95,10 @@ class NetworkSettlers:
 
     async def precheck(self, request: SettlementRequest) -> SettlementOutcome | None:
         """The payment's network settler's ``precheck``; ``NoPrecheck`` when it has none."""
-        settler = self.settlers.get(request.network.caip2)
-        precheck = getattr(settler, "precheck", None)
-        if not callable(precheck):
+        precheck = precheck_of(self.settlers.get(request.network.caip2))
+        if precheck is None:
             raise NoPrecheck(f"no precheck for {request.network.caip2}")
-        outcome: SettlementOutcome | None = await precheck(request)
-        return outcome
+        return await precheck(request)
 
     async def check_ready(self) -> str | None:
         """None when every network has a settler ready."""
