@@ -21,6 +21,7 @@ never a complete-looking one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -36,7 +37,14 @@ from x402srv.gateway.metered import Ending
 from x402srv.gateway.trailers import send_trailers, upstream_trailers
 from x402srv.tokens.verify import AccessClaims
 
-__all__ = ["HOP_BY_HOP", "forward", "request_headers", "response_headers", "upstream_url"]
+__all__ = [
+    "HOP_BY_HOP",
+    "forward",
+    "release_upstream",
+    "request_headers",
+    "response_headers",
+    "upstream_url",
+]
 
 #: RFC 9110 7.6.1, plus the legacy names proxies still see.
 HOP_BY_HOP: Final = frozenset(
@@ -60,6 +68,9 @@ _SET_BY_GATEWAY: Final = frozenset(
 )
 
 log = logging.getLogger("x402srv.gateway")
+#: Upstream responses being closed for handlers that were cancelled meanwhile
+#: (asyncio keeps only weak references to tasks).
+_closing: set[asyncio.Task[None]] = set()
 
 
 class _BodyTooLarge(InvalidRequest):
@@ -157,6 +168,24 @@ def _declared_length(request: Request) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+async def release_upstream(upstream: httpx.Response) -> None:
+    """Close ``upstream`` and hand its connection back to the pool, even if cancelled meanwhile.
+
+    Sanic cancels a handler whose client went away. When the client went away
+    while the handler wrote to it (Sanic's ``send`` then raises at once and
+    ``connection_lost`` cancels the task a moment later), the cancellation lands
+    inside this close: httpcore's closing steps await (a lock, the socket), and a
+    cancelled close leaves the connection checked out for good, past the pool's
+    reach (httpcore's own shields do not stop a plain ``Task.cancel``). Enough of
+    those and every call waits for the pool until its timeout: 504. So the close
+    runs in a task of its own, which the handler's cancellation does not reach.
+    """
+    closing = asyncio.ensure_future(upstream.aclose())
+    _closing.add(closing)
+    closing.add_done_callback(_closing.discard)
+    await asyncio.shield(closing)
+
+
 def _problem(exc: httpx.HTTPError) -> ProblemError:
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout("The upstream API did not answer in time.")
@@ -240,5 +269,5 @@ async def forward(
                 return upstream.status_code
         await response.eof()
     finally:
-        await upstream.aclose()
+        await release_upstream(upstream)
     return upstream.status_code

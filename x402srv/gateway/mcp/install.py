@@ -30,6 +30,7 @@ from sanic.response import HTTPResponse, JSONResponse
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.config.mcp import USAGE_META, McpConfig, ToolUsageCost
 from x402srv.errors import UpstreamTimeout, UpstreamUnavailable
+from x402srv.gateway.forward import release_upstream
 from x402srv.gateway.mcp.decide import McpGate, ToolAnswer, ToolForward, refusal
 from x402srv.gateway.mcp.messages import (
     GRANT_META,
@@ -335,7 +336,7 @@ def install_mcp(
             if decision is not None and not answered:
                 await door.receipt(decision, failed=True)  # no answer reached the buyer
         finally:
-            await upstream.aclose()
+            await release_upstream(upstream)  # a cancelled close leaks the connection
         return None
 
     for index, server in enumerate(config.mcp):

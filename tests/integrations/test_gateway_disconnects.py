@@ -1,0 +1,173 @@
+"""Buyers who leave mid-stream give the gateway's upstream connections back.
+
+Real processes: x402srv's gateway (sqlite) and the docs' streaming "LLM"
+(``docs/samples/llm_stream_upstream.py``, under uvicorn, used by nothing else
+here). Buyers on real sockets start slow streams, on a route charged by use
+and on one sold by time, and all close their sockets at once in the middle,
+the way ``wrk`` ends a run (some with a plain close, some with a reset).
+
+Sanic cancels a handler whose client went away; when the handler was already
+in its cleanup (the client's socket closing, the upstream's response being
+closed), that cancellation landed inside ``Response.aclose()`` and the pooled
+connection stayed checked out for good (the bench's 504 after a wrk run, once
+enough had leaked: httpx holds at most 100). What is checked here is what the
+machine shows: no socket of the gateway's to the upstream stays open once the
+buyers left, and the next calls, as many at once as the pool holds, all answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from eth_account.signers.local import LocalAccount
+
+from tests.support.apps import AppProcess
+from tests.support.credentials import bearer
+from tests.support.paths import REPO
+from tests.support.seller import Seller
+from x402srv.testing.buyers import paying_client
+
+LEAVING = 50  # buyers who leave at once (wrk's -c50)
+POOL = 100  # httpx's default max_connections: the gateway's client keeps it
+PLANS = [
+    {"plan_id": "tokens", "unit_amount": "$1.00", "description": "Tokens", "calls": 10**9},
+    {"plan_id": "hour", "unit_amount": "$0.01", "description": "An hour, unmetered"},
+]
+_TCP_OPEN = {"01", "08"}  # ESTABLISHED, CLOSE_WAIT (/proc/net/tcp's st column)
+
+
+@pytest.fixture(scope="module")
+def slow_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
+    app = AppProcess(
+        "llm_stream_upstream:app",
+        tmp_path_factory.mktemp("llm-leaving") / "llm.log",
+        health="/health",
+        app_dir=REPO / "docs" / "samples",
+    ).start()
+    yield app
+    app.stop()
+
+
+@pytest.fixture(scope="module")
+def leaving_gateway(start_seller: Callable[..., Seller], slow_upstream: AppProcess) -> Seller:
+    timeouts = {"connect_timeout_seconds": 2}  # a pool that never frees a slot: 504 in 2 s
+    return start_seller(
+        "gas-wallet",
+        plans=PLANS,
+        routes=[
+            {
+                "prefix": "/metered",
+                "upstream": slow_upstream.url,
+                "plans": ["tokens"],
+                "strip_prefix": True,
+                "cost": {"reserve": 2000, "from": "sse"},
+                **timeouts,
+            },
+            {
+                "prefix": "/plain",
+                "upstream": slow_upstream.url,
+                "plans": ["hour"],
+                "strip_prefix": True,
+                **timeouts,
+            },
+        ],
+    )
+
+
+def _gateway_sockets_to(port: int) -> int:
+    """Open TCP sockets whose far end is ``port`` (only the gateway connects to it)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] in _TCP_OPEN:
+                count += 1
+    return count
+
+
+async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter:
+    """A raw POST of a slow completion, read up to its first token; its socket, still open."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = json.dumps({"max_tokens": 2000, "delay": 0.002}).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    seen = b""
+    while b"event: token" not in seen:
+        chunk = await asyncio.wait_for(reader.read(65536), 10)
+        assert chunk, f"{path}: the gateway closed before the first token: {seen!r}"
+        seen += chunk
+    assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
+    writer.transport.pause_reading()  # the stream keeps coming; nobody reads it any more
+    return writer
+
+
+async def _leave_mid_stream(url: str, path: str, token: str) -> None:
+    """``LEAVING`` buyers in the middle of their streams, then all gone at once.
+
+    Half send a FIN (the gateway reads an end of file while it still streams),
+    half close with unread data, which the kernel turns into a reset.
+    """
+    writers = await asyncio.gather(*(_start_stream(url, path, token) for _ in range(LEAVING)))
+    for n, writer in enumerate(writers):
+        if n % 2:
+            writer.transport.abort()
+        else:
+            writer.write_eof()
+    await asyncio.sleep(0.5)
+    for writer in writers:
+        writer.transport.abort()
+
+
+async def _buy(gateway: Seller, buyer: LocalAccount, plan_id: str) -> str:
+    http, _ = paying_client(buyer)
+    async with http:
+        bought = await http.post(gateway.access_url, json={"planId": plan_id})
+    assert bought.status_code == 200, bought.text
+    token: str = bought.json()["accessToken"]
+    return token
+
+
+async def _whole_stream(client: httpx.AsyncClient, url: str, token: str) -> tuple[int, bytes]:
+    body: dict[str, Any] = {"max_tokens": 40, "delay": 0.05}  # 2 s: every call holds its slot
+    async with client.stream("POST", url, json=body, headers=bearer(token)) as answer:
+        return answer.status_code, b"".join([chunk async for chunk in answer.aiter_bytes()])
+
+
+@pytest.mark.parametrize(("path", "plan_id"), [("/metered", "tokens"), ("/plain", "hour")])
+async def test_buyers_leaving_mid_stream_leave_no_upstream_connection_checked_out(
+    leaving_gateway: Seller,
+    slow_upstream: AppProcess,
+    buyer: LocalAccount,
+    path: str,
+    plan_id: str,
+) -> None:
+    token = await _buy(leaving_gateway, buyer, plan_id)
+    url = leaving_gateway.server.url
+    for _ in range(3):  # wrk's runs, one after another
+        await _leave_mid_stream(url, f"{path}/v1/complete", token)
+    deadline = time.monotonic() + 5
+    while (still := _gateway_sockets_to(slow_upstream.port)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert still == 0, f"{still} upstream connections still held after the buyers left"
+    # The next calls: as many at once as the pool holds, each holding its slot 2 s.
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=POOL)) as client:
+        answers = await asyncio.gather(
+            *(_whole_stream(client, f"{url}{path}/v1/complete", token) for _ in range(POOL))
+        )
+    statuses = sorted({status for status, _ in answers})
+    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
+    assert all(b"event: usage" in text for _, text in answers)
+    assert time.monotonic() - started < 15
