@@ -27,7 +27,6 @@ from x402srv.config.models import Config
 from x402srv.default_plugins.sqlite import ops as sqlite_ops
 from x402srv.default_plugins.sqlite import reports as sqlite_reports
 from x402srv.default_plugins.sqlite import schema as sqlite_schema
-from x402srv.default_plugins.sqlite import store as sqlite_store_module
 from x402srv.default_plugins.sqlite.checkpoint import (
     IDLE_SECONDS,
     INTERVAL_SECONDS,
@@ -38,7 +37,7 @@ from x402srv.default_plugins.sqlite.checkpoint import (
 )
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
-from x402srv.interfaces import CreditAccount, Store, TransitionApplied, UsedCall
+from x402srv.interfaces import CreditAccount, SpendOutcome, Store, TransitionApplied, UsedCall
 from x402srv.server.plugin_context import PluginContext
 from x402srv.server.registry import Registry
 from x402srv.stores.credit_rules import encode_account
@@ -772,8 +771,8 @@ async def test_the_checkpoint_thread_starts_the_wal_over_itself(opened: SqliteSt
     assert await opened.create_challenge(record) == (record, True)
 
 
-async def test_a_credit_step_of_a_quiet_store_runs_on_the_loop(opened: SqliteStore) -> None:
-    """No hop to the store's thread (held here) for a reservation on a quiet store."""
+async def test_a_credit_step_runs_on_the_loop(opened: SqliteStore) -> None:
+    """No hop to the store's thread (held here) for a reservation when nothing else writes."""
     await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
     release = _hold_thread(opened)
     try:
@@ -787,30 +786,42 @@ async def test_a_credit_step_of_a_quiet_store_runs_on_the_loop(opened: SqliteSto
     assert account is not None and account.balance == 7
 
 
-async def test_the_steps_of_a_busy_store_queue_for_its_thread(
-    opened: SqliteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A step soon after another one goes to the group commit (``batch``)."""
-    await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
-    await opened.spend("g", 1, now=BASE_TIME, keep_until=BASE_TIME + 60)  # (quiet: inline)
-    monkeypatch.setattr(sqlite_store_module, "QUIET_SECONDS", 3600.0)  # ("soon", however slow)
-    release = _hold_thread(opened)
-    second = asyncio.create_task(opened.spend("g", 1, now=BASE_TIME, keep_until=BASE_TIME + 60))
-    await asyncio.sleep(0.03)
-    assert not second.done()  # queued behind the held thread
-    release.set()
-    assert (await second).balance == 8
+@pytest.fixture
+async def patient(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    """A store whose thread waits the default 5 s for another writer's lock."""
+    store = SqliteStore(tmp_path / "patient.db")
+    await store.start()
+    yield store
+    await store.close()
 
 
-async def test_a_quiet_step_queues_while_another_writer_holds_the_lock(
-    opened: SqliteStore,
-) -> None:
-    """The loop never waits for the lock: the step queues, and the thread waits for it."""
-    await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
-    blocker = sqlite3.connect(opened.path, isolation_level=None)
+async def test_a_step_never_overtakes_the_queued_ones(patient: SqliteStore) -> None:
+    """Once one step waits in the queue, the next ones queue behind it, in call order."""
+    await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    blocker = sqlite3.connect(patient.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
-        task = asyncio.create_task(opened.spend("g", 4, now=BASE_TIME, keep_until=BASE_TIME + 60))
+        first = asyncio.create_task(patient.spend("g", 6, now=BASE_TIME, keep_until=BASE_TIME + 60))
+        await asyncio.sleep(0.01)  # (queued: the lock is held)
+        second = asyncio.create_task(
+            patient.spend("g", 6, now=BASE_TIME, keep_until=BASE_TIME + 60)
+        )
+        await asyncio.sleep(0.02)
+        assert not first.done() and not second.done()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (await first).outcome is SpendOutcome.SPENT
+    assert (await second).outcome is SpendOutcome.NO_CREDITS  # (4 left: the first went first)
+
+
+async def test_a_step_queues_while_another_writer_holds_the_lock(patient: SqliteStore) -> None:
+    """The loop never waits for the lock: the step queues, and the thread waits for it."""
+    await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    blocker = sqlite3.connect(patient.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        task = asyncio.create_task(patient.spend("g", 4, now=BASE_TIME, keep_until=BASE_TIME + 60))
         await asyncio.sleep(0.02)
         assert not task.done()
     finally:

@@ -27,9 +27,9 @@ answer that shows the balance after it ends. A spend whose caller was cancelled
 before the batch took it is not run (nothing reserved for nobody); refunds
 and settlements always run (they give credits back).
 
-A caller on a quiet store may run its credit step itself instead
-(``try_inline``): only while nothing is queued and no drain runs, and a drain
-it blocked meanwhile starts when it is done (``end_inline``).
+A caller may run its credit step itself instead (``try_inline``): only while
+nothing is queued and no drain runs, and a drain it held back meanwhile starts
+when it is done (``end_inline``).
 
 The queue is shared by the loop (``add``) and the store's thread (``take``); a
 lock makes "queue it, and start a drain unless one is running" and "take a

@@ -15,13 +15,13 @@ thread gets to it goes into one transaction (``batch``). A caller cancelled whil
 its operation runs does not undo it: the transaction still commits or rolls
 back as a whole.
 
-The one exception to "the loop never touches the file": on a quiet store with
-``synchronous = "NORMAL"``, a credit step runs on the event loop itself, on a
-connection of its own that waits for no lock (``_step``): a commit is then a
-write into the WAL with no fsync (the WAL's restarts are the checkpoint
-thread's), and a lock held by any other writer sends the step to the store's
-thread as usual. That saves a metered call's reservation two thread wake-ups
-on the path to its first byte.
+The one exception to "the loop never touches the file": with ``synchronous =
+"NORMAL"``, a credit step runs on the event loop itself, on a connection of its
+own that waits for no lock (``_step``), whenever no other step is queued: a
+commit is then a write into the WAL with no fsync (the WAL's restarts are the
+checkpoint thread's), and a lock held by any other writer sends the step to the
+store's thread as usual. A metered call's reservation and settlement then cost
+no thread hops and no wait for the GIL.
 
 WAL checkpoints run on a thread of their own (``checkpoint``), so no
 commit of the store's thread stops to copy the WAL back and fsync.
@@ -38,7 +38,6 @@ import functools
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -88,9 +87,6 @@ T = TypeVar("T")
 
 _UNAVAILABLE = "The store could not be reached; retry later."
 
-#: A credit step asked for this long after the one before runs on the caller's loop (``_step``).
-QUIET_SECONDS = 0.01
-
 
 class SqliteOptions(PluginOptions):
     """``[store.sqlite]``.
@@ -128,7 +124,6 @@ class SqliteStore:
         # The event loop's own connection, for credit steps it runs itself (``_step``).
         self._inline: StoreConnection | None = None
         self._inline_lock = threading.Lock()  # (one user at a time, whatever its thread)
-        self._last_step = 0.0  # (monotonic) when the last credit step was asked for
 
     async def start(self) -> None:
         if self._executor is not None:
@@ -304,24 +299,24 @@ class SqliteStore:
         *,
         skip_if_cancelled: bool = False,
     ) -> Any:
-        """One credit step: run here on a quiet store, else queued for the next group commit.
+        """One credit step: run here when nothing else writes, else queued for a group commit.
 
-        Here (``_step_inline``) only when no step was asked for in the last
-        ``QUIET_SECONDS``, none is queued or being committed and no other writer
-        holds the lock. On a quiet store the hop to the store's thread and back
-        is two thread wake-ups, most of a reservation's time on the path to the
-        first byte (0.6-1.0 of 3 ms on a loaded machine, against 0.24 here). On a
-        busy one the thread is awake and one commit serves many steps, which is
-        cheaper than a commit each on the event loop (throughput fell by a
-        fifth when every step ran here).
+        Here (``_step_inline``) when no step is queued or being committed and no
+        other writer holds the lock; otherwise it queues for the store's thread
+        (``batch``), behind the steps already there. A hop to the thread and
+        back is two thread wake-ups on a quiet loop (0.6-1.0 ms of a metered
+        stream's 3 ms first byte on a loaded 2-core machine; 0.24 ms here), and
+        on a busy loop far worse: the thread takes the GIL back after each
+        sqlite call only when the loop lets it go, so under load a reservation
+        and a settlement each waited ~10 ms (p50) for it, and the streams
+        waiting with them cut metered throughput by a fifth. Here they take
+        0.06 and 0.1 ms.
         """
         executor = self._executor
         if executor is None:
             _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
             raise _unavailable()
-        now = time.monotonic()
-        quiet, self._last_step = now - self._last_step >= QUIET_SECONDS, now
-        if quiet and self._inline is not None and self._steps.try_inline():
+        if self._inline is not None and self._steps.try_inline():
             try:
                 ran, outcome = self._step_inline(op, step)
             finally:
