@@ -13,13 +13,14 @@ The clock is frozen; transfers the chain must agree with really happen on anvil.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.support.racing import FrozenClock, moving, states
-from tests.support.rig import MakeRig, granted, outcome, problem
+from tests.support.rig import MakeRig, Rig, granted, outcome, problem
 from tests.support.scripted import (
     OnChain,
     ScriptedSettler,
@@ -209,6 +210,17 @@ async def test_discovery_first_claim_lost_to_a_challenge_is_409_redeemed(
 # ------------------------------------------------------------ step 8: the hand-over
 
 
+def released_by_recovery(rig: Rig) -> Callable[[TransitionRequest], Awaitable[object]]:
+    """Recovery in another worker, run when the hand-over is about to be written: the lease
+    has run out, and a claim never handed to a settler is released."""
+
+    async def recovery_releases(request: TransitionRequest) -> object:
+        rig.clock.advance(rig.config.settlement.lease_seconds + 1)
+        return await rig.competitor().resolve(await rig.record(request.challenge_id))
+
+    return recovery_releases
+
+
 async def test_submit_lost_to_a_release_claims_again_and_settles_once(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:
@@ -219,13 +231,8 @@ async def test_submit_lost_to_a_release_claims_again_and_settles_once(
     rig.settler.then(OnChain(rig.devchain, rig.relayer))
     challenge = await rig.challenge()
     payment = rig.sign(buyer, challenge["accepts"][0])
-
-    async def recovery_releases(request: TransitionRequest) -> object:
-        rig.clock.advance(rig.config.settlement.lease_seconds + 1)
-        return await rig.competitor().resolve(await rig.record(request.challenge_id))
-
     race = rig.store.before_transition(
-        recovery_releases, when=moving(SETTLING, SETTLING, "handed to settler")
+        released_by_recovery(rig), when=moving(SETTLING, SETTLING, "handed to settler")
     )
     grant = granted(await outcome(rig.pay(payment)))
 
@@ -298,13 +305,8 @@ async def test_submit_lost_while_a_precheck_ran_sends_nothing_until_claimed_agai
     rig.settler.then(OnChain(rig.devchain, rig.relayer))
     challenge = await rig.challenge()
     payment = rig.sign(buyer, challenge["accepts"][0])
-
-    async def recovery_releases(request: TransitionRequest) -> object:
-        rig.clock.advance(rig.config.settlement.lease_seconds + 1)
-        return await rig.competitor().resolve(await rig.record(request.challenge_id))
-
     rig.store.before_transition(
-        recovery_releases, when=moving(SETTLING, SETTLING, "handed to settler")
+        released_by_recovery(rig), when=moving(SETTLING, SETTLING, "handed to settler")
     )
     grant = granted(await outcome(rig.pay(payment)))
 
