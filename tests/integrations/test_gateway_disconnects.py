@@ -103,13 +103,16 @@ async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     writer.write(head.encode() + body)
+    status = await asyncio.wait_for(reader.readline(), 10)
+    assert status.startswith(b"HTTP/1.1 200"), f"{path}: {status!r}, {await reader.read(500)!r}"
     seen = b""
     while b"event: token" not in seen:
         chunk = await asyncio.wait_for(reader.read(65536), 10)
         assert chunk, f"{path}: the gateway closed before the first token: {seen!r}"
         seen += chunk
-    assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
-    writer.transport.pause_reading()  # the stream keeps coming; nobody reads it any more
+    transport = writer.transport
+    assert isinstance(transport, asyncio.Transport)
+    transport.pause_reading()  # the stream keeps coming, unread: a close then sends a reset
     return writer
 
 
