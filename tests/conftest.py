@@ -20,6 +20,7 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
 from tests.support.fixture_scopes import current_scope
+from tests.support.paths import SAMPLES
 from tests.support.seller import JWT_SECRET, Seller, settlement_table
 from x402srv.devchain import Devchain
 from x402srv.testing.fixtures import FacilitatorProcess
@@ -142,6 +143,23 @@ def echo_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProce
     process = AppProcess("tests.integrations.apps.echo_upstream:app", log).start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="module")
+def llm_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
+    """The docs' streaming "LLM" (``docs/samples/llm_stream_upstream.py``), one per module.
+
+    It streams a completion token by token and reports its token count in a last SSE
+    event, as the "Selling calls" page shows; metered gateway routes sit in front of it.
+    """
+    app = AppProcess(
+        "llm_stream_upstream:app",
+        tmp_path_factory.mktemp("llm-stream") / "llm.log",
+        health="/health",
+        app_dir=SAMPLES,
+    ).start()
+    yield app
+    app.stop()
 
 
 @pytest.fixture

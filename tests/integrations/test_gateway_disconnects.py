@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
 from tests.support.credentials import bearer
-from tests.support.paths import REPO
 from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
 
@@ -44,19 +43,7 @@ _TCP_OPEN = {"01", "08"}  # ESTABLISHED, CLOSE_WAIT (/proc/net/tcp's st column)
 
 
 @pytest.fixture(scope="module")
-def slow_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    app = AppProcess(
-        "llm_stream_upstream:app",
-        tmp_path_factory.mktemp("llm-leaving") / "llm.log",
-        health="/health",
-        app_dir=REPO / "docs" / "samples",
-    ).start()
-    yield app
-    app.stop()
-
-
-@pytest.fixture(scope="module")
-def leaving_gateway(start_seller: Callable[..., Seller], slow_upstream: AppProcess) -> Seller:
+def leaving_gateway(start_seller: Callable[..., Seller], llm_upstream: AppProcess) -> Seller:
     timeouts = {"connect_timeout_seconds": 2}  # a pool that never frees a slot: 504 in 2 s
     return start_seller(
         "gas-wallet",
@@ -64,7 +51,7 @@ def leaving_gateway(start_seller: Callable[..., Seller], slow_upstream: AppProce
         routes=[
             {
                 "prefix": "/metered",
-                "upstream": slow_upstream.url,
+                "upstream": llm_upstream.url,
                 "plans": ["tokens"],
                 "strip_prefix": True,
                 "cost": {"reserve": 2000, "from": "sse"},
@@ -72,7 +59,7 @@ def leaving_gateway(start_seller: Callable[..., Seller], slow_upstream: AppProce
             },
             {
                 "prefix": "/plain",
-                "upstream": slow_upstream.url,
+                "upstream": llm_upstream.url,
                 "plans": ["hour"],
                 "strip_prefix": True,
                 **timeouts,
@@ -151,7 +138,7 @@ async def _whole_stream(client: httpx.AsyncClient, url: str, token: str) -> tupl
 @pytest.mark.parametrize(("path", "plan_id"), [("/metered", "tokens"), ("/plain", "hour")])
 async def test_buyers_leaving_mid_stream_leave_no_upstream_connection_checked_out(
     leaving_gateway: Seller,
-    slow_upstream: AppProcess,
+    llm_upstream: AppProcess,
     buyer: LocalAccount,
     path: str,
     plan_id: str,
@@ -161,7 +148,7 @@ async def test_buyers_leaving_mid_stream_leave_no_upstream_connection_checked_ou
     for _ in range(3):  # wrk's runs, one after another
         await _leave_mid_stream(url, f"{path}/v1/complete", token)
     deadline = time.monotonic() + 5
-    while (still := _gateway_sockets_to(slow_upstream.port)) and time.monotonic() < deadline:
+    while (still := _gateway_sockets_to(llm_upstream.port)) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert still == 0, f"{still} upstream connections still held after the buyers left"
     # The next calls: as many at once as the pool holds, each holding its slot 2 s.

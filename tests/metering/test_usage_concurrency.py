@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,25 +21,12 @@ from eth_account.signers.local import LocalAccount
 from tests.support.apps import AppProcess
 from tests.support.credentials import bearer
 from tests.support.metering import limits
-from tests.support.paths import REPO
 from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.servers import ServerProcess
 
 CALLS = 200
 PLAN = {"plan_id": "tokens-50", "unit_amount": "$0.05", "description": "50 tokens", "calls": 50}
-
-
-@pytest.fixture(scope="module")
-def llm_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    app = AppProcess(
-        "llm_stream_upstream:app",
-        tmp_path_factory.mktemp("llm-race") / "llm.log",
-        health="/health",
-        app_dir=REPO / "docs" / "samples",
-    ).start()
-    yield app
-    app.stop()
 
 
 def _store(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:

@@ -37,18 +37,6 @@ RESERVE = 2000
 
 
 @pytest.fixture(scope="module")
-def llm_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    app = AppProcess(
-        "llm_stream_upstream:app",
-        tmp_path_factory.mktemp("llm-stream") / "llm.log",
-        health="/health",
-        app_dir=SAMPLES,
-    ).start()
-    yield app
-    app.stop()
-
-
-@pytest.fixture(scope="module")
 def admin_port() -> int:
     return free_port()
 
