@@ -72,6 +72,12 @@ class SseUsage:
         return bool(self._pending or self._event or self._data or self._skipping)
 
     def feed(self, chunk: bytes) -> None:
+        if (
+            chunk.endswith(b"\n\n")
+            and _USAGE not in chunk
+            and not (self._pending or self._event or self._data or self._skipping)
+        ):
+            return  # whole events, none of them a usage event (most chunks: an LLM's tokens)
         if not self.mid_event:
             # The whole events this chunk starts with, up to its last empty line: when
             # none of them says "usage" anywhere, none is a usage event: skip them unread.
