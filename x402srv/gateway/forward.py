@@ -262,7 +262,12 @@ async def forward(
                 request.transport.close()  # no final chunk: the client sees the truncation
             return None
         if tail is not None:
-            ending = await tail(upstream_trailers(upstream))
+            trailers = upstream_trailers(upstream)
+            # The upstream's answer is over: its connection goes back to the pool now,
+            # not once the call has settled (a store step). Held through the settlement,
+            # more connections were busy at once and the pool closed and opened more.
+            await release_upstream(upstream)
+            ending = await tail(trailers)
             if ending.tail:
                 await response.send(ending.tail)
             if ending.trailers and await send_trailers(response, ending.trailers):
