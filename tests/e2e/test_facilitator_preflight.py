@@ -125,6 +125,14 @@ async def chain(devchain: Devchain) -> AsyncIterator[ChainReader]:
     await reader.close()
 
 
+@pytest.fixture
+async def recorded(devchain: Devchain) -> AsyncIterator[tuple[RpcRecorder, ChainReader]]:
+    """A chain reader whose every JSON-RPC call the test can count."""
+    rpc = RpcRecorder()
+    async with httpx.AsyncClient(transport=rpc) as client:
+        yield rpc, ChainReader(devchain.rpc_url, client=client)
+
+
 async def test_simulate_tells_a_revert_from_success(devchain: Devchain, chain: ChainReader) -> None:
     seller = Account.create().address
     funded = devchain.new_account(eth=0, usdc_atomic=PRICE)
@@ -249,7 +257,9 @@ async def test_a_transfer_the_chain_shows_does_not_wait_for_a_late_answer(
 
 
 async def test_the_settlers_receipt_is_not_read_again_to_check_it(
-    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+    devchain: Devchain,
+    facilitator: Callable[..., FacilitatorProcess],
+    recorded: tuple[RpcRecorder, ChainReader],
 ) -> None:
     """The settler confirms its transaction on the shared reader; the pipeline's check of
     the txHash (flow step 9) reuses that read instead of a second round trip. Only what
@@ -258,9 +268,7 @@ async def test_the_settlers_receipt_is_not_read_again_to_check_it(
     payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
     seller = Account.create().address
     config, request = _request(devchain, seller, payer, process.url)
-    rpc = RpcRecorder()
-    client = httpx.AsyncClient(transport=rpc)
-    chain = ChainReader(devchain.rpc_url, client=client)
+    rpc, chain = recorded
     async with _settler(config, chain) as (settler, _):
         outcome = await settler.settle(request, Hooks())
     assert isinstance(outcome, Settled), outcome
@@ -277,11 +285,12 @@ async def test_the_settlers_receipt_is_not_read_again_to_check_it(
     for _ in range(2):
         assert await chain.receipt(unknown, read_within=RECEIPT_REUSE_SECONDS) is None
     assert rpc.methods.count("eth_getTransactionReceipt") == read + 3
-    await client.aclose()
 
 
 async def test_a_precheck_then_settle_asks_the_token_once(
-    devchain: Devchain, facilitator: Callable[..., FacilitatorProcess]
+    devchain: Devchain,
+    facilitator: Callable[..., FacilitatorProcess],
+    recorded: tuple[RpcRecorder, ChainReader],
 ) -> None:
     """The pipeline runs ``precheck`` while it writes the hand-over; ``settle`` then
     trusts it (``prechecked``) instead of simulating the same transfer again."""
@@ -289,14 +298,11 @@ async def test_a_precheck_then_settle_asks_the_token_once(
     payer = devchain.new_account(eth=0, usdc_atomic=PRICE)
     seller = Account.create().address
     config, request = _request(devchain, seller, payer, process.url)
-    rpc = RpcRecorder()
-    client = httpx.AsyncClient(transport=rpc)
-    chain = ChainReader(devchain.rpc_url, client=client)
+    rpc, chain = recorded
     # (the chain not watched while /settle is out: its reads would be eth_calls too)
     async with _settler(config, chain, watch_chain_after_seconds=0) as (settler, recorder):
         assert await settler.precheck(request) is None
         outcome = await settler.settle(replace(request, prechecked=True), Hooks())
-    await client.aclose()
     assert isinstance(outcome, Settled), outcome
     assert rpc.methods.count("eth_call") == 1  # the precheck's simulation alone
     assert recorder.paths == ["/supported", "/settle"]
