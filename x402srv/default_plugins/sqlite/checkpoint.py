@@ -46,6 +46,8 @@ import threading
 import time
 from pathlib import Path
 
+from x402srv.default_plugins.sqlite.ops import immediate
+
 __all__ = [
     "IDLE_SECONDS",
     "INTERVAL_SECONDS",
@@ -143,12 +145,6 @@ def restart_wal(conn: sqlite3.Connection) -> None:
     undone by it. Without a busy timeout, a writer holding the lock wins and
     restarts the WAL itself (``sqlite3.OperationalError``: skipped this turn).
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(conn):
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         conn.execute(f"PRAGMA user_version = {int(version)}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
