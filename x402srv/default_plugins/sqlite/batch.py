@@ -131,10 +131,7 @@ class GroupCommit(Generic[P]):
         queued fails with a fresh ``error()``.
         """
         if self.add(pending):
-            try:
-                executor.submit(drain)
-            except RuntimeError:
-                fail_all(self.abandon(), error)
+            self._start_drain(executor, drain, error)
 
     def try_inline(self) -> bool:
         """Whether the caller may run its write itself, now: nothing queued, no drain running.
@@ -156,6 +153,12 @@ class GroupCommit(Generic[P]):
             if not self._queue:
                 self._draining = False
                 return
+        self._start_drain(executor, drain, error)
+
+    def _start_drain(
+        self, executor: Executor, drain: Callable[[], None], error: Callable[[], BaseException]
+    ) -> None:
+        """``drain`` on ``executor``; if it no longer takes work, everything queued fails."""
         try:
             executor.submit(drain)
         except RuntimeError:
