@@ -22,7 +22,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from x402srv.access import moves
 from x402srv.access.delivery import Delivery
@@ -52,7 +52,7 @@ from x402srv.interfaces import (
 )
 from x402srv.server.metrics import Metrics
 from x402srv.settlement.chain import ChainUnavailable
-from x402srv.settlement.per_network import NoPrecheck, precheck_of
+from x402srv.settlement.per_network import NoPrecheck, Precheck, precheck_of
 from x402srv.settlement.verdicts import NotTransferred, Transferred
 from x402srv.usage.counters import Counters
 from x402srv.wire.offers import OfferBuilder
@@ -84,6 +84,7 @@ class SettleStep:
     metrics: Metrics
     counters: Counters
     lease_seconds: float
+    _prechecker: Precheck | None = field(init=False, repr=False, compare=False)
 
     async def settle(self, claimed: Claimed) -> Next:
         """Steps 8-9 (and 10 once PAID) for a challenge this request claimed."""
@@ -153,14 +154,14 @@ class SettleStep:
         )
 
     def __post_init__(self) -> None:
-        precheck_of(self.settler, warn=True)  # (a plugin's plain-function precheck: said once)
+        # Looked up once (a plugin's plain-function precheck: said once, never run).
+        object.__setattr__(self, "_prechecker", precheck_of(self.settler, warn=True))
 
     def _precheck(self, request: SettlementRequest) -> PrecheckTask | None:
         """The settler's optional ``precheck`` of ``request``, started now; None without one."""
-        precheck = precheck_of(self.settler)
-        if precheck is None:
+        if self._prechecker is None:
             return None
-        return asyncio.ensure_future(precheck(request))
+        return asyncio.ensure_future(self._prechecker(request))
 
     async def _run_settler(
         self,

@@ -28,7 +28,7 @@ from x402srv.settlement.failover import FailoverSettler
 from x402srv.settlement.readiness import settler_problem
 from x402srv.wire.reasons import Reason
 
-__all__ = ["NetworkSettlers", "NoPrecheck", "precheck_of"]
+__all__ = ["NetworkSettlers", "NoPrecheck", "Precheck", "precheck_of"]
 
 log = logging.getLogger("x402srv.settlement")
 
