@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import tomllib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import h11
 import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
@@ -24,11 +26,13 @@ from tests.support.apps import AppProcess
 from tests.support.cli import x402srv
 from tests.support.console import ADMIN_TOKEN, Console, console_pages
 from tests.support.credentials import bearer
+from tests.support.faults import leaving_at_the_end
 from tests.support.metering import limits
 from tests.support.paths import REPO
 from tests.support.seller import Seller
 from tests.support.trailers import TrailerUpstream, read_with_trailers
 from x402srv.testing.buyers import paying_client
+from x402srv.testing.launcher import FRESH_ENV
 from x402srv.testing.servers import free_port
 
 SAMPLES = REPO / "docs" / "samples"
@@ -288,6 +292,47 @@ async def test_a_trailer_report_is_charged_and_the_buyer_reads_its_charge_in_tra
             f"{usage_gateway.server.url}/v1/count", json={"max_tokens": 1}, headers=bearer(token)
         )
     assert _left(after) == balance - 1
+
+
+async def test_a_buyer_who_leaves_as_the_answer_ends_is_charged_the_upstreams_report(
+    start_seller: Callable[..., Seller],
+    llm_upstream: AppProcess,
+    trailer_upstream: TrailerUpstream,
+    buyer: LocalAccount,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The buyer's socket closes as the upstream's last chunk reaches it.
+
+    The upstream's answer is whole and its trailer reported the cost: the call is
+    charged that, not the reservation of a buyer who left mid-answer. (The gateway
+    once handed the upstream's connection back before it settled, and a buyer who
+    left during that await turned the finished call into an abandoned one.) The
+    cancellation is injected where the buyer's close lands (``leaving_at_the_end``).
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
+    gateway = start_seller(
+        "gas-wallet",
+        plans=[*TOML["plans"], HOUR],
+        routes=_routes(llm_upstream.url, trailer_upstream.url),
+        env=leaving_at_the_end(trailer_upstream.url),
+    )
+    token, paid = await _bought(gateway, buyer)
+    balance = _left(paid)
+    with contextlib.suppress(ConnectionError, h11.RemoteProtocolError):  # (it left: no end)
+        await asyncio.wait_for(
+            read_with_trailers(
+                f"{gateway.server.url}/v1/trailed",
+                headers=bearer(token),
+                body=json.dumps({"max_tokens": 40}).encode(),
+            ),
+            timeout=10,
+        )
+    await asyncio.sleep(0.5)  # (a settlement after the buyer left is the gateway's own)
+    async with httpx.AsyncClient(timeout=30) as client:
+        after = await client.post(
+            f"{gateway.server.url}/v1/count", json={"max_tokens": 1}, headers=bearer(token)
+        )
+    assert _left(after) == balance - 40 - 1  # 40 reported, not the 2000 reserved
 
 
 async def test_an_event_stream_ends_with_the_usage_event_and_the_same_trailers(

@@ -6,6 +6,7 @@ the facilitator's code) is real.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,4 +61,18 @@ def issuer_failing_once(callback_dir: Path) -> dict[str, Any]:
             "callback": "tests.support.seller_callbacks:fail_first_time",
         },
         "env": {"PYTHONPATH": str(REPO), "X402SRV_TEST_CALLBACK_DIR": str(callback_dir)},
+    }
+
+
+def leaving_at_the_end(upstream_url: str) -> dict[str, str]:
+    """A seller's env: the buyer leaves each answer of ``upstream_url`` as its last chunk passes.
+
+    ``tests/support/leaving/sitecustomize.py`` cancels the gateway's handler right
+    after that upstream's answer ended, as a buyer closing its socket at that instant
+    would (a race a real socket cannot win every time).
+    """
+    leaving = REPO / "tests" / "support" / "leaving"
+    return {
+        "PYTHONPATH": os.pathsep.join([str(leaving), str(REPO)]),
+        "X402SRV_TEST_LEAVE_AFTER": upstream_url,
     }

@@ -180,10 +180,15 @@ async def release_upstream(upstream: httpx.Response) -> None:
     those and every call waits for the pool until its timeout: 504. So the close
     runs in a task of its own, which the handler's cancellation does not reach.
     """
+    await asyncio.shield(_start_closing(upstream))
+
+
+def _start_closing(upstream: httpx.Response) -> asyncio.Task[None]:
+    """The close of ``upstream`` in a task of its own (``release_upstream``), started now."""
     closing = asyncio.ensure_future(upstream.aclose())
     _closing.add(closing)
     closing.add_done_callback(_closing.discard)
-    await asyncio.shield(closing)
+    return closing
 
 
 def _problem(exc: httpx.HTTPError) -> ProblemError:
@@ -262,12 +267,17 @@ async def forward(
                 request.transport.close()  # no final chunk: the client sees the truncation
             return None
         if tail is not None:
+            # The upstream's answer is over: its connection goes back to the pool while
+            # the call settles (a store step), not after. Held through the settlement, more
+            # connections were busy at once and the pool closed and opened more. The
+            # settlement starts before anything is awaited: a buyer who leaves now cancels
+            # this handler at its next await, and one before the settlement started would
+            # turn a finished call into an abandoned one, charged without the upstream's
+            # report (docs/selling-calls.md, "Charging by use").
             trailers = upstream_trailers(upstream)
-            # The upstream's answer is over: its connection goes back to the pool now,
-            # not once the call has settled (a store step). Held through the settlement,
-            # more connections were busy at once and the pool closed and opened more.
-            await release_upstream(upstream)
+            closing = _start_closing(upstream)
             ending = await tail(trailers)
+            await asyncio.shield(closing)
             if ending.tail:
                 await response.send(ending.tail)
             if ending.trailers and await send_trailers(response, ending.trailers):
