@@ -294,26 +294,38 @@ async def test_a_trailer_report_is_charged_and_the_buyer_reads_its_charge_in_tra
     assert _left(after) == balance - 1
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 async def test_a_buyer_who_leaves_as_the_answer_ends_is_charged_the_upstreams_report(
     start_seller: Callable[..., Seller],
     llm_upstream: AppProcess,
     trailer_upstream: TrailerUpstream,
     buyer: LocalAccount,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    backend: str,
 ) -> None:
     """The buyer's socket closes as the upstream's last chunk reaches it.
 
     The upstream's answer is whole and its trailer reported the cost: the call is
     charged that, not the reservation of a buyer who left mid-answer. (The gateway
     once handed the upstream's connection back before it settled, and a buyer who
-    left during that await turned the finished call into an abandoned one.) The
-    cancellation is injected where the buyer's close lands (``leaving_at_the_end``).
+    left during that await turned the finished call into an abandoned one; on
+    Redis, a buyer who left during the settlement's own store call cut it short and
+    kept the whole reservation.) The cancellation is injected where the buyer's
+    close lands (``leaving_at_the_end``).
     """
+    store: dict[str, Any] = {"backend": "sqlite", "path": "x402srv.db"}
+    if backend == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        store = {"backend": "redis", "url": url, "redis": {"key_prefix": f"left-{id(request)}:"}}
+    if backend == "postgres":
+        store = request.getfixturevalue("postgres_store_table")
     monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
     gateway = start_seller(
         "gas-wallet",
         plans=[*TOML["plans"], HOUR],
         routes=_routes(llm_upstream.url, trailer_upstream.url),
+        store=store,
         env=leaving_at_the_end(trailer_upstream.url),
     )
     token, paid = await _bought(gateway, buyer)

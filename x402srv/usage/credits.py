@@ -60,6 +60,25 @@ log = logging.getLogger("x402srv.usage.credits")
 
 T = TypeVar("T")
 
+#: Refunds and settlements whose callers were cancelled meanwhile (``_to_the_end``;
+#: asyncio keeps only weak references to tasks).
+_finishing: set[asyncio.Task[Any]] = set()
+
+
+async def _to_the_end(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` in a task of its own, which a cancellation of its caller does not stop.
+
+    A refund or settlement gives a buyer's credits back; its caller is cancelled
+    when the buyer goes away (Sanic cancels the handler), often at this very await,
+    the call's last. A store whose step takes several round trips (Postgres reads
+    the account, then writes it) was then cut between them, and the credits stayed
+    spent (docs/selling-calls.md, "Charging by use").
+    """
+    task = asyncio.ensure_future(work)
+    _finishing.add(task)
+    task.add_done_callback(_finishing.discard)
+    return await asyncio.shield(task)
+
 
 def ratelimit_fields(
     plan: Plan,
@@ -284,10 +303,14 @@ class Meter:
         """Give a failed call's credits back; the usage as it is after (for the answer's fields).
 
         Called before the failed answer goes out, so the buyer's next call sees
-        the credits back. A store outage only costs the buyer them (logged).
+        the credits back. A store outage only costs the buyer them (logged). It
+        completes even if its caller is cancelled meanwhile (``_to_the_end``).
         """
         if usage.cost == 0:
             return usage
+        return await _to_the_end(self._refund(usage))
+
+    async def _refund(self, usage: Usage) -> Usage:
         try:
             balance = await self.store.refund(usage.grant_id, usage.cost, now=self.clock())
         except StoreUnavailable:
@@ -305,8 +328,12 @@ class Meter:
         back what the call did not use and, on a store that keeps them
         (``UsageStore``), records the call under ``route`` for ``challenges
         show`` and the console. ``used`` is capped at the reservation. A store
-        outage costs the buyer the reservation (logged), as ``refund`` does.
+        outage costs the buyer the reservation (logged), as ``refund`` does. It
+        completes even if its caller is cancelled meanwhile (``_to_the_end``).
         """
+        return await _to_the_end(self._settle(usage, used, route))
+
+    async def _settle(self, usage: Usage, used: int, route: str) -> Usage:
         used = max(0, min(used, usage.cost))
         release = usage.cost - used
         now = self.clock()
