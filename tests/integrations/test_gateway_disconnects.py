@@ -30,8 +30,10 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
 from tests.support.credentials import bearer
+from tests.support.faults import leaving_at_the_end
 from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
+from x402srv.testing.launcher import FRESH_ENV
 
 LEAVING = 50  # buyers who leave at once (wrk's -c50)
 POOL = 100  # httpx's default max_connections: the gateway's client keeps it
@@ -161,3 +163,88 @@ async def test_buyers_leaving_mid_stream_leave_no_upstream_connection_checked_ou
     assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
     assert all(b"event: usage" in text for _, text in answers)
     assert time.monotonic() - started < 15
+
+
+async def _leave_as_it_ends(url: str, path: str, token: str) -> None:
+    """A fast completion whose buyer reads up to the upstream's usage event, then is gone."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = json.dumps({"max_tokens": 64}).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    try:
+        status = await asyncio.wait_for(reader.readline(), 10)
+        assert status.startswith(b"HTTP/1.1 200"), f"{path}: {status!r}, {await reader.read(500)!r}"
+        seen = b""
+        while b"event: usage" not in seen:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, f"{path}: the gateway closed before the usage event: {seen!r}"
+            seen += chunk
+    finally:
+        writer.transport.abort()
+
+
+async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_checked_out(
+    start_seller: Callable[..., Seller],
+    llm_upstream: AppProcess,
+    buyer: LocalAccount,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each buyer leaves as the upstream's last chunk passes; the pool keeps its connections.
+
+    The gateway read the upstream's answer with httpx's ``aiter_raw``, which closes
+    the answer itself in the handler's task once the body is over. A buyer's
+    cancellation that landed inside that close left the connection checked out
+    for good, one per such buyer (``wrk`` ending its runs lost about one in a
+    hundred), until the pool's 100 were gone and every call was a 504. The
+    cancellation is injected at that instant for each answer of the upstream at
+    127.0.0.1 (``leaving_at_the_end``); the calls that check the pool afterwards
+    reach the same upstream as ``localhost``, which the injection leaves alone.
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
+    checked = llm_upstream.url.replace("127.0.0.1", "localhost")
+    assert checked != llm_upstream.url
+    timeouts = {"connect_timeout_seconds": 2}  # a pool that never frees a slot: 504 in 2 s
+    gateway = start_seller(
+        "gas-wallet",
+        plans=PLANS,
+        routes=[
+            {
+                "prefix": "/metered",
+                "upstream": llm_upstream.url,
+                "plans": ["tokens"],
+                "strip_prefix": True,
+                "cost": {"reserve": 2000, "from": "sse"},
+                **timeouts,
+            },
+            {
+                "prefix": "/plain",
+                "upstream": llm_upstream.url,
+                "plans": ["hour"],
+                "strip_prefix": True,
+                **timeouts,
+            },
+            {"prefix": "/check", "upstream": checked, "plans": ["hour"], "strip_prefix": True},
+        ],
+        env=leaving_at_the_end(llm_upstream.url),
+    )
+    url = gateway.server.url
+    tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
+    for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:  # 120 buyers
+        await asyncio.gather(
+            *(_leave_as_it_ends(url, f"{path}/v1/complete", tokens[plan_id]) for _ in range(20))
+        )
+    # The next calls: as many at once as the pool holds, each holding its slot 2 s.
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=POOL)) as client:
+        answers = await asyncio.gather(
+            *(
+                _whole_stream(client, f"{url}/check/v1/complete", tokens["hour"])
+                for _ in range(POOL)
+            )
+        )
+    statuses = sorted({status for status, _ in answers})
+    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
+    assert all(b"event: usage" in text for _, text in answers)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 import httpx
@@ -43,6 +43,7 @@ __all__ = [
     "release_upstream",
     "request_headers",
     "response_headers",
+    "upstream_body",
     "upstream_url",
 ]
 
@@ -168,6 +169,24 @@ def _declared_length(request: Request) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def upstream_body(upstream: httpx.Response) -> AsyncIterable[bytes]:
+    """``upstream``'s body as it arrives, undecoded, left open for ``release_upstream``.
+
+    httpx's own readers (``aiter_raw``, ``aread``) close the response once its
+    body is over, in the handler's task. A buyer who leaves at that moment
+    cancels that close half-way (httpcore's close yields to the loop on a
+    lock), and httpcore never runs it again: its stream already counts as
+    closed, so the connection stays checked out of the pool for good. ``wrk``
+    ending its runs lost about one connection in a hundred buyers it cut off
+    that way, until the pool's 100 were gone and every call waited for it: 504.
+    Read through this, the only close is ``release_upstream``'s.
+    """
+    stream = upstream.stream
+    if not isinstance(stream, httpx.AsyncByteStream):  # (a client built without async)
+        raise TypeError(f"not an async upstream answer: {type(stream).__name__}")
+    return stream
+
+
 async def release_upstream(upstream: httpx.Response) -> None:
     """Close ``upstream`` and hand its connection back to the pool, even if cancelled meanwhile.
 
@@ -257,7 +276,7 @@ async def forward(
             headers=Header(response_headers(upstream.headers, extra)),
         )
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream_body(upstream):
                 if watch is not None:
                     watch(chunk)
                 await response.send(chunk)

@@ -4,10 +4,13 @@ Python imports this module at start-up when its directory is on ``PYTHONPATH``
 (``sitecustomize``); ``tests.support.faults.leaving_at_the_end`` sets both that and
 ``X402SRV_TEST_LEAVE_AFTER`` (an upstream's URL). For the answers of that upstream,
 the handler that forwards one is cancelled right after the answer's last chunk
-passed, as Sanic's ``connection_lost`` cancels it when the buyer's socket closes:
-the cancellation lands at the handler's next await, wherever that is. A real
-buyer who closes at that instant wins a race of a few loop turns at best, which
-no test wins every time; this makes it land there every time. Nothing else in
+was read, as Sanic's ``connection_lost`` cancels it when the buyer's socket closes:
+the cancellation lands at the handler's next await, wherever that is (for a reader
+that closes the answer itself, such as httpx's ``aiter_raw``, inside that close).
+A real buyer who closes at that instant wins a race of a few loop turns at best,
+which no test wins every time; this makes it land there every time. It sits under
+every reader of an answer's body: httpx's response-bound stream (httpx 0.28), which
+``aiter_raw``, ``aread`` and the gateway's own reader all iterate. Nothing else in
 the process is touched.
 """
 
@@ -16,19 +19,21 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
-import httpx
+from httpx import _client
 
 _UPSTREAM = os.environ.get("X402SRV_TEST_LEAVE_AFTER", "")
 
 if _UPSTREAM:
-    _aiter_raw = httpx.Response.aiter_raw
+    _bound: Any = _client.BoundAsyncStream
+    _chunks = _bound.__aiter__
 
-    async def _leaving(self: httpx.Response, chunk_size: int | None = None) -> AsyncIterator[bytes]:
-        async for chunk in _aiter_raw(self, chunk_size):
+    async def _leaving(self: Any) -> AsyncIterator[bytes]:
+        async for chunk in _chunks(self):
             yield chunk
         task = asyncio.current_task()
-        if task is not None and str(self.request.url).startswith(_UPSTREAM):
+        if task is not None and str(self._response.request.url).startswith(_UPSTREAM):
             task.cancel()  # (what connection_lost does, as the answer's last byte went out)
 
-    httpx.Response.aiter_raw = _leaving  # type: ignore[method-assign]
+    _bound.__aiter__ = _leaving

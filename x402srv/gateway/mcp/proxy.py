@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final
 
 import httpx
@@ -29,7 +29,7 @@ from sanic import Request
 from sanic.compat import Header
 
 from x402srv.config.mcp import McpConfig
-from x402srv.gateway.forward import HOP_BY_HOP
+from x402srv.gateway.forward import HOP_BY_HOP, upstream_body
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["Rewrite", "request_headers", "send_upstream", "stream_answer"]
@@ -118,7 +118,7 @@ def _is_answer(document: Any, id: str | int | None) -> bool:
     )
 
 
-async def _sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _sse_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     """Whole SSE events (each with its blank line), as soon as each one is complete."""
     buffer = b""
     async for chunk in chunks:
@@ -166,15 +166,15 @@ async def stream_answer(
     answered = False
     try:
         if rewrite is None or upstream.status_code >= 400:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream_body(upstream):
                 await response.send(chunk)
         elif content_type.startswith("text/event-stream"):
-            async for event in _sse_events(upstream.aiter_raw()):
+            async for event in _sse_events(upstream_body(upstream)):
                 if not answered:
                     event, answered = await _rewrite_event(event, id, rewrite)
                 await response.send(event)
         else:
-            raw = await upstream.aread()
+            raw = b"".join([chunk async for chunk in upstream_body(upstream)])
             try:
                 document = json.loads(raw)
             except ValueError:
