@@ -25,7 +25,7 @@ docs/selling-calls.md, "Charging by use", is the seller's and buyer's view.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -66,6 +66,9 @@ class UsageCall:
         self.grant_id = grant_id
         self.settled = False
         self.sse = SseUsage() if self.terms.source == "sse" else None
+        #: What ``forward`` calls with each chunk: the SSE reader's own ``feed``, with no
+        #: call in between (it runs for every chunk of a stream), or None: nothing to read.
+        self.watch: Callable[[bytes], None] | None = self.sse.feed if self.sse is not None else None
         self._streams_events = False
         self._chunked = False
 
@@ -124,10 +127,6 @@ class UsageCall:
         if self._chunked:
             extra["Trailer"] = ", ".join(TRAILER_FIELDS)
         return extra
-
-    def watch(self, chunk: bytes) -> None:
-        if self.sse is not None:
-            self.sse.feed(chunk)
 
     async def ended(self, trailers: Mapping[str, str]) -> Ending:
         """The answer is over: settle on its last report and tell the buyer (see the docstring).

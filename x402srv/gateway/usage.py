@@ -65,6 +65,7 @@ class SseUsage:
         self._skipping = False  # inside a line longer than MAX_LINE
         self._event = ""
         self._data: list[str] = []
+        self._clean = True  # not ``mid_event``: kept by ``feed``, the one place that changes it
 
     @property
     def mid_event(self) -> bool:
@@ -72,13 +73,9 @@ class SseUsage:
         return bool(self._pending or self._event or self._data or self._skipping)
 
     def feed(self, chunk: bytes) -> None:
-        if (
-            chunk.endswith(b"\n\n")
-            and _USAGE not in chunk
-            and not (self._pending or self._event or self._data or self._skipping)
-        ):
+        if self._clean and chunk.endswith(b"\n\n") and b"usage" not in chunk:
             return  # whole events, none of them a usage event (most chunks: an LLM's tokens)
-        if not self.mid_event:
+        if self._clean:
             # The whole events this chunk starts with, up to its last empty line: when
             # none of them says "usage" anywhere, none is a usage event: skip them unread.
             ends = chunk.rfind(b"\n\n"), chunk.rfind(b"\n\r\n")
@@ -96,6 +93,7 @@ class SseUsage:
             self._line(line.rstrip(b"\r").decode("utf-8", "replace"))
         if len(self._pending) > MAX_LINE:
             self._pending, self._skipping = b"", True
+        self._clean = not self.mid_event
 
     def _line(self, line: str) -> None:
         if not line:
