@@ -297,10 +297,11 @@ async def forward(
             closing = _start_closing(upstream)
             ending = await tail(trailers)
             await asyncio.shield(closing)
+            # The final event and the trailer section go out in one write when both can.
+            if ending.trailers and await send_trailers(response, ending.trailers, ending.tail):
+                return upstream.status_code
             if ending.tail:
                 await response.send(ending.tail)
-            if ending.trailers and await send_trailers(response, ending.trailers):
-                return upstream.status_code
         await response.eof()
     finally:
         await release_upstream(upstream)

@@ -81,11 +81,15 @@ def upstream_trailers(response: httpx.Response) -> httpx.Headers:
     return httpx.Headers(response.request.extensions.get(_EXTENSION, []))
 
 
-async def send_trailers(response: HTTPResponse, fields: Mapping[str, str]) -> bool:
-    """End a chunked answer with ``fields`` as its trailer section; False if it is not chunked.
+async def send_trailers(
+    response: HTTPResponse, fields: Mapping[str, str], last: bytes = b""
+) -> bool:
+    """End a chunked answer with ``last`` and ``fields`` as its trailer section.
 
-    Called instead of ``response.eof()``; when it answers False nothing was
-    sent and the caller ends the answer as usual.
+    Called instead of ``response.eof()`` (after ``response.send(last)`` when it
+    was not sent yet): the bytes are those of the two, written at once. When it
+    answers False (the answer is not chunked) nothing was sent and the caller
+    ends the answer as usual.
     """
     if not isinstance(response.stream, Http):
         return False
@@ -110,5 +114,5 @@ async def send_trailers(response: HTTPResponse, fields: Mapping[str, str]) -> bo
         http.stage = Stage.IDLE
 
     http.response_func = last_chunk
-    await response.send(b"", end_stream=True)
+    await response.send(last, end_stream=True)
     return True
