@@ -35,12 +35,13 @@ from x402srv.default_plugins.sqlite.checkpoint import (
     Checkpointer,
     checkpoint,
 )
+from x402srv.default_plugins.sqlite.credits import TRIM_USED_CALLS_EVERY
 from x402srv.default_plugins.sqlite.store import SqliteOptions, SqliteStore, build_sqlite_store
 from x402srv.errors import ConfigError, StoreUnavailable
 from x402srv.interfaces import CreditAccount, SpendOutcome, Store, TransitionApplied, UsedCall
 from x402srv.server.plugin_context import PluginContext
 from x402srv.server.registry import Registry
-from x402srv.stores.credit_rules import encode_account
+from x402srv.stores.credit_rules import USED_CALLS, encode_account
 from x402srv.stores.rules import encode_record
 from x402srv.testing import StoreContract
 from x402srv.testing.builders import (
@@ -934,6 +935,38 @@ async def test_a_version_6_file_moves_its_used_calls_out_of_the_accounts(
         assert check.execute("SELECT count(*) FROM used_calls").fetchone()[0] == 4
     finally:
         check.close()
+
+
+async def test_used_calls_of_grants_taking_turns_are_all_trimmed(opened: SqliteStore) -> None:
+    """A settle trims now and then (``TRIM_USED_CALLS_EVERY``), yet no grant's rows pile up.
+
+    Two grants settling in turn see every other ``seq``: a trim on every Nth ``seq``
+    would have left one of them growing for good.
+    """
+    settles = 1200
+    for grant in ("a", "b"):
+        await opened.credit(
+            grant, 10 * settles, key=grant, now=BASE_TIME, keep_until=BASE_TIME + 60
+        )
+    for n in range(settles):
+        for grant in ("a", "b"):
+            call = UsedCall(BASE_TIME + n / 1000, f"/r{n}", 10, 1)
+            await opened.settle(grant, 0, now=BASE_TIME + n / 1000, call=call)
+    for grant in ("a", "b"):
+        account = await opened.get_credits(grant)
+        assert account is not None
+        assert len(account.used_calls) == USED_CALLS
+        assert account.used_calls[0].route == f"/r{settles - 1}"  # newest first
+    rows = await opened._run(
+        "count",
+        lambda conn: dict(
+            conn.execute("SELECT grant_id, count(*) FROM used_calls GROUP BY grant_id")
+        ),
+    )
+    # Untrimmed: 1200 each. Past USED_CALLS + 30 * TRIM_USED_CALLS_EVERY with a chance
+    # of (15/16)**480 (about 4e-14) per grant.
+    assert set(rows) == {"a", "b"}
+    assert all(count <= USED_CALLS + 30 * TRIM_USED_CALLS_EVERY for count in rows.values())
 
 
 async def test_find_reads_one_index_range_per_state(opened: SqliteStore) -> None:

@@ -16,12 +16,15 @@ each time it runs, so the table stays as large as the live grants.
 
 A grant's used calls (calls charged by use) are rows of ``used_calls``, not
 part of the account's JSON: a spend then reads and writes a few hundred bytes
-instead of a hundred calls' worth, and a settle adds one row and drops the
-rows past the newest ``USED_CALLS``.
+instead of a hundred calls' worth, and a settle adds one row. One settle in
+``TRIM_USED_CALLS_EVERY`` (at random) also drops its grant's rows past the newest
+``USED_CALLS``: the scan that finds them cost a settle as much as its insert,
+and reads take the newest ``USED_CALLS`` whatever the table holds beyond them.
 """
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -42,6 +45,7 @@ from x402srv.stores.credit_rules import live as live_account
 
 __all__ = [
     "SWEEP_ACCOUNTS",
+    "TRIM_USED_CALLS_EVERY",
     "credit",
     "get_credits",
     "in_one_transaction",
@@ -55,6 +59,11 @@ T = TypeVar("T")
 
 #: Forgotten accounts deleted per ``credit`` at most (each purchase creates one at most).
 SWEEP_ACCOUNTS = 20
+#: A settle trims its grant's used calls with a chance of one in this many, so a grant
+#: keeps ``USED_CALLS`` rows plus this many on average. At random rather than on every
+#: Nth ``seq``: ``seq`` counts every grant's calls, and two grants taking turns would
+#: see only odd or even ones, one of them never trimmed.
+TRIM_USED_CALLS_EVERY = 16
 
 _ACCOUNT = "SELECT account FROM credits WHERE grant_id = ?"
 _SAVE_ACCOUNT = "INSERT OR REPLACE INTO credits (grant_id, keep_until, account) VALUES (?, ?, ?)"
@@ -192,7 +201,8 @@ def settle(
     if updated is not None:
         _save(conn, updated)
         conn.execute(_ADD_USED_CALL, (grant_id, call.at, call.route, call.reserved, call.charged))
-        conn.execute(_TRIM_USED_CALLS, (grant_id, grant_id, USED_CALLS))
+        if random.random() < 1 / TRIM_USED_CALLS_EVERY:
+            conn.execute(_TRIM_USED_CALLS, (grant_id, grant_id, USED_CALLS))
     return balance
 
 
