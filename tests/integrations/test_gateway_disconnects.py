@@ -30,7 +30,8 @@ from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
 from tests.support.credentials import bearer
-from tests.support.faults import leaving_at_the_end
+from tests.support.faults import leaving_at_the_end, leaving_on_connect
+from tests.support.paths import SAMPLES
 from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
 from x402srv.testing.launcher import FRESH_ENV
@@ -245,6 +246,109 @@ async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_ch
                 for _ in range(POOL)
             )
         )
+    statuses = sorted({status for status, _ in answers})
+    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
+    assert all(b"event: usage" in text for _, text in answers)
+
+
+async def _leave_as_it_connects(url: str, path: str, token: str) -> None:
+    """A call whose buyer is gone once the gateway's upstream connection opens (injected)."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = json.dumps({"max_tokens": 64}).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    seen = b""
+    try:
+        # (The injected cancellation, with the buyer's socket still open, is answered
+        # 500 by Sanic; a real buyer is gone by then. A pool without a free place
+        # answers 504.)
+        while chunk := await asyncio.wait_for(reader.read(65536), 10):
+            seen += chunk
+            assert not seen.startswith(b"HTTP/1.1 504"), f"{path}: {seen[:200]!r}"
+            if seen.startswith(b"HTTP/1.1 500") and seen.endswith(b"}"):
+                break  # (the whole 500: its problem document ends the answer)
+    except ConnectionError:
+        pass
+    finally:
+        writer.transport.abort()
+
+
+async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connection_behind(
+    start_seller: Callable[..., Seller],
+    llm_upstream: AppProcess,
+    buyer: LocalAccount,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Each buyer is gone as the gateway's new connection to the upstream opens.
+
+    httpx's own pool (httpcore 1.0) kept a connection whose call was cancelled
+    between its connect and its first byte, for good: neither idle nor closed nor
+    expired, it held one of the pool's 100 places. ``wrk`` cutting 50 calls at
+    once took half the pool, and a few runs made every call a 504. The gateway's
+    pool (``x402srv.gateway.upstreams``) closes a connection whose call did not
+    end cleanly. The cancellation is injected as each connection to the upstream
+    opens (``leaving_on_connect``); the pool is then checked through another
+    upstream, whose connections the injection leaves alone.
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
+    other = AppProcess(
+        "llm_stream_upstream:app", tmp_path / "llm.log", health="/health", app_dir=SAMPLES
+    ).start()
+    try:
+        gateway = start_seller(
+            "gas-wallet",
+            plans=PLANS,
+            routes=[
+                {
+                    "prefix": "/metered",
+                    "upstream": llm_upstream.url,
+                    "plans": ["tokens"],
+                    "strip_prefix": True,
+                    "cost": {"reserve": 2000, "from": "sse"},
+                    "connect_timeout_seconds": 2,
+                },
+                {
+                    "prefix": "/plain",
+                    "upstream": llm_upstream.url,
+                    "plans": ["hour"],
+                    "strip_prefix": True,
+                    "connect_timeout_seconds": 2,
+                },
+                {
+                    "prefix": "/check",
+                    "upstream": other.url,
+                    "plans": ["hour"],
+                    "strip_prefix": True,
+                    "connect_timeout_seconds": 2,  # a pool that never frees a place: 504 in 2 s
+                },
+            ],
+            env=leaving_on_connect(llm_upstream.port),
+        )
+        url = gateway.server.url
+        tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
+        for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:  # 120 buyers
+            await asyncio.gather(
+                *(
+                    _leave_as_it_connects(url, f"{path}/v1/complete", tokens[plan_id])
+                    for _ in range(20)
+                )
+            )
+        # The next calls: as many at once as the pool holds, each holding its place 2 s.
+        limits = httpx.Limits(max_connections=POOL)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+            answers = await asyncio.gather(
+                *(
+                    _whole_stream(client, f"{url}/check/v1/complete", tokens["hour"])
+                    for _ in range(POOL)
+                )
+            )
+    finally:
+        other.stop()
     statuses = sorted({status for status, _ in answers})
     assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
     assert all(b"event: usage" in text for _, text in answers)

@@ -76,3 +76,17 @@ def leaving_at_the_end(upstream_url: str) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(leaving), str(REPO)]),
         "X402SRV_TEST_LEAVE_AFTER": upstream_url,
     }
+
+
+def leaving_on_connect(upstream_port: int) -> dict[str, str]:
+    """A seller's env: the buyer leaves as each new connection to ``upstream_port`` opens.
+
+    ``tests/support/leaving/sitecustomize.py`` cancels the gateway's handler right
+    after its new upstream connection is open, before the call's first byte goes
+    out on it (a race a real socket cannot win every time).
+    """
+    leaving = REPO / "tests" / "support" / "leaving"
+    return {
+        "PYTHONPATH": os.pathsep.join([str(leaving), str(REPO)]),
+        "X402SRV_TEST_LEAVE_ON_CONNECT": str(upstream_port),
+    }

@@ -31,6 +31,7 @@ from x402srv.gateway.decide import Forward, Gateway, OutOfCredits
 from x402srv.gateway.forward import forward
 from x402srv.gateway.metered import UsageCall
 from x402srv.gateway.trailers import capture_upstream_trailers
+from x402srv.gateway.upstreams import UpstreamTransport
 from x402srv.server.paths import gateway_segments
 from x402srv.server.problems import problem_response
 from x402srv.server.responses import offer_response
@@ -100,7 +101,9 @@ def install_gateway(
 
     @app.before_server_start
     async def open_gateway_client(app: Sanic[Any, Any]) -> None:
-        client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
+        client = httpx.AsyncClient(
+            transport=UpstreamTransport(), trust_env=False, follow_redirects=False
+        )
         client.headers.clear()
         app.ctx.gateway_client = client
 

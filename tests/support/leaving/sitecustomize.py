@@ -1,4 +1,4 @@
-"""Fault injection in a real gateway process: the buyer leaves as the upstream's answer ends.
+"""Fault injection in a real gateway process: the buyer leaves at an instant no socket can hit.
 
 Python imports this module at start-up when its directory is on ``PYTHONPATH``
 (``sitecustomize``); ``tests.support.faults.leaving_at_the_end`` sets both that and
@@ -12,6 +12,13 @@ which no test wins every time; this makes it land there every time. It sits unde
 every reader of an answer's body: httpx's response-bound stream (httpx 0.28), which
 ``aiter_raw``, ``aread`` and the gateway's own reader all iterate. Nothing else in
 the process is touched.
+
+``X402SRV_TEST_LEAVE_ON_CONNECT`` (an upstream's port, from
+``tests.support.faults.leaving_on_connect``): the handler is cancelled as soon as
+a new connection to that port is open, before the call's first byte goes out on
+it (httpx's own pool kept such a connection for good). It sits under httpcore's
+asyncio network backend, which every connection of the gateway's client opens
+through.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 from httpx import _client
 
 _UPSTREAM = os.environ.get("X402SRV_TEST_LEAVE_AFTER", "")
+_ON_CONNECT = int(os.environ.get("X402SRV_TEST_LEAVE_ON_CONNECT", "0"))
 
 if _UPSTREAM:
     _bound: Any = _client.BoundAsyncStream
@@ -37,3 +45,18 @@ if _UPSTREAM:
             task.cancel()  # (what connection_lost does, as the answer's last byte went out)
 
     _bound.__aiter__ = _leaving
+
+if _ON_CONNECT:
+    import httpcore
+
+    _backend: Any = httpcore.AnyIOBackend
+    _connect_tcp = _backend.connect_tcp
+
+    async def _connected(self: Any, host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        stream = await _connect_tcp(self, host, port, *args, **kwargs)
+        task = asyncio.current_task()
+        if task is not None and port == _ON_CONNECT:
+            task.cancel()  # (what connection_lost does, the buyer gone as the connection opened)
+        return stream
+
+    _backend.connect_tcp = _connected
