@@ -26,7 +26,7 @@ from tests.support.apps import AppProcess
 from tests.support.cli import x402srv
 from tests.support.console import ADMIN_TOKEN, Console, console_pages
 from tests.support.credentials import bearer
-from tests.support.faults import leaving_at_the_end
+from tests.support.faults import leaving_at_the_end, leaving_in_spend
 from tests.support.metering import limits
 from tests.support.paths import REPO
 from tests.support.seller import Seller
@@ -345,6 +345,46 @@ async def test_a_buyer_who_leaves_as_the_answer_ends_is_charged_the_upstreams_re
             f"{gateway.server.url}/v1/count", json={"max_tokens": 1}, headers=bearer(token)
         )
     assert _left(after) == balance - 40 - 1  # 40 reported, not the 2000 reserved
+
+
+async def test_a_buyer_who_leaves_while_its_reservation_is_spent_gets_it_back(
+    start_seller: Callable[..., Seller],
+    llm_upstream: AppProcess,
+    trailer_upstream: TrailerUpstream,
+    buyer: LocalAccount,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The buyer's handler is cancelled while the store spends the call's reservation.
+
+    The call is never forwarded, so nothing of it is charged: the spend, written
+    by then, is given back once it is done. (The gateway once lost the spend's
+    outcome with the cancellation: 2000 credits reserved for good.) The
+    cancellation is injected just after the sqlite store wrote the spend
+    (``leaving_in_spend``); a Postgres or Redis spend is a round trip long.
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
+    gateway = start_seller(
+        "gas-wallet",
+        plans=[*TOML["plans"], HOUR],
+        routes=_routes(llm_upstream.url, trailer_upstream.url),
+        env=leaving_in_spend("/v1/complete"),
+    )
+    token, paid = await _bought(gateway, buyer)
+    balance = _left(paid)
+    async with httpx.AsyncClient(timeout=30) as client:
+        for _ in range(3):
+            with contextlib.suppress(httpx.HTTPError):  # (its handler is gone: no answer)
+                await client.post(
+                    f"{gateway.server.url}/v1/complete",
+                    json={"max_tokens": 5},
+                    headers=bearer(token),
+                )
+        await asyncio.sleep(0.5)  # (the spends given back after the buyer left are the gateway's)
+        after = await client.post(
+            f"{gateway.server.url}/v1/count", json={"max_tokens": 1}, headers=bearer(token)
+        )
+    assert after.status_code == 200, after.text
+    assert _left(after) == balance - 1  # the three reservations back: only the count's 1
 
 
 async def test_an_event_stream_ends_with_the_usage_event_and_the_same_trailers(

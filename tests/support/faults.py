@@ -90,3 +90,16 @@ def leaving_on_connect(upstream_port: int) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(leaving), str(REPO)]),
         "X402SRV_TEST_LEAVE_ON_CONNECT": str(upstream_port),
     }
+
+
+def leaving_in_spend(route_prefix: str) -> dict[str, str]:
+    """A seller's env: on ``route_prefix``, the buyer leaves while its credits are spent.
+
+    ``tests/support/leaving/sitecustomize.py`` cancels the gateway's handler just
+    after the sqlite store wrote the spend, while the handler still awaits it.
+    """
+    leaving = REPO / "tests" / "support" / "leaving"
+    return {
+        "PYTHONPATH": os.pathsep.join([str(leaving), str(REPO)]),
+        "X402SRV_TEST_LEAVE_IN_SPEND": route_prefix,
+    }

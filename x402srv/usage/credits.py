@@ -245,14 +245,26 @@ class Meter:
             return None
         now = self.clock()
         sells_calls = plan.calls is not None
-        spent = await self.store.spend(
-            claims.challenge_id,
-            cost,
-            now=now,
-            keep_until=claims.expires_at + CREDITS_OUTLIVE_TOKEN_SECONDS,
-            rate=plan.rate,
-            credits=sells_calls,
+        spending = asyncio.ensure_future(
+            self.store.spend(
+                claims.challenge_id,
+                cost,
+                now=now,
+                keep_until=claims.expires_at + CREDITS_OUTLIVE_TOKEN_SECONDS,
+                rate=plan.rate,
+                credits=sells_calls,
+            )
         )
+        try:
+            spent = await asyncio.shield(spending)
+        except asyncio.CancelledError:
+            # The caller left (a buyer gone: Sanic cancels the handler) while the spend
+            # ran: the call will never be made, so a spend that went through is given
+            # back once it is done. Cancelled in the middle, a store could have written
+            # it without anyone to release it (docs/selling-calls.md, "Charging by use").
+            if sells_calls and cost:
+                self._give_back_when_spent(spending, claims.challenge_id, plan, cost)
+            raise
         usage = Usage(
             grant_id=claims.challenge_id,
             plan=plan,
@@ -269,6 +281,34 @@ class Meter:
             return usage
         metrics.current().metered_refusal(plan.plan_id, spent.outcome.value)
         raise self._refusal(claims, plan, spent, usage, cost)
+
+    def _give_back_when_spent(
+        self, spending: asyncio.Future[Spend], grant_id: str, plan: Plan, cost: int
+    ) -> None:
+        """Once ``spending`` is done: the credits back if it spent them (its caller left)."""
+
+        def done(spending: asyncio.Future[Spend]) -> None:
+            if spending.cancelled() or spending.exception() is not None:
+                return  # (nothing spent: the store refused, or was down; it logged)
+            if spending.result().outcome is not SpendOutcome.SPENT:
+                return
+            task = asyncio.ensure_future(self._unspend(grant_id, plan, cost))
+            _finishing.add(task)
+            task.add_done_callback(_finishing.discard)
+
+        spending.add_done_callback(done)
+
+    async def _unspend(self, grant_id: str, plan: Plan, cost: int) -> None:
+        try:
+            await self.store.refund(grant_id, cost, now=self.clock())
+        except StoreUnavailable:
+            log.warning(
+                "grant %s: %d credits of a call whose caller left not given back (store down)",
+                grant_id,
+                cost,
+            )
+            return
+        metrics.current().credits_refunded(plan.plan_id, cost)
 
     def _refusal(
         self, claims: AccessClaims, plan: Plan, spent: Spend, usage: Usage, cost: int

@@ -19,6 +19,11 @@ a new connection to that port is open, before the call's first byte goes out on
 it (httpx's own pool kept such a connection for good). It sits under httpcore's
 asyncio network backend, which every connection of the gateway's client opens
 through.
+
+``X402SRV_TEST_LEAVE_IN_SPEND`` (a gateway route's prefix, from
+``tests.support.faults.leaving_in_spend``): for that route's calls, the handler is
+cancelled just after the sqlite store's ``spend`` wrote the call's credits, while
+the gateway still awaits it (a Postgres or Redis spend is a round trip long).
 """
 
 from __future__ import annotations
@@ -60,3 +65,33 @@ if _ON_CONNECT:
         return stream
 
     _backend.connect_tcp = _connected
+
+_IN_SPEND = os.environ.get("X402SRV_TEST_LEAVE_IN_SPEND", "")
+
+if _IN_SPEND:
+    import contextvars
+
+    from x402srv.default_plugins.sqlite.store import SqliteStore
+    from x402srv.gateway.decide import Gateway
+
+    _handler: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+        "x402srv_test_handler", default=None
+    )
+    _decide = Gateway.decide
+    _spend = SqliteStore.spend
+
+    async def _deciding(self: Any, route: Any, **kwargs: Any) -> Any:
+        if route.prefix == _IN_SPEND:
+            _handler.set(asyncio.current_task())
+        return await _decide(self, route, **kwargs)
+
+    async def _spending(self: Any, *args: Any, **kwargs: Any) -> Any:
+        spent = await _spend(self, *args, **kwargs)
+        handler = _handler.get()
+        if handler is not None:
+            handler.cancel()  # (the buyer gone while its handler awaited this spend)
+            await asyncio.sleep(0)
+        return spent
+
+    Gateway.decide = _deciding  # type: ignore[method-assign]
+    SqliteStore.spend = _spending  # type: ignore[method-assign]
