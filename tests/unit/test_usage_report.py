@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from pydantic import ValidationError
 
 from x402srv.config.routes import RouteConfig
-from x402srv.gateway.usage import MAX_LINE, SseUsage, charge, header_cost
+from x402srv.gateway.usage import MAX_LINE, SseUsage, charge, header_cost, report_cost
 
 
 def _route(cost: object) -> RouteConfig:
@@ -116,3 +119,50 @@ def test_a_stream_reads_the_same_in_whole_events_as_byte_by_byte() -> None:
         readers.append(sse)
     for sse in readers:
         assert (sse.cost, sse.invalid, sse.mid_event) == (12, 0, False)
+
+
+def _read_at_once(stream: bytes) -> tuple[int | None, int, bool]:
+    """The SSE rules applied to the whole stream: (last valid cost, invalid reports, mid-event)."""
+    cost, invalid, event, data = None, 0, "", []
+    *lines, tail = re.split(r"\r\n|\n", stream.decode())
+    for line in lines:
+        if not line:
+            if event == "usage" and data:
+                try:
+                    reported = report_cost(json.loads("\n".join(data)))
+                except ValueError:
+                    reported = None
+                cost, invalid = (cost, invalid + 1) if reported is None else (reported, invalid)
+            event, data = "", []
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+    return cost, invalid, bool(tail or event or data)
+
+
+STREAMS = [
+    b'event: token\ndata: a\n\nevent: token\ndata: b\n\nevent: usage\ndata: {"cost": 2}\n\n',
+    b'event: usage\ndata: {"cost": 4}\n\nevent: token\ndata: usage is "usage"\n\n',
+    b'event: token\r\ndata: x\r\n\r\nevent: usage\r\ndata: {"cost": 7}\r\n\r\n',
+    b': comment\nid: 3\nevent: usage\ndata: {"cost":\ndata:  8}\n\nevent: token\ndata: z\n\n',
+    b'data: {"cost": 9}\nevent: usage\n\nevent: usage\ndata: nine\n\n',
+    b'event: token\ndata: a\n\nevent: usage\ndata: {"cost": 5}\n\nevent: token\ndata: cut',
+    b'event: token\ndata: t\n\nevent: usage\ndata: {"cost": 6}\n\nevent: usage\ndata: {"cost": 1}',
+]
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_a_stream_cut_at_any_two_places_reads_as_the_whole_stream(stream: bytes) -> None:
+    """Whatever the chunks, the reader finds what the stream says (skipping unread what it may)."""
+    expected = _read_at_once(stream)
+    for first in range(len(stream) + 1):
+        for second in range(first, len(stream) + 1):
+            sse = SseUsage()
+            for chunk in (stream[:first], stream[first:second], stream[second:]):
+                if chunk:
+                    sse.feed(chunk)
+            assert (sse.cost, sse.invalid, sse.mid_event) == expected, (first, second)

@@ -8,10 +8,10 @@ event counts, so an upstream may report its running total as it goes (a buyer
 who disconnects is charged the last total seen, or the reservation).
 
 The stream passes through untouched: ``SseUsage.feed`` only reads the bytes on
-their way to the buyer, a line at a time, keeping no more than one
-unfinished line (at most ``MAX_LINE`` bytes; a longer one is skipped). The
-whole events a chunk starts with are passed over unread when none of them
-contains ``usage`` anywhere (an LLM's token events).
+their way to the buyer. Events that do not contain ``usage`` anywhere (an LLM's
+token events) are passed over unread, whichever way the chunks cut them; the
+others are read a line at a time, keeping no more than one unfinished line (at
+most ``MAX_LINE`` bytes; a longer one is skipped).
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ class SseUsage:
         self._skipping = False  # inside a line longer than MAX_LINE
         self._event = ""
         self._data: list[str] = []
-        self._clean = True  # not ``mid_event``: kept by ``feed``, the one place that changes it
+        # No event is half read (``_event``, ``_data``, ``_skipping`` empty): ``_pending``
+        # then holds the unread start of an event still coming (several lines at most
+        # ``MAX_LINE`` long in all), else the start of a line. Kept by ``feed`` alone.
+        self._clean = True
 
     @property
     def mid_event(self) -> bool:
@@ -73,17 +76,26 @@ class SseUsage:
         return bool(self._pending or self._event or self._data or self._skipping)
 
     def feed(self, chunk: bytes) -> None:
-        if self._clean and chunk.endswith(b"\n\n") and b"usage" not in chunk:
-            return  # whole events, none of them a usage event (most chunks: an LLM's tokens)
         if self._clean:
-            # The whole events this chunk starts with, up to its last empty line: when
-            # none of them says "usage" anywhere, none is a usage event: skip them unread.
-            ends = chunk.rfind(b"\n\n"), chunk.rfind(b"\n\r\n")
-            whole = max(ends[0] + 2 if ends[0] >= 0 else 0, ends[1] + 3 if ends[1] >= 0 else 0)
-            if whole and chunk.find(_USAGE, 0, whole) < 0:
-                chunk = chunk[whole:]
-                if not chunk:
+            data = self._pending + chunk if self._pending else chunk
+            if _USAGE not in data:
+                # No usage event ends or starts in what came so far: the whole events
+                # up to the last empty line are passed over unread (an LLM's tokens), and
+                # the start of the next one is kept unread, until it proves to say "usage"
+                # (a chunk may end anywhere, even inside the word).
+                ends = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
+                whole = max(ends[0] + 2 if ends[0] >= 0 else 0, ends[1] + 3 if ends[1] >= 0 else 0)
+                rest = data[whole:] if whole else data
+                if len(rest) <= MAX_LINE:
+                    self._pending = rest
                     return
+            else:
+                # The whole events before the first that says "usage" are passed over.
+                first = data.find(_USAGE)
+                ends = data.rfind(b"\n\n", 0, first), data.rfind(b"\n\r\n", 0, first)
+                whole = max(ends[0] + 2 if ends[0] >= 0 else 0, ends[1] + 3 if ends[1] >= 0 else 0)
+                data = data[whole:]
+            self._pending, chunk = b"", data
         lines = (self._pending + chunk).split(b"\n")
         self._pending = lines.pop()
         for line in lines:
@@ -93,7 +105,7 @@ class SseUsage:
             self._line(line.rstrip(b"\r").decode("utf-8", "replace"))
         if len(self._pending) > MAX_LINE:
             self._pending, self._skipping = b"", True
-        self._clean = not self.mid_event
+        self._clean = not (self._event or self._data or self._skipping)
 
     def _line(self, line: str) -> None:
         if not line:
