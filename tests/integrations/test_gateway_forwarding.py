@@ -105,6 +105,34 @@ async def test_response_status_headers_and_cookies_pass_back(gateway: Seller) ->
     assert "x-x402-plan" not in response.headers  # the X-X402 namespace is the gateway's
 
 
+OTHER_PAYER = "0x" + "cd" * 20
+
+
+async def test_an_upstreams_cookies_for_one_buyer_never_reach_it_with_another_buyers_call(
+    gateway: Seller,
+) -> None:
+    """Security: the gateway's one upstream client must not keep the cookies it passes back.
+
+    httpx's client keeps every ``Set-Cookie`` it reads in its jar and sends it with
+    its later requests to that host: the session an upstream opened for one buyer
+    went with every other buyer's calls (docs/gateway.md: what a call forwards).
+    """
+    async with httpx.AsyncClient() as first_buyer:
+        first = await first_buyer.get(
+            f"{gateway.server.url}/api/_status?code=200", headers=bearer(await mint_token())
+        )
+    assert first.headers.get_list("set-cookie") == ["a=1", "b=2"]  # the buyer's to keep
+    async with httpx.AsyncClient() as other_buyer:  # (a jar of its own: nothing in it)
+        token = await mint_token(payer=OTHER_PAYER)
+        other = await other_buyer.get(f"{gateway.server.url}/api/echo", headers=bearer(token))
+        own = await other_buyer.get(
+            f"{gateway.server.url}/api/echo", headers={**bearer(token), "Cookie": "mine=1"}
+        )
+    assert other.status_code == 200, other.text
+    assert received_headers(other.json()).get("cookie") is None  # not the first buyer's a=1; b=2
+    assert received_headers(own.json())["cookie"] == ["mine=1"]  # a buyer's own cookies pass
+
+
 async def test_strip_prefix_and_upstream_base_path(gateway: Seller) -> None:
     token = await mint_token()
     async with httpx.AsyncClient() as http:

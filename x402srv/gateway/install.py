@@ -11,8 +11,9 @@ route only decides that the gateway looks at it, never which route applies.
 One ``httpx.AsyncClient`` per worker carries all upstream traffic: opened in
 ``before_server_start``, closed in ``after_server_stop``. It trusts no proxy
 environment variables, follows no redirects (the client sees the upstream's
-3xx), and sends none of httpx's default headers (the upstream sees the
-buyer's ``Accept-Encoding``, not ours, so bodies pass through undecoded).
+3xx), sends none of httpx's default headers (the upstream sees the
+buyer's ``Accept-Encoding``, not ours, so bodies pass through undecoded), and
+keeps no cookie of one buyer's call for another's (``upstream_client``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
-import httpx
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
@@ -31,7 +31,7 @@ from x402srv.gateway.decide import Forward, Gateway, OutOfCredits
 from x402srv.gateway.forward import forward
 from x402srv.gateway.metered import UsageCall
 from x402srv.gateway.trailers import capture_upstream_trailers
-from x402srv.gateway.upstreams import UpstreamTransport
+from x402srv.gateway.upstreams import upstream_client
 from x402srv.server.paths import gateway_segments
 from x402srv.server.problems import problem_response
 from x402srv.server.responses import offer_response
@@ -101,11 +101,7 @@ def install_gateway(
 
     @app.before_server_start
     async def open_gateway_client(app: Sanic[Any, Any]) -> None:
-        client = httpx.AsyncClient(
-            transport=UpstreamTransport(), trust_env=False, follow_redirects=False
-        )
-        client.headers.clear()
-        app.ctx.gateway_client = client
+        app.ctx.gateway_client = upstream_client()  # (shared by every buyer's calls: keeps nothing)
 
     @app.after_server_stop
     async def close_gateway_client(app: Sanic[Any, Any]) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
 import ssl
 import time
 from collections import deque
@@ -41,7 +42,7 @@ from typing import Any, Final
 import httpcore
 import httpx
 
-__all__ = ["UpstreamTransport"]
+__all__ = ["UpstreamTransport", "upstream_client"]
 
 #: httpcore's exceptions and what httpx raises for each (the names httpx's own
 #: transport maps them to; anything else of httpcore's is a TransportError).
@@ -76,6 +77,28 @@ def _httpx_errors() -> Iterator[None]:
             if kind in _HTTPX_ERRORS:
                 raise _HTTPX_ERRORS[kind](str(exc)) from exc
         raise httpx.TransportError(str(exc)) from exc
+
+
+def upstream_client() -> httpx.AsyncClient:
+    """The one client through which the gateway (or the MCP gateway) calls its upstreams.
+
+    Every buyer's call goes through it, so it keeps nothing of one call for the
+    next: no headers of its own, no redirects followed, nothing read from the
+    environment, and no cookies. httpx's client keeps each ``Set-Cookie`` it reads
+    and sends it back with its later requests to that host: the session an
+    upstream opened for one buyer went with every other buyer's calls. An
+    upstream's cookies pass back to the buyer as any header does, and a buyer's
+    own ``Cookie`` header goes on as sent (docs/gateway.md).
+    """
+    keeps_none = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    client = httpx.AsyncClient(
+        transport=UpstreamTransport(),
+        trust_env=False,
+        follow_redirects=False,
+        cookies=keeps_none,
+    )
+    client.headers.clear()
+    return client
 
 
 class UpstreamTransport(httpx.AsyncBaseTransport):

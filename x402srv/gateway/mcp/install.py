@@ -44,7 +44,7 @@ from x402srv.gateway.mcp.messages import (
     parse_message,
 )
 from x402srv.gateway.mcp.proxy import Rewrite, send_upstream, stream_answer
-from x402srv.gateway.upstreams import UpstreamTransport
+from x402srv.gateway.upstreams import upstream_client
 from x402srv.gateway.usage import charge, report_cost
 from x402srv.server import metrics
 from x402srv.tokens.verify import RevocationSource, TokenVerifier
@@ -234,11 +234,7 @@ def install_mcp(
 
     @app.before_server_start
     async def open_mcp_client(app: Sanic[Any, Any]) -> None:
-        client = httpx.AsyncClient(
-            transport=UpstreamTransport(), trust_env=False, follow_redirects=False
-        )
-        client.headers.clear()
-        app.ctx.mcp_client = client
+        app.ctx.mcp_client = upstream_client()  # (shared by every buyer's calls: keeps nothing)
 
     @app.after_server_stop
     async def close_mcp_client(app: Sanic[Any, Any]) -> None:
