@@ -45,30 +45,68 @@ PLANS = [
 _TCP_OPEN = {"01", "08"}  # ESTABLISHED, CLOSE_WAIT (/proc/net/tcp's st column)
 
 
-@pytest.fixture(scope="module")
-def leaving_gateway(start_seller: Callable[..., Seller], llm_upstream: AppProcess) -> Seller:
-    timeouts = {"connect_timeout_seconds": 2}  # a pool that never frees a slot: 504 in 2 s
-    return start_seller(
-        "gas-wallet",
-        plans=PLANS,
-        routes=[
+def _routes(upstream: str, checked: str | None = None) -> list[dict[str, Any]]:
+    """``/metered`` (by use) and ``/plain`` (an hour) to ``upstream``; ``/check`` to ``checked``."""
+    timeouts = {"connect_timeout_seconds": 2}  # a pool that never frees a place: 504 in 2 s
+    routes: list[dict[str, Any]] = [
+        {
+            "prefix": "/metered",
+            "upstream": upstream,
+            "plans": ["tokens"],
+            "strip_prefix": True,
+            "cost": {"reserve": 2000, "from": "sse"},
+            **timeouts,
+        },
+        {
+            "prefix": "/plain",
+            "upstream": upstream,
+            "plans": ["hour"],
+            "strip_prefix": True,
+            **timeouts,
+        },
+    ]
+    if checked is not None:
+        routes.append(
             {
-                "prefix": "/metered",
-                "upstream": llm_upstream.url,
-                "plans": ["tokens"],
-                "strip_prefix": True,
-                "cost": {"reserve": 2000, "from": "sse"},
-                **timeouts,
-            },
-            {
-                "prefix": "/plain",
-                "upstream": llm_upstream.url,
+                "prefix": "/check",
+                "upstream": checked,
                 "plans": ["hour"],
                 "strip_prefix": True,
                 **timeouts,
-            },
-        ],
+            }
+        )
+    return routes
+
+
+@pytest.fixture(scope="module")
+def leaving_gateway(start_seller: Callable[..., Seller], llm_upstream: AppProcess) -> Seller:
+    return start_seller("gas-wallet", plans=PLANS, routes=_routes(llm_upstream.url))
+
+
+async def _post(
+    url: str, path: str, token: str, body: dict[str, Any]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw POST of ``body`` to the gateway: its socket, the request sent."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    data = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
     )
+    writer.write(head.encode() + data)
+    return reader, writer
+
+
+async def _pool_answers_all(url: str, token: str) -> None:
+    """As many calls at once as the pool holds, each holding its place 2 s: every one answers."""
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=POOL)) as client:
+        answers = await asyncio.gather(*(_whole_stream(client, url, token) for _ in range(POOL)))
+    statuses = sorted({status for status, _ in answers})
+    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
+    assert all(b"event: usage" in text for _, text in answers)
+    assert time.monotonic() - started < 15
 
 
 def _gateway_sockets_to(port: int) -> int:
@@ -85,14 +123,7 @@ def _gateway_sockets_to(port: int) -> int:
 
 async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter:
     """A raw POST of a slow completion, read up to its first token; its socket, still open."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    body = json.dumps({"max_tokens": 2000, "delay": 0.002}).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    writer.write(head.encode() + body)
+    reader, writer = await _post(url, path, token, {"max_tokens": 2000, "delay": 0.002})
     status = await asyncio.wait_for(reader.readline(), 10)
     assert status.startswith(b"HTTP/1.1 200"), f"{path}: {status!r}, {await reader.read(500)!r}"
     seen = b""
@@ -154,28 +185,12 @@ async def test_buyers_leaving_mid_stream_leave_no_upstream_connection_checked_ou
     while (still := _gateway_sockets_to(llm_upstream.port)) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert still == 0, f"{still} upstream connections still held after the buyers left"
-    # The next calls: as many at once as the pool holds, each holding its slot 2 s.
-    started = time.monotonic()
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=POOL)) as client:
-        answers = await asyncio.gather(
-            *(_whole_stream(client, f"{url}{path}/v1/complete", token) for _ in range(POOL))
-        )
-    statuses = sorted({status for status, _ in answers})
-    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
-    assert all(b"event: usage" in text for _, text in answers)
-    assert time.monotonic() - started < 15
+    await _pool_answers_all(f"{url}{path}/v1/complete", token)
 
 
 async def _leave_as_it_ends(url: str, path: str, token: str) -> None:
     """A fast completion whose buyer reads up to the upstream's usage event, then is gone."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    body = json.dumps({"max_tokens": 64}).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    writer.write(head.encode() + body)
+    reader, writer = await _post(url, path, token, {"max_tokens": 64})
     try:
         status = await asyncio.wait_for(reader.readline(), 10)
         assert status.startswith(b"HTTP/1.1 200"), f"{path}: {status!r}, {await reader.read(500)!r}"
@@ -208,28 +223,10 @@ async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_ch
     monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
     checked = llm_upstream.url.replace("127.0.0.1", "localhost")
     assert checked != llm_upstream.url
-    timeouts = {"connect_timeout_seconds": 2}  # a pool that never frees a slot: 504 in 2 s
     gateway = start_seller(
         "gas-wallet",
         plans=PLANS,
-        routes=[
-            {
-                "prefix": "/metered",
-                "upstream": llm_upstream.url,
-                "plans": ["tokens"],
-                "strip_prefix": True,
-                "cost": {"reserve": 2000, "from": "sse"},
-                **timeouts,
-            },
-            {
-                "prefix": "/plain",
-                "upstream": llm_upstream.url,
-                "plans": ["hour"],
-                "strip_prefix": True,
-                **timeouts,
-            },
-            {"prefix": "/check", "upstream": checked, "plans": ["hour"], "strip_prefix": True},
-        ],
+        routes=_routes(llm_upstream.url, checked),
         env=leaving_at_the_end(llm_upstream.url),
     )
     url = gateway.server.url
@@ -238,29 +235,12 @@ async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_ch
         await asyncio.gather(
             *(_leave_as_it_ends(url, f"{path}/v1/complete", tokens[plan_id]) for _ in range(20))
         )
-    # The next calls: as many at once as the pool holds, each holding its slot 2 s.
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=POOL)) as client:
-        answers = await asyncio.gather(
-            *(
-                _whole_stream(client, f"{url}/check/v1/complete", tokens["hour"])
-                for _ in range(POOL)
-            )
-        )
-    statuses = sorted({status for status, _ in answers})
-    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
-    assert all(b"event: usage" in text for _, text in answers)
+    await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
 
 
 async def _leave_as_it_connects(url: str, path: str, token: str) -> None:
     """A call whose buyer is gone once the gateway's upstream connection opens (injected)."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    body = json.dumps({"max_tokens": 64}).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    writer.write(head.encode() + body)
+    reader, writer = await _post(url, path, token, {"max_tokens": 64})
     seen = b""
     try:
         # (The injected cancellation, with the buyer's socket still open, is answered
@@ -303,30 +283,7 @@ async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connecti
         gateway = start_seller(
             "gas-wallet",
             plans=PLANS,
-            routes=[
-                {
-                    "prefix": "/metered",
-                    "upstream": llm_upstream.url,
-                    "plans": ["tokens"],
-                    "strip_prefix": True,
-                    "cost": {"reserve": 2000, "from": "sse"},
-                    "connect_timeout_seconds": 2,
-                },
-                {
-                    "prefix": "/plain",
-                    "upstream": llm_upstream.url,
-                    "plans": ["hour"],
-                    "strip_prefix": True,
-                    "connect_timeout_seconds": 2,
-                },
-                {
-                    "prefix": "/check",
-                    "upstream": other.url,
-                    "plans": ["hour"],
-                    "strip_prefix": True,
-                    "connect_timeout_seconds": 2,  # a pool that never frees a place: 504 in 2 s
-                },
-            ],
+            routes=_routes(llm_upstream.url, other.url),
             env=leaving_on_connect(llm_upstream.port),
         )
         url = gateway.server.url
@@ -338,17 +295,6 @@ async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connecti
                     for _ in range(20)
                 )
             )
-        # The next calls: as many at once as the pool holds, each holding its place 2 s.
-        limits = httpx.Limits(max_connections=POOL)
-        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-            answers = await asyncio.gather(
-                *(
-                    _whole_stream(client, f"{url}/check/v1/complete", tokens["hour"])
-                    for _ in range(POOL)
-                )
-            )
+        await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
     finally:
         other.stop()
-    statuses = sorted({status for status, _ in answers})
-    assert statuses == [200], f"{statuses}: {[a for s, a in answers if s != 200][:1]!r}"
-    assert all(b"event: usage" in text for _, text in answers)

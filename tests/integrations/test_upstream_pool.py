@@ -26,9 +26,14 @@ def _client(transport: UpstreamTransport) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, trust_env=False, timeout=10)
 
 
-async def _complete(client: httpx.AsyncClient, url: str, **body: object) -> bytes:
+async def _open(client: httpx.AsyncClient, url: str, **body: object) -> httpx.Response:
+    """A completion's answer, its body still to read."""
     request = client.build_request("POST", f"{url}/v1/complete", json={**TOKENS, **body})
-    answer = await client.send(request, stream=True)
+    return await client.send(request, stream=True)
+
+
+async def _complete(client: httpx.AsyncClient, url: str, **body: object) -> bytes:
+    answer = await _open(client, url, **body)
     try:
         return b"".join([chunk async for chunk in answer.aiter_raw()])
     finally:
@@ -65,15 +70,7 @@ async def test_a_call_waits_for_a_free_place_at_most_its_pool_timeout(
 ) -> None:
     transport = UpstreamTransport(max_connections=2)
     async with _client(transport) as client:
-        slow = [
-            await client.send(
-                client.build_request(
-                    "POST", f"{llm_upstream.url}/v1/complete", json={"max_tokens": 50, "delay": 0.1}
-                ),
-                stream=True,
-            )
-            for _ in range(2)
-        ]
+        slow = [await _open(client, llm_upstream.url, max_tokens=50, delay=0.1) for _ in range(2)]
         started = time.monotonic()
         with pytest.raises(httpx.PoolTimeout):
             await client.post(
@@ -93,10 +90,7 @@ async def test_an_answer_closed_before_its_end_closes_its_connection(
 ) -> None:
     transport = UpstreamTransport()
     async with _client(transport) as client:
-        request = client.build_request(
-            "POST", f"{llm_upstream.url}/v1/complete", json={"max_tokens": 500, "delay": 0.01}
-        )
-        answer = await client.send(request, stream=True)
+        answer = await _open(client, llm_upstream.url, max_tokens=500, delay=0.01)
         async for _ in answer.aiter_raw():
             break
         await answer.aclose()  # the rest of the answer is unread: not reusable

@@ -123,7 +123,8 @@ def test_a_stream_reads_the_same_in_whole_events_as_byte_by_byte() -> None:
 
 def _read_at_once(stream: bytes) -> tuple[int | None, int, bool]:
     """The SSE rules applied to the whole stream: (last valid cost, invalid reports, mid-event)."""
-    cost, invalid, event, data = None, 0, "", []
+    cost: int | None = None
+    invalid, event, data = 0, "", list[str]()
     *lines, tail = re.split(r"\r\n|\n", stream.decode())
     for line in lines:
         if not line:

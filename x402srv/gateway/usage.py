@@ -55,6 +55,12 @@ def _event_cost(data: str) -> int | None:
     return report_cost(document)
 
 
+def _after_last_event(data: bytes, before: int | None = None) -> int:
+    """Where the whole events of ``data`` (up to ``before``) end: after their last empty line."""
+    lf, crlf = data.rfind(b"\n\n", 0, before), data.rfind(b"\n\r\n", 0, before)
+    return max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+
+
 class SseUsage:
     """Reads ``event: usage`` events out of an SSE byte stream as it passes."""
 
@@ -77,24 +83,27 @@ class SseUsage:
 
     def feed(self, chunk: bytes) -> None:
         if self._clean:
-            data = self._pending + chunk if self._pending else chunk
-            if _USAGE not in data:
-                # No usage event ends or starts in what came so far: the whole events
-                # up to the last empty line are passed over unread (an LLM's tokens), and
-                # the start of the next one is kept unread, until it proves to say "usage"
-                # (a chunk may end anywhere, even inside the word).
-                ends = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
-                whole = max(ends[0] + 2 if ends[0] >= 0 else 0, ends[1] + 3 if ends[1] >= 0 else 0)
+            pending = self._pending
+            if _USAGE not in chunk and not (
+                pending and (_USAGE in pending or _USAGE in pending[-4:] + chunk[:4])
+            ):
+                # No usage event ends or starts in what came so far: the whole events up
+                # to the last empty line are passed over unread (an LLM's tokens), and the
+                # start of the next one is kept unread, until it proves to say "usage" (a
+                # chunk may end anywhere, even inside the word).
+                if chunk.endswith(b"\n\n") or chunk.endswith(b"\n\r\n"):
+                    self._pending = b""  # (most chunks: whole events)
+                    return
+                data = pending + chunk if pending else chunk
+                whole = _after_last_event(data)
                 rest = data[whole:] if whole else data
                 if len(rest) <= MAX_LINE:
                     self._pending = rest
                     return
             else:
                 # The whole events before the first that says "usage" are passed over.
-                first = data.find(_USAGE)
-                ends = data.rfind(b"\n\n", 0, first), data.rfind(b"\n\r\n", 0, first)
-                whole = max(ends[0] + 2 if ends[0] >= 0 else 0, ends[1] + 3 if ends[1] >= 0 else 0)
-                data = data[whole:]
+                data = pending + chunk if pending else chunk
+                data = data[_after_last_event(data, data.find(_USAGE)) :]
             self._pending, chunk = b"", data
         lines = (self._pending + chunk).split(b"\n")
         self._pending = lines.pop()
