@@ -143,3 +143,18 @@ async def test_an_unreachable_upstream_is_a_connect_error_and_frees_its_place() 
             with pytest.raises(httpx.ConnectError):
                 await client.post("http://127.0.0.1:9/v1/complete", content=json.dumps(TOKENS))
     assert transport.busy == 0
+
+
+async def test_an_upstream_that_gets_no_more_calls_keeps_no_idle_connection(
+    llm_upstream: AppProcess,
+) -> None:
+    """Idle connections past their keep-alive are closed whichever upstream a call went to."""
+    other = llm_upstream.url.replace("127.0.0.1", "localhost")  # (another origin, same server)
+    transport = UpstreamTransport(keepalive_expiry=0.2)
+    async with _client(transport) as client:
+        await _complete(client, llm_upstream.url)
+        assert transport.idle == 1
+        await asyncio.sleep(0.4)
+        await _complete(client, other)
+        assert transport.idle == 1  # the other's; the first upstream's one was closed
+        assert transport.opened == 2

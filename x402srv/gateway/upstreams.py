@@ -113,7 +113,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
     ) -> None:
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
-        self._ssl_context = ssl_context or httpx.create_ssl_context()
+        # (certifi's roots, verified; like the client, nothing read from the environment)
+        self._ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
         self._places = asyncio.Semaphore(max_connections)
         self._out = 0  # connections out with a call
         self._idle: dict[_Key, deque[tuple[float, httpcore.AsyncHTTPConnection]]] = {}
@@ -208,11 +209,14 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             stack = self._idle[key] = deque()
         now = time.monotonic()
         stack.append((now, connection))
-        # The bottom of the stack is the longest idle: closed past its keep-alive or the cap.
-        while stack and (
-            stack[0][0] < now - self.keepalive_expiry or len(stack) > self.max_connections
-        ):
+        if len(stack) > self.max_connections:
             self._close(stack.popleft()[1])
+        # Each stack's bottom is its longest idle: closed past its keep-alive, whichever
+        # upstream it goes to (one that gets no more calls keeps no sockets open).
+        expired = now - self.keepalive_expiry
+        for idle in self._idle.values():
+            while idle and idle[0][0] < expired:
+                self._close(idle.popleft()[1])
 
     def _close(self, connection: httpcore.AsyncHTTPConnection) -> None:
         """Close ``connection`` in a task of its own: no cancellation of a caller stops it."""

@@ -262,8 +262,10 @@ class Meter:
             # ran: the call will never be made, so a spend that went through is given
             # back once it is done. Cancelled in the middle, a store could have written
             # it without anyone to release it (docs/selling-calls.md, "Charging by use").
+            _finishing.add(spending)
+            spending.add_done_callback(_finishing.discard)
             if sells_calls and cost:
-                self._give_back_when_spent(spending, claims.challenge_id, plan, cost)
+                self._give_back_when_spent(spending, claims.challenge_id, cost)
             raise
         usage = Usage(
             grant_id=claims.challenge_id,
@@ -283,7 +285,7 @@ class Meter:
         raise self._refusal(claims, plan, spent, usage, cost)
 
     def _give_back_when_spent(
-        self, spending: asyncio.Future[Spend], grant_id: str, plan: Plan, cost: int
+        self, spending: asyncio.Future[Spend], grant_id: str, cost: int
     ) -> None:
         """Once ``spending`` is done: the credits back if it spent them (its caller left)."""
 
@@ -292,13 +294,14 @@ class Meter:
                 return  # (nothing spent: the store refused, or was down; it logged)
             if spending.result().outcome is not SpendOutcome.SPENT:
                 return
-            task = asyncio.ensure_future(self._unspend(grant_id, plan, cost))
+            task = asyncio.ensure_future(self._unspend(grant_id, cost))
             _finishing.add(task)
             task.add_done_callback(_finishing.discard)
 
         spending.add_done_callback(done)
 
-    async def _unspend(self, grant_id: str, plan: Plan, cost: int) -> None:
+    async def _unspend(self, grant_id: str, cost: int) -> None:
+        """A spend whose caller left, undone (it counted in neither metric: not a refund)."""
         try:
             await self.store.refund(grant_id, cost, now=self.clock())
         except StoreUnavailable:
@@ -307,8 +310,6 @@ class Meter:
                 grant_id,
                 cost,
             )
-            return
-        metrics.current().credits_refunded(plan.plan_id, cost)
 
     def _refusal(
         self, claims: AccessClaims, plan: Plan, spent: Spend, usage: Usage, cost: int
