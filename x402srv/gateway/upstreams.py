@@ -113,8 +113,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
     ) -> None:
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
-        # (certifi's roots, verified; like the client, nothing read from the environment)
-        self._ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
+        self._ssl_context = ssl_context  # (built at the first https upstream: ``_tls``)
         self._places = asyncio.Semaphore(max_connections)
         self._out = 0  # connections out with a call
         self._idle: dict[_Key, deque[tuple[float, httpcore.AsyncHTTPConnection]]] = {}
@@ -189,9 +188,15 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self.opened += 1
         return httpcore.AsyncHTTPConnection(
             origin=origin,
-            ssl_context=self._ssl_context,
+            ssl_context=self._tls() if origin.scheme == b"https" else None,
             keepalive_expiry=self.keepalive_expiry,
         )
+
+    def _tls(self) -> ssl.SSLContext:
+        """certifi's roots, verified; like the client, nothing read from the environment."""
+        if self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context(trust_env=False)
+        return self._ssl_context
 
     def _give_back(
         self, key: _Key, connection: httpcore.AsyncHTTPConnection | None, *, reusable: bool
