@@ -114,6 +114,9 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
         self._ssl_context = ssl_context  # (built at the first https upstream: ``_tls``)
+        # asyncio's, through anyio: httpcore's default finds it (and imports it) at the
+        # first connection, on the first call's path (about a tenth of a second here).
+        self._network = httpcore.AnyIOBackend()
         self._places = asyncio.Semaphore(max_connections)
         self._out = 0  # connections out with a call
         self._idle: dict[_Key, deque[tuple[float, httpcore.AsyncHTTPConnection]]] = {}
@@ -189,6 +192,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         return httpcore.AsyncHTTPConnection(
             origin=origin,
             ssl_context=self._tls() if origin.scheme == b"https" else None,
+            network_backend=self._network,
             keepalive_expiry=self.keepalive_expiry,
         )
 
