@@ -35,6 +35,7 @@ from x402srv.config.routes import RouteConfig
 from x402srv.errors import InvalidRequest, ProblemError, UpstreamTimeout, UpstreamUnavailable
 from x402srv.gateway.metered import Ending
 from x402srv.gateway.trailers import send_trailers, upstream_trailers
+from x402srv.server.tasks import detached, to_the_end
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = [
@@ -69,9 +70,6 @@ _SET_BY_GATEWAY: Final = frozenset(
 )
 
 log = logging.getLogger("x402srv.gateway")
-#: Upstream responses being closed for handlers that were cancelled meanwhile
-#: (asyncio keeps only weak references to tasks).
-_closing: set[asyncio.Task[None]] = set()
 
 
 class _BodyTooLarge(InvalidRequest):
@@ -199,15 +197,7 @@ async def release_upstream(upstream: httpx.Response) -> None:
     those and every call waits for the pool until its timeout: 504. So the close
     runs in a task of its own, which the handler's cancellation does not reach.
     """
-    await asyncio.shield(_start_closing(upstream))
-
-
-def _start_closing(upstream: httpx.Response) -> asyncio.Task[None]:
-    """The close of ``upstream`` in a task of its own (``release_upstream``), started now."""
-    closing = asyncio.ensure_future(upstream.aclose())
-    _closing.add(closing)
-    closing.add_done_callback(_closing.discard)
-    return closing
+    await to_the_end(upstream.aclose())
 
 
 def _problem(exc: httpx.HTTPError) -> ProblemError:
@@ -294,7 +284,7 @@ async def forward(
             # turn a finished call into an abandoned one, charged without the upstream's
             # report (docs/selling-calls.md, "Charging by use").
             trailers = upstream_trailers(upstream)
-            closing = _start_closing(upstream)
+            closing = detached(upstream.aclose())  # (``release_upstream``'s, started now)
             ending = await tail(trailers)
             await asyncio.shield(closing)
             # The final event and the trailer section go out in one write when both can.

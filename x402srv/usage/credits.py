@@ -51,6 +51,7 @@ from x402srv.interfaces import (
     system_clock,
 )
 from x402srv.server import metrics
+from x402srv.server.tasks import detached, to_the_end
 from x402srv.stores.credit_rules import USED_CALL_ROUTE
 from x402srv.tokens.verify import AccessClaims
 
@@ -59,25 +60,6 @@ __all__ = ["Meter", "Usage", "ratelimit_fields"]
 log = logging.getLogger("x402srv.usage.credits")
 
 T = TypeVar("T")
-
-#: Refunds and settlements whose callers were cancelled meanwhile (``_to_the_end``;
-#: asyncio keeps only weak references to tasks).
-_finishing: set[asyncio.Task[Any]] = set()
-
-
-async def _to_the_end(work: Coroutine[Any, Any, T]) -> T:
-    """``work`` in a task of its own, which a cancellation of its caller does not stop.
-
-    A refund or settlement gives a buyer's credits back; its caller is cancelled
-    when the buyer goes away (Sanic cancels the handler), often at this very await,
-    the call's last. A store whose step takes several round trips (Postgres reads
-    the account, then writes it) was then cut between them, and the credits stayed
-    spent (docs/selling-calls.md, "Charging by use").
-    """
-    task = asyncio.ensure_future(work)
-    _finishing.add(task)
-    task.add_done_callback(_finishing.discard)
-    return await asyncio.shield(task)
 
 
 def ratelimit_fields(
@@ -245,7 +227,7 @@ class Meter:
             return None
         now = self.clock()
         sells_calls = plan.calls is not None
-        spending = asyncio.ensure_future(
+        spending = detached(
             self.store.spend(
                 claims.challenge_id,
                 cost,
@@ -262,8 +244,6 @@ class Meter:
             # ran: the call will never be made, so a spend that went through is given
             # back once it is done. Cancelled in the middle, a store could have written
             # it without anyone to release it (docs/selling-calls.md, "Charging by use").
-            _finishing.add(spending)
-            spending.add_done_callback(_finishing.discard)
             if sells_calls and cost:
                 self._give_back_when_spent(spending, claims.challenge_id, cost)
             raise
@@ -294,9 +274,7 @@ class Meter:
                 return  # (nothing spent: the store refused, or was down; it logged)
             if spending.result().outcome is not SpendOutcome.SPENT:
                 return
-            task = asyncio.ensure_future(self._unspend(grant_id, cost))
-            _finishing.add(task)
-            task.add_done_callback(_finishing.discard)
+            detached(self._unspend(grant_id, cost))
 
         spending.add_done_callback(done)
 
@@ -345,11 +323,11 @@ class Meter:
 
         Called before the failed answer goes out, so the buyer's next call sees
         the credits back. A store outage only costs the buyer them (logged). It
-        completes even if its caller is cancelled meanwhile (``_to_the_end``).
+        completes even if its caller is cancelled meanwhile (``to_the_end``).
         """
         if usage.cost == 0:
             return usage
-        return await _to_the_end(self._refund(usage))
+        return await to_the_end(self._refund(usage))
 
     async def _refund(self, usage: Usage) -> Usage:
         try:
@@ -370,9 +348,9 @@ class Meter:
         (``UsageStore``), records the call under ``route`` for ``challenges
         show`` and the console. ``used`` is capped at the reservation. A store
         outage costs the buyer the reservation (logged), as ``refund`` does. It
-        completes even if its caller is cancelled meanwhile (``_to_the_end``).
+        completes even if its caller is cancelled meanwhile (``to_the_end``).
         """
-        return await _to_the_end(self._settle(usage, used, route))
+        return await to_the_end(self._settle(usage, used, route))
 
     async def _settle(self, usage: Usage, used: int, route: str) -> Usage:
         used = max(0, min(used, usage.cost))
