@@ -83,18 +83,15 @@ class SseUsage:
 
     def feed(self, chunk: bytes) -> None:
         if self._clean:
-            pending = self._pending
-            if _USAGE not in chunk and not (
-                pending and (_USAGE in pending or _USAGE in pending[-4:] + chunk[:4])
-            ):
+            data = self._pending + chunk if self._pending else chunk
+            if _USAGE not in data:
                 # No usage event ends or starts in what came so far: the whole events up
                 # to the last empty line are passed over unread (an LLM's tokens), and the
                 # start of the next one is kept unread, until it proves to say "usage" (a
                 # chunk may end anywhere, even inside the word).
-                if chunk.endswith(b"\n\n") or chunk.endswith(b"\n\r\n"):
+                if data.endswith(b"\n\n") or data.endswith(b"\n\r\n"):
                     self._pending = b""  # (most chunks: whole events)
                     return
-                data = pending + chunk if pending else chunk
                 whole = _after_last_event(data)
                 rest = data[whole:] if whole else data
                 if len(rest) <= MAX_LINE:
@@ -102,7 +99,6 @@ class SseUsage:
                     return
             else:
                 # The whole events before the first that says "usage" are passed over.
-                data = pending + chunk if pending else chunk
                 data = data[_after_last_event(data, data.find(_USAGE)) :]
             self._pending, chunk = b"", data
         lines = (self._pending + chunk).split(b"\n")
