@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import make_config
+from tests.support.faults import locked
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import Config
 from x402srv.default_plugins.sqlite import ops as sqlite_ops
@@ -436,18 +437,13 @@ async def test_unusable_files_are_store_unavailable(
 async def test_locked_past_the_busy_timeout(opened: SqliteStore) -> None:
     record = make_record()
     await opened.create_challenge(record)
-    blocker = sqlite3.connect(opened.path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
+    with locked(opened.path):
         with pytest.raises(StoreUnavailable) as caught:
             await opened.create_challenge(make_record())
         _assert_hidden(caught.value, opened.path)
         with pytest.raises(StoreUnavailable):
             await opened.transition(settling(record))
         assert await opened.get_challenge(record.challenge_id) == record  # WAL: reads go on
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
     assert (await opened.get_challenge(record.challenge_id)) == record
     assert isinstance(await opened.transition(settling(record)), TransitionApplied)
 
@@ -713,14 +709,9 @@ async def test_a_cancelled_caller_keeps_its_insert(opened: SqliteStore) -> None:
 
 
 async def test_a_batch_that_cannot_be_written_fails_every_insert(opened: SqliteStore) -> None:
-    blocker = sqlite3.connect(opened.path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
+    with locked(opened.path):
         records = [make_record() for _ in range(3)]
         results = await _queued(opened, records)
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
     assert all(isinstance(r, StoreUnavailable) for r in results)
     for error in results:
         _assert_hidden(error, opened.path)
@@ -799,9 +790,7 @@ async def patient(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 async def test_a_step_never_overtakes_the_queued_ones(patient: SqliteStore) -> None:
     """Once one step waits in the queue, the next ones queue behind it, in call order."""
     await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
-    blocker = sqlite3.connect(patient.path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
+    with locked(patient.path):
         first = asyncio.create_task(patient.spend("g", 6, now=BASE_TIME, keep_until=BASE_TIME + 60))
         await asyncio.sleep(0.01)  # (queued: the lock is held)
         second = asyncio.create_task(
@@ -809,9 +798,6 @@ async def test_a_step_never_overtakes_the_queued_ones(patient: SqliteStore) -> N
         )
         await asyncio.sleep(0.02)
         assert not first.done() and not second.done()
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
     assert (await first).outcome is SpendOutcome.SPENT
     assert (await second).outcome is SpendOutcome.NO_CREDITS  # (4 left: the first went first)
 
@@ -819,15 +805,10 @@ async def test_a_step_never_overtakes_the_queued_ones(patient: SqliteStore) -> N
 async def test_a_step_queues_while_another_writer_holds_the_lock(patient: SqliteStore) -> None:
     """The loop never waits for the lock: the step queues, and the thread waits for it."""
     await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
-    blocker = sqlite3.connect(patient.path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
+    with locked(patient.path):
         task = asyncio.create_task(patient.spend("g", 4, now=BASE_TIME, keep_until=BASE_TIME + 60))
         await asyncio.sleep(0.02)
         assert not task.done()
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
     assert (await task).balance == 6
 
 
