@@ -16,12 +16,12 @@ daemonised and now hangs off init, such as a PostgreSQL postmaster that
 
 Temp directories. At start the session points ``TMPDIR`` (and ``tempfile``) at a
 directory of its own under the system's temp directory (a pytest-xdist worker's goes
-beside its controller's), after pytest placed its
-``basetemp`` (which pytest removes after a green run, ``tmp_path_retention_policy``, and
-keeps for a failed one). Whatever ``mkdtemp`` created in
-this session, in the test process or a child, lands there; at the end anything
-left in it is a leak. Other sessions on the same machine have their own, so one
-session never blames another.
+beside its controller's), after pytest placed its ``basetemp`` (which pytest removes
+after a green run, ``tmp_path_retention_policy``, and keeps for a failed one; its empty
+``pytest-of-<user>`` parent goes then too). Whatever ``mkdtemp`` created in this
+session, in the test process or a child, lands there; at the end anything left in it is
+a leak. Other sessions on the same machine have their own, so one session never blames
+another.
 
 The check reads ``/proc`` once and lists one directory: well under 100 ms.
 """
@@ -175,6 +175,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     else:
         print(header, *lines, sep="\n  ")  # no terminal reporter (-p no:terminal)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After a green run pytest removed its numbered basetemp: its empty parent goes too.
+
+    (``pytest-of-<user>`` in the system's temp directory; a kept failed run's, another
+    session's, or an explicit ``--basetemp``'s parent stays.)
+    """
+    factory = getattr(config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    if hasattr(config, "workerinput") or basetemp is None:
+        return  # (a pytest-xdist worker's basetemp is inside its controller's)
+    parent = Path(basetemp).parent
+    if parent.name.startswith("pytest-of-"):
+        with contextlib.suppress(OSError):  # (not empty: something is kept there)
+            parent.rmdir()
 
 
 def _restore_tmpdir(state: _Session) -> None:
