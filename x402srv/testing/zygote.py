@@ -98,12 +98,14 @@ def _warm() -> None:
 
 #: sys.path as this interpreter started: [its cwd, *its PYTHONPATH, *the rest].
 _STARTED_PATH: list[str] = []
+#: This interpreter's own PYTHONPATH entries (read in ``serve``: a child's environment
+#: replaces ``os.environ`` before its path is set).
+_STARTED_PYTHONPATH: list[str] = []
 
 
 def _set_path(cwd: str, pythonpath: str) -> None:
     """``sys.path`` as a fresh ``python -m`` in ``cwd`` with ``pythonpath`` would have it."""
-    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    rest = _STARTED_PATH[1 + len(own) :]
+    rest = _STARTED_PATH[1 + len(_STARTED_PYTHONPATH) :]
     added = [os.path.join(cwd, p) for p in pythonpath.split(os.pathsep) if p]
     sys.path[:] = [cwd, *added, *rest]
 
@@ -146,6 +148,7 @@ def _child(request: dict[str, Any], fds: list[int], closing: list[int]) -> NoRet
 def serve(fd: int) -> None:
     """Answer launch requests on the socket ``fd`` until it closes."""
     _STARTED_PATH[:] = sys.path
+    _STARTED_PYTHONPATH[:] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     _warm()
     gc.collect()
     gc.freeze()  # the children share these pages instead of copying them at their first GC
