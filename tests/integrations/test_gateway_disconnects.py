@@ -28,7 +28,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.apps import AppProcess
+from tests.support.apps import AppProcess, open_sockets_to
 from tests.support.credentials import bearer
 from tests.support.faults import leaving_at_the_end, leaving_on_connect
 from tests.support.paths import SAMPLES
@@ -42,7 +42,6 @@ PLANS = [
     {"plan_id": "tokens", "unit_amount": "$1.00", "description": "Tokens", "calls": 10**9},
     {"plan_id": "hour", "unit_amount": "$0.01", "description": "An hour, unmetered"},
 ]
-_TCP_OPEN = {"01", "08"}  # ESTABLISHED, CLOSE_WAIT (/proc/net/tcp's st column)
 
 
 def _routes(upstream: str, checked: str | None = None) -> list[dict[str, Any]]:
@@ -109,18 +108,6 @@ async def _pool_answers_all(url: str, token: str) -> None:
     assert time.monotonic() - started < 15
 
 
-def _gateway_sockets_to(port: int) -> int:
-    """Open TCP sockets whose far end is ``port`` (only the gateway connects to it)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == port and fields[3] in _TCP_OPEN:
-                count += 1
-    return count
-
-
 async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter:
     """A raw POST of a slow completion, read up to its first token; its socket, still open."""
     reader, writer = await _post(url, path, token, {"max_tokens": 2000, "delay": 0.002})
@@ -182,7 +169,7 @@ async def test_buyers_leaving_mid_stream_leave_no_upstream_connection_checked_ou
     for _ in range(3):  # wrk's runs, one after another
         await _leave_mid_stream(url, f"{path}/v1/complete", token)
     deadline = time.monotonic() + 5
-    while (still := _gateway_sockets_to(llm_upstream.port)) and time.monotonic() < deadline:
+    while (still := open_sockets_to(llm_upstream.port)) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert still == 0, f"{still} upstream connections still held after the buyers left"
     await _pool_answers_all(f"{url}{path}/v1/complete", token)

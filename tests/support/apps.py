@@ -7,6 +7,7 @@ PID. ``raw_request`` writes a request line byte for byte: httpx normalises
 ``KeptAlive`` sends many small requests over one kept-alive connection, for
 floods: httpx takes about 1 ms of CPU per request, so a flood of 20,000
 requests through it measured mostly the client, on the core the server needs.
+``open_sockets_to`` counts the machine's open connections to an app's port.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Self
 
 from tests.support.paths import REPO
 from x402srv.testing.servers import _kill_group, free_port, wait_for_http
+
+_TCP_OPEN = {"01", "08"}  # ESTABLISHED, CLOSE_WAIT (/proc/net/tcp's st column)
 
 
 @dataclass
@@ -81,6 +84,18 @@ class AppProcess:
             process.wait(10)
         except subprocess.TimeoutExpired:
             _kill_group(process)
+
+
+def open_sockets_to(port: int) -> int:
+    """Open TCP sockets whose far end is ``port`` (a gateway's, when only it connects there)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] in _TCP_OPEN:
+                count += 1
+    return count
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 ``uvicorn tests.support.mcp_upstream:app`` serves Streamable HTTP at ``/mcp``
 (SSE answers, sessions) with a free tool, paid tools, a tool that fails, one
-that streams progress, one that reports its cost in its result's ``_meta``, a
-resource and a prompt. It counts every tool run, so a
+that streams progress, one that reports its cost in its result's ``_meta``, one
+that does both, a resource and a prompt. It counts every tool run, so a
 test can tell whether a call reached it: ``GET /_control/runs`` -> ``{tool: n}``.
 """
 
@@ -77,6 +77,19 @@ def summarize(text: str, report: bool = True) -> CallToolResult:
     meta = {"x402srv/usage": {"cost": words}} if report else None
     return CallToolResult(
         content=[TextContent(type="text", text=f"{words} words: {text[:20]}")], _meta=meta
+    )
+
+
+@server.tool()
+async def write(words: int, ctx: Context[Any, Any, Any], delay: float = 0.05) -> CallToolResult:
+    """A tool charged by use that streams: a progress event per word, then what it cost."""
+    RUNS["write"] += 1
+    for word in range(1, words + 1):
+        await ctx.report_progress(word, words)
+        await asyncio.sleep(delay)
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"wrote {words} words")],
+        _meta={"x402srv/usage": {"cost": words}},
     )
 
 
