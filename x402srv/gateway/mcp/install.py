@@ -7,7 +7,9 @@ then:
 
 - ``tools/call`` -> ``McpGate.decide``: a payment-required result or a JSON-RPC
   refusal is answered here; an admitted call is forwarded with the payment
-  stripped from its ``_meta``, and its answer rewritten on the way back;
+  stripped from its ``_meta``, and its answer rewritten on the way back; its
+  credits are settled once, as its result goes out, when it fails, or when its
+  buyer left before the result (``_Door.abandoned``);
 - ``tools/list`` -> forwarded, each tool's price added on the way back;
 - everything else (``initialize``, ``resources/*``, ``prompts/*``,
   notifications, a client's responses, the GET stream, DELETE) -> forwarded
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
@@ -47,6 +50,7 @@ from x402srv.gateway.mcp.proxy import Rewrite, send_upstream, stream_answer
 from x402srv.gateway.upstreams import upstream_client
 from x402srv.gateway.usage import charge, report_cost
 from x402srv.server import metrics
+from x402srv.server.tasks import to_the_end
 from x402srv.tokens.verify import RevocationSource, TokenVerifier
 from x402srv.usage.credits import Meter, Usage
 from x402srv.usage.unpaid_limit import client_of
@@ -90,6 +94,15 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+@dataclass(slots=True)
+class _ToolCall:
+    """One admitted ``tools/call`` on its way: how it ended, and whether its credits are settled."""
+
+    decision: ToolForward
+    outcome: str = "upstream_error"  # (for /metrics, until its answer says otherwise)
+    settled: bool = False
+
+
 def _rpc_response(err: RpcError) -> HTTPResponse:
     return JSONResponse(err.body(), status=err.status, headers={"Cache-Control": "no-store"})
 
@@ -125,17 +138,17 @@ class _Door:
 
         return rewrite
 
-    def called(self, decision: ToolForward, outcome: list[str]) -> Rewrite:
+    def called(self, call: _ToolCall) -> Rewrite:
         async def rewrite(document: dict[str, Any]) -> dict[str, Any]:
             result = document.get("result")
             failed = "error" in document or (
                 isinstance(result, dict) and result.get("isError") is True
             )
-            outcome[0] = "tool_error" if failed else "ok"
+            call.outcome = "tool_error" if failed else "ok"
             reported = None
-            if decision.by_use is not None and isinstance(result, dict):
+            if call.decision.by_use is not None and isinstance(result, dict):
                 reported = report_cost(_meta_of(result).get(USAGE_META))
-            meta = await self.receipt(decision, failed=failed, reported=reported)
+            meta = await self.receipt(call, failed=failed, reported=reported)
             if isinstance(result, dict) and meta:
                 result["_meta"] = {**_meta_of(result), **meta}
             elif "error" in document and meta and isinstance(document["error"], dict):
@@ -145,17 +158,22 @@ class _Door:
         return rewrite
 
     async def receipt(
-        self, decision: ToolForward, *, failed: bool, reported: int | None = None
+        self, call: _ToolCall, *, failed: bool, reported: int | None = None, left: bool = False
     ) -> dict[str, Any]:
         """The call's ``_meta``: credits back first if it failed, then what the buyer keeps.
 
         A tool charged by use settles its reservation here, on the cost its
-        result ``reported`` (docs/mcp.md, "Tools charged by use").
+        result ``reported`` (docs/mcp.md, "Tools charged by use"); on all of it
+        when its buyer ``left`` before the result. Once per call: ``call.settled``.
         """
+        call.settled = True  # (first: a cancellation in a store step below does not stop it)
+        decision = call.decision
         usage = decision.usage
         by_use = decision.by_use
         refund = failed and self.server.refund_on_error
         if usage is not None and by_use is not None and self.meter is not None:
+            if left:
+                reported = usage.cost
             usage = await self._settle(decision, usage, by_use, 0 if refund else reported, refund)
         elif usage is not None and refund and self.meter is not None:
             usage = await self.meter.refund(usage)
@@ -179,6 +197,27 @@ class _Door:
                 "balance": usage.balance,
             }
         return meta
+
+    async def abandoned(self, call: _ToolCall) -> None:
+        """The buyer left (or the handler failed) before the call's result went out to it.
+
+        The call was forwarded, so it keeps what it spent, counted as any call's
+        credits are. One charged by use is settled on its whole reservation (its
+        result and the cost it reports never came through), as a gateway route's
+        call is when its buyer leaves mid-answer (docs/selling-calls.md, "Charging
+        by use"): unsettled, it would be missing from the grant's calls.
+        """
+        usage = call.decision.usage
+        if usage is None or call.settled:
+            return
+        if call.decision.by_use is not None:
+            log.info(
+                "grant %s on tool %s: the buyer left before the result; charged the %d reserved",
+                usage.grant_id,
+                self.label(call.decision.tool),
+                usage.cost,
+            )
+        await self.receipt(call, failed=False, left=True)
 
     async def _settle(
         self,
@@ -294,23 +333,23 @@ def install_mcp(
                 headers={"Cache-Control": "no-store"},
             )
         body = _without_payment(message)
-        outcome = ["upstream_error"]
+        call = _ToolCall(decision)
         try:
-            return await _forward(
-                request, door, body, message, decision, door.called(decision, outcome)
-            )
+            return await _forward(request, door, body, message, call, door.called(call))
         finally:
-            door.count(tool, outcome[0])
+            door.count(tool, call.outcome)
+            if not call.settled:  # (Sanic cancels the handler of a buyer who left)
+                await to_the_end(door.abandoned(call))
 
     async def _forward(
         request: Request,
         door: _Door,
         body: bytes | None,
         message: Message | None,
-        decision: ToolForward | None,
+        call: _ToolCall | None,
         rewrite: Rewrite | None,
     ) -> HTTPResponse | None:
-        claims = decision.claims if decision is not None else None
+        claims = call.decision.claims if call is not None else None
         try:
             upstream = await send_upstream(app.ctx.mcp_client, door.server, request, body, claims)
         except httpx.HTTPError as exc:
@@ -321,8 +360,8 @@ def install_mcp(
                 else UpstreamUnavailable("The MCP server cannot be reached.")
             )
             err = refusal(problem, message.id if message is not None else None)
-            if decision is not None:  # a paid or metered call: credits back, receipt kept
-                err.data = {**(err.data or {}), **await door.receipt(decision, failed=True)}
+            if call is not None:  # a paid or metered call: credits back, receipt kept
+                err.data = {**(err.data or {}), **await door.receipt(call, failed=True)}
             err.status = 200 if message is not None and message.kind == "request" else 502
             return _rpc_response(err)
         try:
@@ -332,8 +371,8 @@ def install_mcp(
                 id=message.id if message is not None else None,
                 rewrite=rewrite,
             )
-            if decision is not None and not answered:
-                await door.receipt(decision, failed=True)  # no answer reached the buyer
+            if call is not None and not answered:
+                await door.receipt(call, failed=True)  # no answer reached the buyer
         finally:
             await release_upstream(upstream)  # a cancelled close leaks the connection
         return None
