@@ -763,6 +763,48 @@ async def test_the_checkpoint_thread_starts_the_wal_over_itself(opened: SqliteSt
     assert await opened.create_challenge(record) == (record, True)
 
 
+async def test_the_checkpoint_threads_own_write_never_holds_the_lock_between_two_statements(
+    opened: SqliteStore,
+) -> None:
+    """The loop's credit steps never find the lock held by a thread waiting for the GIL.
+
+    The thread needs the GIL between two statements, and a busy event loop lets
+    it go only every switch interval (5 ms). Its write used to be a transaction
+    of three statements: it held the write lock through those waits, and about
+    one reservation or settlement in ten of the stream bench found the lock
+    taken and queued for the store's thread. Here the thread stops before each
+    of its statements (sqlite's trace callback, which needs the GIL too) and
+    another connection tries the lock without waiting: it must get it each time.
+    """
+    opened._checkpointer.stop()  # this test's connection plays the thread
+    await asyncio.gather(*(opened.create_challenge(make_record()) for _ in range(20)))
+    conn = sqlite3.connect(opened.path, timeout=0, isolation_level=None)
+    probe = sqlite3.connect(opened.path, timeout=0, isolation_level=None)
+    statements: list[str] = []
+    held: list[str] = []  # the statements before which the lock was taken
+
+    def before(statement: str) -> None:
+        statements.append(statement)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:  # (sqlite would swallow it: kept instead)
+            held.append(statement)
+        else:
+            probe.execute("ROLLBACK")
+
+    try:
+        conn.set_trace_callback(before)
+        checkpoint(conn)
+        conn.set_trace_callback(None)
+        assert len(statements) >= 3  # the checkpoint, and the write's own
+        assert held == []
+        # ... and it did write: the WAL started over with that write's page.
+        assert conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone() == (0, 1, 1)
+    finally:
+        conn.close()
+        probe.close()
+
+
 async def test_a_credit_step_runs_on_the_loop(opened: SqliteStore) -> None:
     """No hop to the store's thread (held here) for a reservation when nothing else writes."""
     await opened.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)

@@ -196,7 +196,11 @@ async def release_upstream(upstream: httpx.Response) -> None:
     reach (httpcore's own shields do not stop a plain ``Task.cancel``). Enough of
     those and every call waits for the pool until its timeout: 504. So the close
     runs in a task of its own, which the handler's cancellation does not reach.
+    An answer whose close has started already (a metered stream's, as it ends)
+    is left to that close, which runs to its end the same way.
     """
+    if upstream.is_closed:
+        return
     await to_the_end(upstream.aclose())
 
 

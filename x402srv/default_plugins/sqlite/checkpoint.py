@@ -27,8 +27,8 @@ once a second. (It counts in the process: opening the ``-shm`` file to read the
 WAL's size would release sqlite's POSIX locks, which belong to the process.)
 
 Once a checkpoint has copied the whole WAL, this thread also starts the WAL
-over itself (``restart_wal``): a write transaction of its own that changes
-nothing (it writes the file's ``user_version`` back) takes the header's fsync,
+over itself (``restart_wal``): a write of its own that changes nothing (it
+writes the file's ``application_id`` back) takes the header's fsync,
 so the store's next commit (a metered call's reservation, on the path to its
 first byte) appends to a WAL already started over instead of waiting for the
 disk (the reservation's median commit on a quiet store went from 1.0 to 0.46 ms
@@ -46,7 +46,6 @@ import threading
 import time
 from pathlib import Path
 
-from x402srv.default_plugins.sqlite.ops import immediate
 
 __all__ = [
     "IDLE_SECONDS",
@@ -140,11 +139,19 @@ def restart_wal(conn: sqlite3.Connection) -> None:
     """A write that changes nothing, so that this connection's commit restarts the WAL.
 
     The first commit after a complete checkpoint writes the WAL's header again
-    and syncs it; this one is that commit. ``user_version`` is read and written
-    back inside one ``BEGIN IMMEDIATE``, so a concurrent migration cannot be
-    undone by it. Without a busy timeout, a writer holding the lock wins and
-    restarts the WAL itself (``sqlite3.OperationalError``: skipped this turn).
+    and syncs it; this one is that commit. It is one statement in autocommit
+    mode, which takes the write lock, writes and commits inside a single call
+    that does not hold the GIL. A transaction of several statements on this
+    thread held the write lock while it waited for the GIL between them, up to
+    the interpreter's switch interval (5 ms) each time on a busy event loop: the
+    loop's own steps then found the lock taken (about one in ten of a metered
+    stream bench's), and queued behind it for the store's thread, where the same
+    wait held the lock again (docs/performance.md, "The sqlite store's write
+    lock"). The header field it writes back, ``application_id``, is x402srv's
+    to keep and nothing else writes it, unlike ``user_version``, which a
+    migration could move between the read and the write. Without a busy
+    timeout, a writer holding the lock wins and restarts the WAL itself
+    (``sqlite3.OperationalError``: skipped this turn).
     """
-    with immediate(conn):
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        conn.execute(f"PRAGMA user_version = {int(version)}")
+    (application_id,) = conn.execute("PRAGMA application_id").fetchone()
+    conn.execute(f"PRAGMA application_id = {int(application_id)}")
