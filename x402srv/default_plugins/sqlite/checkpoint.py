@@ -46,7 +46,6 @@ import threading
 import time
 from pathlib import Path
 
-
 __all__ = [
     "IDLE_SECONDS",
     "INTERVAL_SECONDS",
