@@ -854,6 +854,53 @@ async def test_a_step_queues_while_another_writer_holds_the_lock(patient: Sqlite
     assert (await task).balance == 6
 
 
+async def test_a_step_that_finds_the_lock_held_for_a_moment_runs_on_the_loop_once_it_is_free(
+    patient: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker's step holds the lock for as long as ours: no hand-off to the thread.
+
+    Queued at the first refusal, one worker of two sent about one step in eight
+    to its thread, where each waited for the GIL with the lock held.
+    """
+    await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    drains: list[None] = []
+    drain = patient._drain_steps
+
+    def counted() -> None:
+        drains.append(None)
+        drain()
+
+    monkeypatch.setattr(patient, "_drain_steps", counted)
+    writer = sqlite3.connect(patient.path, isolation_level=None, timeout=0.1)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # (another worker, in the middle of its step)
+        task = asyncio.create_task(patient.spend("g", 4, now=BASE_TIME, keep_until=BASE_TIME + 60))
+        await asyncio.sleep(0)  # its first try: the lock is held
+        assert not task.done()
+        writer.execute("COMMIT")
+    finally:
+        writer.close()
+    assert (await task).balance == 6
+    assert drains == []
+
+
+async def test_a_refund_whose_caller_leaves_while_the_lock_is_held_is_made_all_the_same(
+    patient: SqliteStore,
+) -> None:
+    """Cancelled while it waits to try again, a refund is queued for the thread, not dropped."""
+    await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    with locked(patient.path):
+        task = asyncio.create_task(patient.refund("g", 5, now=BASE_TIME))
+        await asyncio.sleep(0)  # its first try: the lock is held; it waits to try again
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    deadline = asyncio.get_running_loop().time() + 5
+    while (account := await patient.get_credits("g")) is not None and account.balance != 15:
+        assert asyncio.get_running_loop().time() < deadline, account
+        await asyncio.sleep(0.01)
+
+
 async def test_a_store_that_fsyncs_every_commit_runs_no_step_on_the_loop(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "full.db", SqliteOptions(synchronous="FULL"))
     await store.start()

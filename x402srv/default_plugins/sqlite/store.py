@@ -108,6 +108,17 @@ class SqliteOptions(PluginOptions):
         return value.upper() if isinstance(value, str) else value
 
 
+#: Seconds a credit step waits before each new try on the loop's connection when
+#: another writer holds the lock; after the last it queues for the store's thread.
+INLINE_PAUSES: tuple[float, ...] = (0.0005, 0.001, 0.002)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """(a queued step whose caller left: its outcome is dropped, and so not logged)"""
+    if not future.cancelled():
+        future.exception()
+
+
 class SqliteStore:
     """Challenge records, claims and leases in one sqlite file."""
 
@@ -311,24 +322,54 @@ class SqliteStore:
         and a settlement each waited ~10 ms (p50) for it, and the streams
         waiting with them cut metered throughput by a fifth. Here they take
         0.06 and 0.1 ms.
+
+        A lock held by another writer (another worker's step, which holds it for
+        about as long) is usually free again within a millisecond: the step
+        tries again here after ``INLINE_PAUSES``, and queues only after the
+        last. Queued at once, one worker of two sent about one step in eight to
+        its thread (docs/performance.md, "The sqlite store's write lock"). A
+        step whose caller is cancelled during a pause is queued all the same
+        unless it is a spend (``skip_if_cancelled``): as for a queued step, a
+        refund once asked for is made.
         """
         executor = self._executor
         if executor is None:
             _log.error("sqlite store %s: %s called while the store is closed", self.path, op)
             raise _unavailable()
-        if self._inline is not None and self._steps.try_inline():
-            try:
-                ran, outcome = self._step_inline(op, step)
-            finally:
-                self._steps.end_inline(executor, self._drain_steps, _unavailable)
-            if ran:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                return outcome
+        if self._inline is not None:
+            for pause in (0.0, *INLINE_PAUSES):
+                if pause:
+                    try:
+                        await asyncio.sleep(pause)
+                    except asyncio.CancelledError:
+                        if not skip_if_cancelled and self._executor is not None:
+                            self._queue_step(op, step, self._executor, skip_if_cancelled)
+                        raise
+                if not self._steps.try_inline():
+                    break  # (steps are queued for the thread: this one joins them)
+                try:
+                    ran, outcome = self._step_inline(op, step)
+                finally:
+                    self._steps.end_inline(executor, self._drain_steps, _unavailable)
+                if ran:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    return outcome
+        return await self._queue_step(op, step, executor, skip_if_cancelled)
+
+    def _queue_step(
+        self,
+        op: str,
+        step: Callable[[sqlite3.Connection], Any],
+        executor: ThreadPoolExecutor,
+        skip_if_cancelled: bool,
+    ) -> asyncio.Future[Any]:
+        """``step`` queued for the store's thread: the future of its outcome."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieved)
         pending = PendingStep(op, step, future, skip_if_cancelled)
         self._steps.submit(pending, executor, self._drain_steps, _unavailable)
-        return await future
+        return future
 
     def _step_inline(self, op: str, step: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
         """(True, outcome): ``step`` ran in a transaction of its own on the loop's connection.
