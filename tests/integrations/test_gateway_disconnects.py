@@ -31,6 +31,7 @@ from eth_account.signers.local import LocalAccount
 from tests.support.apps import AppProcess, open_sockets_to
 from tests.support.credentials import bearer
 from tests.support.faults import leaving_at_the_end, leaving_on_connect
+from tests.support.metering import limits
 from tests.support.paths import SAMPLES
 from tests.support.seller import Seller
 from x402srv.testing.buyers import paying_client
@@ -283,5 +284,54 @@ async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connecti
                 )
             )
         await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
+    finally:
+        other.stop()
+
+
+async def test_a_buyer_who_leaves_before_its_call_is_sent_to_the_upstream_is_charged_nothing(
+    start_seller: Callable[..., Seller],
+    llm_upstream: AppProcess,
+    buyer: LocalAccount,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Gone as the gateway's connection to the upstream opens: the upstream saw nothing.
+
+    Its call, charged by use, was settled as abandoned: the whole reservation
+    (2000 credits) kept, as if the upstream had produced an answer and reported
+    nothing. Now a call whose first byte never went out costs nothing. The
+    cancellation is injected as each connection to the upstream opens
+    (``leaving_on_connect``); the balance is read through a route to another
+    upstream, which the injection leaves alone.
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
+    other = AppProcess(
+        "llm_stream_upstream:app", tmp_path / "llm.log", health="/health", app_dir=SAMPLES
+    ).start()
+    try:
+        balance = {
+            "prefix": "/balance",
+            "upstream": other.url,
+            "plans": ["tokens"],
+            "strip_prefix": True,
+            "cost": 1,
+        }
+        gateway = start_seller(
+            "gas-wallet",
+            plans=PLANS,
+            routes=[*_routes(llm_upstream.url), balance],
+            env=leaving_on_connect(llm_upstream.port),
+        )
+        url = gateway.server.url
+        token = await _buy(gateway, buyer, "tokens")
+        await asyncio.gather(
+            *(_leave_as_it_connects(url, "/metered/v1/complete", token) for _ in range(5))
+        )
+        async with httpx.AsyncClient(timeout=30) as client:
+            after = await client.post(
+                f"{url}/balance/v1/complete", json={"max_tokens": 1}, headers=bearer(token)
+            )
+        assert after.status_code == 200, after.text
+        assert limits(after.headers["ratelimit"])["credits"]["r"] == 10**9 - 1  # only its own 1
     finally:
         other.stop()

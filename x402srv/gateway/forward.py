@@ -204,6 +204,16 @@ async def release_upstream(upstream: httpx.Response) -> None:
     await to_the_end(upstream.aclose())
 
 
+def _on_first_byte(sending: Callable[[], None]) -> Callable[[str, Any], Awaitable[None]]:
+    """An httpcore ``trace`` callback that calls ``sending`` as the request's headers start out."""
+
+    async def trace(event: str, _info: Any) -> None:
+        if event == "http11.send_request_headers.started":
+            sending()
+
+    return trace
+
+
 def _problem(exc: httpx.HTTPError) -> ProblemError:
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout("The upstream API did not answer in time.")
@@ -220,6 +230,7 @@ async def forward(
     on_status: Callable[[int, httpx.Headers], Awaitable[Mapping[str, str]]] | None = None,
     watch: Callable[[bytes], None] | None = None,
     tail: Callable[[httpx.Headers], Awaitable[Ending]] | None = None,
+    sending: Callable[[], None] | None = None,
 ) -> int | None:
     """Send the upstream's answer through ``request.respond``, or raise a ``ProblemError``.
 
@@ -232,6 +243,8 @@ async def forward(
     sees each chunk as it passes (a stream's usage events); ``tail`` hears the
     upstream's trailer fields once its last chunk passed, and answers what ends
     the buyer's answer (x402srv's usage event, its own trailer fields).
+    ``sending`` hears the moment the call's first byte goes out to the upstream
+    (httpcore's ``trace`` extension): before it, the upstream has seen nothing.
     """
     declared = _declared_length(request)
     if declared is not None and declared > route.max_body_bytes:
@@ -253,6 +266,7 @@ async def forward(
             connect=route.connect_timeout_seconds,
             pool=route.connect_timeout_seconds,
         ),
+        extensions={"trace": _on_first_byte(sending)} if sending is not None else None,
     )
     try:
         upstream = await client.send(upstream_request, stream=True)

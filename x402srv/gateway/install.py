@@ -176,6 +176,7 @@ def install_gateway(
                     on_status=call.answered,
                     watch=call.watch,
                     tail=call.ended,
+                    sending=call.sending,
                 )
             except ProblemError as err:
                 response = problem_response(err)

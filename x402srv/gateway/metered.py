@@ -16,7 +16,8 @@ the unused part, ``Meter.settle``) at the first of:
 - an upstream 5xx or failure: the whole reservation back if ``refund_on_5xx``,
   else what was reported (or ``on_missing``);
 - the buyer leaving mid-answer: what the upstream reported so far, else the
-  reservation.
+  reservation; leaving before any byte of the call went out to the upstream
+  (while the gateway waited for a connection to it): nothing.
 
 A missing or invalid report is logged with the grant and route.
 docs/selling-calls.md, "Charging by use", is the seller's and buyer's view.
@@ -71,6 +72,12 @@ class UsageCall:
         self.watch: Callable[[bytes], None] | None = self.sse.feed if self.sse is not None else None
         self._streams_events = False
         self._chunked = False
+        #: Whether any byte of the call went out to the upstream (``sending``).
+        self.sent = False
+
+    def sending(self) -> None:
+        """The call's first byte goes out to the upstream (``forward``'s ``sending``)."""
+        self.sent = True
 
     async def _settle(self, reported: int | None, *, missing_costs: str) -> Usage:
         if self.settled:
@@ -170,5 +177,20 @@ class UsageCall:
         return {**self.usage.headers(), COST_HEADER: str(self.usage.cost)}
 
     async def abandoned(self) -> None:
-        """The buyer left mid-answer: what was reported so far, else the reservation."""
-        await self._settle(self._reported(), missing_costs="reserve")
+        """The buyer left: what was reported so far, else the reservation.
+
+        Nothing at all if it left before any byte of its call went out: the
+        upstream never saw the call.
+        """
+        if self.sent or self.settled:
+            await self._settle(self._reported(), missing_costs="reserve")
+            return
+        self.settled = True
+        self.usage = await self.meter.settle(self.usage, 0, route=self.route.prefix)
+        log.info(
+            "usage grant=%s route=%s reserved=%d charged=0 (the buyer left before the call "
+            "was sent)",
+            self.grant_id,
+            self.route.prefix,
+            self.reserved,
+        )
