@@ -6,7 +6,9 @@ connects to it). Buyers on real sockets call tools that stream progress, one
 spending a credit a call (``count``) and one charged by use (``write``: it
 reports its cost in its result), and leave: in the middle of the answer, all
 at once the way ``wrk`` ends a run (some with a plain close, some with a
-reset), or as the upstream's answer ends (injected: ``leaving_at_the_end``).
+reset), as the upstream's answer ends (injected: ``leaving_at_the_end``), or as
+the gateway's connection to the upstream opens, before the call went out
+(injected: ``leaving_on_connect``).
 
 The MCP gateway calls its upstreams through the gateway's client and pool
 (``x402srv.gateway.upstreams``), so the HTTP gateway's hazards are its own
@@ -34,8 +36,8 @@ from eth_account.signers.local import LocalAccount
 from tests.support.apps import AppProcess, open_sockets_to
 from tests.support.cli import x402srv
 from tests.support.credentials import bearer
-from tests.support.faults import leaving_at_the_end
-from tests.support.mcp import answer_of, open_session, rpc
+from tests.support.faults import leaving_at_the_end, leaving_on_connect
+from tests.support.mcp import MCP_HEADERS, answer_of, open_session, rpc
 from tests.support.purchase import buy
 from tests.support.seller import Seller
 from x402srv.testing.launcher import FRESH_ENV
@@ -170,12 +172,28 @@ async def _balance_after_one_more_call(url: str, headers: dict[str, str]) -> int
     return balance
 
 
-def _charged_by_use(seller: Seller, challenge_id: str) -> list[tuple[str, int, int]]:
-    """The grant's calls charged by use (its newest 100), as ``challenges show`` lists them."""
+def _credits(seller: Seller, challenge_id: str) -> dict[str, Any]:
+    """The grant's account, as ``challenges show`` prints it (read from the store)."""
     shown = x402srv(seller, "challenges", "show", challenge_id)
     assert shown.returncode == 0, shown.stderr
-    calls = json.loads(shown.stdout)["credits"]["calls_charged_by_use"]
+    credits: dict[str, Any] = json.loads(shown.stdout)["credits"]
+    return credits
+
+
+def _charged_by_use(seller: Seller, challenge_id: str) -> list[tuple[str, int, int]]:
+    """The grant's calls charged by use (its newest 100), as ``challenges show`` lists them."""
+    calls = _credits(seller, challenge_id)["calls_charged_by_use"]
     return [(c["route"], c["reserved"], c["charged"]) for c in calls]
+
+
+async def _credits_once(
+    seller: Seller, challenge_id: str, settled: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The grant's account once ``settled`` holds for it, or as it is after 5 s."""
+    deadline = time.monotonic() + 5
+    while not settled(credits := _credits(seller, challenge_id)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    return credits
 
 
 async def _wait_for_calls(seller: Seller, challenge_id: str, count: int) -> list[Any]:
@@ -287,3 +305,65 @@ async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_an
     balance = await _balance_after_one_more_call(f"{url}/check", session)
     spent = sum(AT_ONCE * charged for _, _, charged in leaving)
     assert balance == CREDITS - spent - POOL * HOLD["words"] - 3
+
+
+async def _leave_as_it_connects(
+    url: str, headers: dict[str, str], tool: str, arguments: Any
+) -> None:
+    """A call whose buyer is gone once the gateway's upstream connection opens (injected).
+
+    (The injected cancellation, with the buyer's socket still open, is answered 500
+    by Sanic; a real buyer is gone by then.)
+    """
+    reader, writer = await _post(url, "/mcp", headers, _call(tool, **arguments))
+    try:
+        status = await asyncio.wait_for(reader.readline(), 10)
+        assert status.startswith(b"HTTP/1.1 500"), f"{status!r}, {await reader.read(500)!r}"
+    finally:
+        writer.transport.abort()
+
+
+async def test_a_tool_call_whose_buyer_left_before_it_was_sent_upstream_is_charged_nothing(
+    start_seller: Callable[..., Seller],
+    leaving_upstream: AppProcess,
+    buyer: LocalAccount,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Gone as the gateway's connection to the MCP server opens: the server saw nothing.
+
+    A call charged by use was settled on its whole reservation (20 credits), and a
+    plain call kept the credit it spent, though no byte of either went out. Now such
+    a call is settled at 0, or its credits go back (docs/mcp.md, "Tools charged by
+    use"), as a gateway route's call is (docs/selling-calls.md, "Charging by use").
+    The cancellation is injected as each connection to the upstream's port opens
+    (``leaving_on_connect``), so the calls need no session there; the balance is
+    read from the store (``challenges show``), and the upstream counts no run.
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
+    seller = start_seller(
+        "gas-wallet",
+        plans=PLANS,
+        mcp=[_table("/mcp", leaving_upstream.url)],
+        env=leaving_on_connect(leaving_upstream.port),
+    )
+    monkeypatch.delenv(FRESH_ENV)  # (``challenges show`` needs none: forked from the warm one)
+    grant = await buy(seller, buyer, "many")
+    challenge_id = grant["challengeId"]
+    headers = {**MCP_HEADERS, **bearer(grant["accessToken"])}
+    async with httpx.AsyncClient(timeout=10) as client:
+        before = (await client.get(f"{leaving_upstream.url}/_control/runs")).json()
+    leaving = [("write", {"words": 2}), ("count", {"to": 2})] * 5
+    await asyncio.gather(
+        *(_leave_as_it_connects(seller.server.url, headers, t, a) for t, a in leaving)
+    )
+    credits = await _credits_once(
+        seller,
+        challenge_id,
+        lambda now: now["credits_left"] == CREDITS and len(now["calls_charged_by_use"]) == 5,
+    )
+    calls = [(c["route"], c["reserved"], c["charged"]) for c in credits["calls_charged_by_use"]]
+    assert calls == [("/mcp:write", RESERVE, 0)] * 5
+    assert credits["credits_left"] == CREDITS, credits
+    async with httpx.AsyncClient(timeout=10) as client:
+        after = (await client.get(f"{leaving_upstream.url}/_control/runs")).json()
+    assert after == before  # (no call reached the MCP server)

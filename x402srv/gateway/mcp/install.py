@@ -9,7 +9,8 @@ then:
   refusal is answered here; an admitted call is forwarded with the payment
   stripped from its ``_meta``, and its answer rewritten on the way back; its
   credits are settled once, as its result goes out, when it fails, or when its
-  buyer left before the result (``_Door.abandoned``);
+  buyer left before the result (``_Door.abandoned``: nothing charged if no byte
+  of the call went out to the upstream);
 - ``tools/list`` -> forwarded, each tool's price added on the way back;
 - everything else (``initialize``, ``resources/*``, ``prompts/*``,
   notifications, a client's responses, the GET stream, DELETE) -> forwarded
@@ -101,6 +102,11 @@ class _ToolCall:
     decision: ToolForward
     outcome: str = "upstream_error"  # (for /metrics, until its answer says otherwise)
     settled: bool = False
+    sent: bool = False  # whether any byte of it went out to the upstream (``sending``)
+
+    def sending(self) -> None:
+        """The call's first byte goes out to the upstream (``send_upstream``'s ``sending``)."""
+        self.sent = True
 
 
 def _rpc_response(err: RpcError) -> HTTPResponse:
@@ -158,19 +164,27 @@ class _Door:
         return rewrite
 
     async def receipt(
-        self, call: _ToolCall, *, failed: bool, reported: int | None = None, left: bool = False
+        self,
+        call: _ToolCall,
+        *,
+        failed: bool,
+        reported: int | None = None,
+        left: bool = False,
+        unsent: bool = False,
     ) -> dict[str, Any]:
         """The call's ``_meta``: credits back first if it failed, then what the buyer keeps.
 
         A tool charged by use settles its reservation here, on the cost its
         result ``reported`` (docs/mcp.md, "Tools charged by use"); on all of it
-        when its buyer ``left`` before the result. Once per call: ``call.settled``.
+        when its buyer ``left`` before the result. A call ``unsent`` (no byte of
+        it went out to the upstream) gets all of its credits back. Once per
+        call: ``call.settled``.
         """
         call.settled = True  # (first: a cancellation in a store step below does not stop it)
         decision = call.decision
         usage = decision.usage
         by_use = decision.by_use
-        refund = failed and self.server.refund_on_error
+        refund = unsent or (failed and self.server.refund_on_error)
         if usage is not None and by_use is not None and self.meter is not None:
             if left:
                 reported = usage.cost
@@ -201,14 +215,26 @@ class _Door:
     async def abandoned(self, call: _ToolCall) -> None:
         """The buyer left (or the handler failed) before the call's result went out to it.
 
-        The call was forwarded, so it keeps what it spent, counted as any call's
-        credits are. One charged by use is settled on its whole reservation (its
-        result and the cost it reports never came through), as a gateway route's
-        call is when its buyer leaves mid-answer (docs/selling-calls.md, "Charging
-        by use"): unsettled, it would be missing from the grant's calls.
+        A call of which a byte went out to the upstream keeps what it spent,
+        counted as any call's credits are. One charged by use is settled on its
+        whole reservation (its result and the cost it reports never came
+        through), as a gateway route's call is when its buyer leaves mid-answer
+        (docs/selling-calls.md, "Charging by use"): unsettled, it would be
+        missing from the grant's calls. A call of which no byte went out (its
+        buyer left while x402srv waited for a connection to the upstream) costs
+        nothing, as there: the upstream never saw it. Its credits go back, and
+        one charged by use is settled at 0.
         """
         usage = call.decision.usage
         if usage is None or call.settled:
+            return
+        if not call.sent:
+            log.info(
+                "grant %s on tool %s: the buyer left before the call was sent; charged nothing",
+                usage.grant_id,
+                self.label(call.decision.tool),
+            )
+            await self.receipt(call, failed=False, unsent=True)
             return
         if call.decision.by_use is not None:
             log.info(
@@ -351,7 +377,14 @@ def install_mcp(
     ) -> HTTPResponse | None:
         claims = call.decision.claims if call is not None else None
         try:
-            upstream = await send_upstream(app.ctx.mcp_client, door.server, request, body, claims)
+            upstream = await send_upstream(
+                app.ctx.mcp_client,
+                door.server,
+                request,
+                body,
+                claims,
+                sending=call.sending if call is not None else None,
+            )
         except httpx.HTTPError as exc:
             log.warning("MCP upstream %s failed: %s", door.server.upstream, repr(exc))
             problem = (

@@ -29,7 +29,7 @@ from sanic import Request
 from sanic.compat import Header
 
 from x402srv.config.mcp import McpConfig
-from x402srv.gateway.forward import HOP_BY_HOP, upstream_body
+from x402srv.gateway.forward import HOP_BY_HOP, _on_first_byte, upstream_body
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["Rewrite", "request_headers", "send_upstream", "stream_answer"]
@@ -93,8 +93,15 @@ async def send_upstream(
     request: Request,
     body: bytes | None,
     claims: AccessClaims | None,
+    *,
+    sending: Callable[[], None] | None = None,
 ) -> httpx.Response:
-    """Open the upstream's answer (streamed); ``httpx.HTTPError`` when it cannot be had."""
+    """Open the upstream's answer (streamed); ``httpx.HTTPError`` when it cannot be had.
+
+    ``sending`` hears the moment the message's first byte goes out to the
+    upstream (httpcore's ``trace`` extension, as the gateway's ``forward``):
+    before it, the upstream has seen nothing.
+    """
     long_lived = request.method == "GET"  # the server's own SSE stream: idle is normal
     upstream_request = client.build_request(
         request.method,
@@ -106,6 +113,7 @@ async def send_upstream(
             connect=server.connect_timeout_seconds,
             pool=server.connect_timeout_seconds,
         ),
+        extensions={"trace": _on_first_byte(sending)} if sending is not None else None,
     )
     return await client.send(upstream_request, stream=True)
 
