@@ -28,6 +28,7 @@ from x402srv.config.models import Config
 from x402srv.default_plugins.sqlite import ops as sqlite_ops
 from x402srv.default_plugins.sqlite import reports as sqlite_reports
 from x402srv.default_plugins.sqlite import schema as sqlite_schema
+from x402srv.default_plugins.sqlite import store as sqlite_store
 from x402srv.default_plugins.sqlite.checkpoint import (
     IDLE_SECONDS,
     INTERVAL_SECONDS,
@@ -899,6 +900,56 @@ async def test_a_refund_whose_caller_leaves_while_the_lock_is_held_is_made_all_t
     while (account := await patient.get_credits("g")) is not None and account.balance != 15:
         assert asyncio.get_running_loop().time() < deadline, account
         await asyncio.sleep(0.01)
+
+
+async def test_a_refund_whose_caller_leaves_as_the_store_closes_is_made_before_the_file_closes(
+    patient: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled in a pause while the store closes, a refund still reaches the store's thread.
+
+    A close takes the store's executor away at once, but its thread runs what
+    was queued before the file closes: a refund not cancelled meanwhile is
+    made there. One whose caller left in that moment was dropped, with nothing
+    in the log: the buyer's credits never came back.
+    """
+    monkeypatch.setattr(sqlite_store, "INLINE_PAUSES", (30.0,))  # (still pausing when cancelled)
+    await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    with locked(patient.path):
+        task = asyncio.create_task(patient.refund("g", 5, now=BASE_TIME))
+        await asyncio.sleep(0)  # its first try: the lock is held; it waits to try again
+        closing = asyncio.create_task(patient.close())
+        await asyncio.sleep(0)
+        assert patient._executor is None  # the close has begun
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await closing
+    reopened = SqliteStore(patient.path)
+    await reopened.start()
+    try:
+        account = await reopened.get_credits("g")
+    finally:
+        await reopened.close()
+    assert account is not None and account.balance == 15
+
+
+async def test_a_refund_whose_caller_leaves_after_the_store_closed_is_logged_as_not_made(
+    patient: SqliteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody waits for its outcome any more: a refund that cannot be made is an error logged."""
+    monkeypatch.setattr(sqlite_store, "INLINE_PAUSES", (30.0,))
+    await patient.credit("g", 10, key="g", now=BASE_TIME, keep_until=BASE_TIME + 60)
+    with locked(patient.path):
+        task = asyncio.create_task(patient.refund("g", 5, now=BASE_TIME))
+        await asyncio.sleep(0)  # its first try: the lock is held; it waits to try again
+    await patient.close()
+    with caplog.at_level(logging.ERROR, logger="x402srv.store.sqlite"):
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(20):  # (the failure comes back through the loop)
+            await asyncio.sleep(0)
+    assert any("refund whose caller left" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_store_that_fsyncs_every_commit_runs_no_step_on_the_loop(tmp_path: Path) -> None:

@@ -330,7 +330,8 @@ class SqliteStore:
         its thread (docs/performance.md, "The sqlite store's write lock"). A
         step whose caller is cancelled during a pause is queued all the same
         unless it is a spend (``skip_if_cancelled``): as for a queued step, a
-        refund once asked for is made.
+        refund once asked for is made (even as the store closes), or logged as
+        not made.
         """
         executor = self._executor
         if executor is None:
@@ -342,8 +343,12 @@ class SqliteStore:
                     try:
                         await asyncio.sleep(pause)
                     except asyncio.CancelledError:
-                        if not skip_if_cancelled and self._executor is not None:
-                            self._queue_step(op, step, self._executor, skip_if_cancelled)
+                        if not skip_if_cancelled:
+                            # (the executor it began with: a store closing meanwhile has
+                            # let go of it, but its thread runs what is queued before
+                            # the file closes, as for a step not cancelled)
+                            queued = self._queue_step(op, step, executor, skip_if_cancelled)
+                            queued.add_done_callback(functools.partial(self._unheard, op))
                         raise
                 if not self._steps.try_inline():
                     break  # (steps are queued for the thread: this one joins them)
@@ -370,6 +375,11 @@ class SqliteStore:
         pending = PendingStep(op, step, future, skip_if_cancelled)
         self._steps.submit(pending, executor, self._drain_steps, _unavailable)
         return future
+
+    def _unheard(self, op: str, future: asyncio.Future[Any]) -> None:
+        """A step whose caller left failed: logged, as nobody else will hear of it."""
+        if not future.cancelled() and (error := future.exception()) is not None:
+            _log.error("sqlite store %s: %s whose caller left not made: %s", self.path, op, error)
 
     def _step_inline(self, op: str, step: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
         """(True, outcome): ``step`` ran in a transaction of its own on the loop's connection.
