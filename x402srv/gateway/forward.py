@@ -208,7 +208,8 @@ def _on_first_byte(sending: Callable[[], None]) -> Callable[[str, Any], Awaitabl
     """An httpcore ``trace`` callback that calls ``sending`` as the request's headers start out."""
 
     async def trace(event: str, _info: Any) -> None:
-        if event == "http11.send_request_headers.started":
+        # ("http11." today: the upstream client speaks HTTP/1.1; "http2." would name it too)
+        if event.endswith(".send_request_headers.started"):
             sending()
 
     return trace
