@@ -40,6 +40,7 @@ from x402srv.tokens.verify import AccessClaims
 
 __all__ = [
     "HOP_BY_HOP",
+    "first_byte_trace",
     "forward",
     "release_upstream",
     "request_headers",
@@ -204,7 +205,7 @@ async def release_upstream(upstream: httpx.Response) -> None:
     await to_the_end(upstream.aclose())
 
 
-def _on_first_byte(sending: Callable[[], None]) -> Callable[[str, Any], Awaitable[None]]:
+def first_byte_trace(sending: Callable[[], None]) -> Callable[[str, Any], Awaitable[None]]:
     """An httpcore ``trace`` callback that calls ``sending`` as the request's headers start out."""
 
     async def trace(event: str, _info: Any) -> None:
@@ -267,7 +268,7 @@ async def forward(
             connect=route.connect_timeout_seconds,
             pool=route.connect_timeout_seconds,
         ),
-        extensions={"trace": _on_first_byte(sending)} if sending is not None else None,
+        extensions={"trace": first_byte_trace(sending)} if sending is not None else None,
     )
     try:
         upstream = await client.send(upstream_request, stream=True)

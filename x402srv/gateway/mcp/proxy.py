@@ -29,7 +29,7 @@ from sanic import Request
 from sanic.compat import Header
 
 from x402srv.config.mcp import McpConfig
-from x402srv.gateway.forward import HOP_BY_HOP, _on_first_byte, upstream_body
+from x402srv.gateway.forward import HOP_BY_HOP, first_byte_trace, upstream_body
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["Rewrite", "request_headers", "send_upstream", "stream_answer"]
@@ -113,7 +113,7 @@ async def send_upstream(
             connect=server.connect_timeout_seconds,
             pool=server.connect_timeout_seconds,
         ),
-        extensions={"trace": _on_first_byte(sending)} if sending is not None else None,
+        extensions={"trace": first_byte_trace(sending)} if sending is not None else None,
     )
     return await client.send(upstream_request, stream=True)
 
