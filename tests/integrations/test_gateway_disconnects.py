@@ -299,7 +299,8 @@ async def test_a_buyer_who_leaves_before_its_call_is_sent_to_the_upstream_is_cha
 
     Its call, charged by use, was settled as abandoned: the whole reservation
     (2000 credits) kept, as if the upstream had produced an answer and reported
-    nothing. Now a call whose first byte never went out costs nothing. The
+    nothing; a call on a route of a fixed cost (5) kept it too. Now a call whose
+    first byte never went out costs nothing. The
     cancellation is injected as each connection to the upstream opens
     (``leaving_on_connect``); the balance is read through a route to another
     upstream, which the injection leaves alone.
@@ -316,16 +317,21 @@ async def test_a_buyer_who_leaves_before_its_call_is_sent_to_the_upstream_is_cha
             "strip_prefix": True,
             "cost": 1,
         }
+        per_call = {**balance, "prefix": "/per-call", "upstream": llm_upstream.url, "cost": 5}
         gateway = start_seller(
             "gas-wallet",
             plans=PLANS,
-            routes=[*_routes(llm_upstream.url), balance],
+            routes=[*_routes(llm_upstream.url), balance, per_call],
             env=leaving_on_connect(llm_upstream.port),
         )
         url = gateway.server.url
         token = await _buy(gateway, buyer, "tokens")
         await asyncio.gather(
-            *(_leave_as_it_connects(url, "/metered/v1/complete", token) for _ in range(5))
+            *(
+                _leave_as_it_connects(url, f"{path}/v1/complete", token)
+                for path in ("/metered", "/per-call")
+                for _ in range(5)
+            )
         )
         async with httpx.AsyncClient(timeout=30) as client:
             after = await client.post(

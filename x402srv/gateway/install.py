@@ -139,6 +139,12 @@ def install_gateway(
             usage = await _refund(meter, usage, route, failed=status >= 500)
             return usage.headers()
 
+        sent = False
+
+        def sending() -> None:
+            nonlocal sent
+            sent = True
+
         try:
             status = await forward(
                 app.ctx.gateway_client,
@@ -147,12 +153,19 @@ def install_gateway(
                 decision.claims,
                 extra_response_headers=extra,
                 on_status=metered,
+                sending=sending if usage is not None else None,
             )
         except ProblemError as err:
             # A paid retry whose upstream failed still hands the buyer its token.
             response = problem_response(err)
             response.headers.update({**extra, **await metered(err.status)})
             return response
+        except asyncio.CancelledError:
+            # The buyer left before any byte of its call went out: the upstream never saw
+            # it, and the call costs nothing (docs/selling-calls.md, "Charging by use").
+            if usage is not None and meter is not None and not sent:
+                await meter.refund(usage)
+            raise
         if status is None:  # the upstream broke in the middle of its answer
             await metered(500)
         return None
