@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.apps import AppProcess, open_sockets_to
+from tests.support.apps import AppProcess, leave_at_once, open_sockets_to
 from tests.support.credentials import bearer
 from tests.support.faults import leaving_at_the_end, leaving_on_connect
 from tests.support.metering import limits
@@ -76,6 +76,22 @@ def _routes(upstream: str, checked: str | None = None) -> list[dict[str, Any]]:
             }
         )
     return routes
+
+
+@pytest.fixture
+def other_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppProcess]:
+    """A second LLM upstream, left alone by the injected faults; and fresh interpreters.
+
+    The faults are injected by a ``sitecustomize`` that only a fresh interpreter reads.
+    """
+    monkeypatch.setenv(FRESH_ENV, "1")
+    other = AppProcess(
+        "llm_stream_upstream:app", tmp_path / "llm.log", health="/health", app_dir=SAMPLES
+    ).start()
+    try:
+        yield other
+    finally:
+        other.stop()
 
 
 @pytest.fixture(scope="module")
@@ -126,20 +142,10 @@ async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter
 
 
 async def _leave_mid_stream(url: str, path: str, token: str) -> None:
-    """``LEAVING`` buyers in the middle of their streams, then all gone at once.
-
-    Half send a FIN (the gateway reads an end of file while it still streams),
-    half close with unread data, which the kernel turns into a reset.
-    """
-    writers = await asyncio.gather(*(_start_stream(url, path, token) for _ in range(LEAVING)))
-    for n, writer in enumerate(writers):
-        if n % 2:
-            writer.transport.abort()
-        else:
-            writer.write_eof()
-    await asyncio.sleep(0.5)
-    for writer in writers:
-        writer.transport.abort()
+    """``LEAVING`` buyers in the middle of their streams, then all gone at once."""
+    await leave_at_once(
+        await asyncio.gather(*(_start_stream(url, path, token) for _ in range(LEAVING)))
+    )
 
 
 async def _buy(gateway: Seller, buyer: LocalAccount, plan_id: str) -> str:
@@ -248,9 +254,8 @@ async def _leave_as_it_connects(url: str, path: str, token: str) -> None:
 async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connection_behind(
     start_seller: Callable[..., Seller],
     llm_upstream: AppProcess,
+    other_upstream: AppProcess,
     buyer: LocalAccount,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
 ) -> None:
     """Each buyer is gone as the gateway's new connection to the upstream opens.
 
@@ -263,81 +268,62 @@ async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connecti
     opens (``leaving_on_connect``); the pool is then checked through another
     upstream, whose connections the injection leaves alone.
     """
-    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
-    other = AppProcess(
-        "llm_stream_upstream:app", tmp_path / "llm.log", health="/health", app_dir=SAMPLES
-    ).start()
-    try:
-        gateway = start_seller(
-            "gas-wallet",
-            plans=PLANS,
-            routes=_routes(llm_upstream.url, other.url),
-            env=leaving_on_connect(llm_upstream.port),
+    gateway = start_seller(
+        "gas-wallet",
+        plans=PLANS,
+        routes=_routes(llm_upstream.url, other_upstream.url),
+        env=leaving_on_connect(llm_upstream.port),
+    )
+    url = gateway.server.url
+    tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
+    for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:  # 120 buyers
+        await asyncio.gather(
+            *(_leave_as_it_connects(url, f"{path}/v1/complete", tokens[plan_id]) for _ in range(20))
         )
-        url = gateway.server.url
-        tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
-        for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:  # 120 buyers
-            await asyncio.gather(
-                *(
-                    _leave_as_it_connects(url, f"{path}/v1/complete", tokens[plan_id])
-                    for _ in range(20)
-                )
-            )
-        await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
-    finally:
-        other.stop()
+    await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
 
 
 async def test_a_buyer_who_leaves_before_its_call_is_sent_to_the_upstream_is_charged_nothing(
     start_seller: Callable[..., Seller],
     llm_upstream: AppProcess,
+    other_upstream: AppProcess,
     buyer: LocalAccount,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
 ) -> None:
     """Gone as the gateway's connection to the upstream opens: the upstream saw nothing.
 
     Its call, charged by use, was settled as abandoned: the whole reservation
     (2000 credits) kept, as if the upstream had produced an answer and reported
     nothing; a call on a route of a fixed cost (5) kept it too. Now a call whose
-    first byte never went out costs nothing. The
-    cancellation is injected as each connection to the upstream opens
-    (``leaving_on_connect``); the balance is read through a route to another
-    upstream, which the injection leaves alone.
+    first byte never went out costs nothing. The cancellation is injected as each
+    connection to the upstream opens (``leaving_on_connect``); the balance is read
+    through a route to another upstream, which the injection leaves alone.
     """
-    monkeypatch.setenv(FRESH_ENV, "1")  # (a fresh interpreter reads the sitecustomize)
-    other = AppProcess(
-        "llm_stream_upstream:app", tmp_path / "llm.log", health="/health", app_dir=SAMPLES
-    ).start()
-    try:
-        balance = {
-            "prefix": "/balance",
-            "upstream": other.url,
-            "plans": ["tokens"],
-            "strip_prefix": True,
-            "cost": 1,
-        }
-        per_call = {**balance, "prefix": "/per-call", "upstream": llm_upstream.url, "cost": 5}
-        gateway = start_seller(
-            "gas-wallet",
-            plans=PLANS,
-            routes=[*_routes(llm_upstream.url), balance, per_call],
-            env=leaving_on_connect(llm_upstream.port),
+    balance = {
+        "prefix": "/balance",
+        "upstream": other_upstream.url,
+        "plans": ["tokens"],
+        "strip_prefix": True,
+        "cost": 1,
+    }
+    per_call = {**balance, "prefix": "/per-call", "upstream": llm_upstream.url, "cost": 5}
+    gateway = start_seller(
+        "gas-wallet",
+        plans=PLANS,
+        routes=[*_routes(llm_upstream.url), balance, per_call],
+        env=leaving_on_connect(llm_upstream.port),
+    )
+    url = gateway.server.url
+    token = await _buy(gateway, buyer, "tokens")
+    await asyncio.gather(
+        *(
+            _leave_as_it_connects(url, f"{path}/v1/complete", token)
+            for path in ("/metered", "/per-call")
+            for _ in range(5)
         )
-        url = gateway.server.url
-        token = await _buy(gateway, buyer, "tokens")
-        await asyncio.gather(
-            *(
-                _leave_as_it_connects(url, f"{path}/v1/complete", token)
-                for path in ("/metered", "/per-call")
-                for _ in range(5)
-            )
+    )
+    async with httpx.AsyncClient(timeout=30) as client:
+        after = await client.post(
+            f"{url}/balance/v1/complete", json={"max_tokens": 1}, headers=bearer(token)
         )
-        async with httpx.AsyncClient(timeout=30) as client:
-            after = await client.post(
-                f"{url}/balance/v1/complete", json={"max_tokens": 1}, headers=bearer(token)
-            )
-        assert after.status_code == 200, after.text
-        assert limits(after.headers["ratelimit"])["credits"]["r"] == 10**9 - 1  # only its own 1
-    finally:
-        other.stop()
+    assert after.status_code == 200, after.text
+    assert limits(after.headers["ratelimit"])["credits"]["r"] == 10**9 - 1  # only its own 1

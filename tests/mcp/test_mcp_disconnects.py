@@ -33,7 +33,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.apps import AppProcess, open_sockets_to
+from tests.support.apps import AppProcess, leave_at_once, open_sockets_to
 from tests.support.cli import x402srv
 from tests.support.credentials import bearer
 from tests.support.faults import leaving_at_the_end, leaving_on_connect
@@ -110,22 +110,10 @@ async def _start_call(url: str, headers: dict[str, str], tool: str, arguments: A
 
 
 async def _leave_mid_answer(url: str, headers: dict[str, str], tool: str, arguments: Any) -> None:
-    """``LEAVING`` buyers in the middle of their answers, then all gone at once.
-
-    Half send a FIN (x402srv reads an end of file while it still streams), half
-    close with unread data, which the kernel turns into a reset.
-    """
-    writers = await asyncio.gather(
-        *(_start_call(url, headers, tool, arguments) for _ in range(LEAVING))
+    """``LEAVING`` buyers in the middle of their answers, then all gone at once."""
+    await leave_at_once(
+        await asyncio.gather(*(_start_call(url, headers, tool, arguments) for _ in range(LEAVING)))
     )
-    for n, writer in enumerate(writers):
-        if n % 2:
-            writer.transport.abort()
-        else:
-            writer.write_eof()
-    await asyncio.sleep(0.5)
-    for writer in writers:
-        writer.transport.abort()
 
 
 async def _leave_as_it_ends(url: str, headers: dict[str, str], tool: str, arguments: Any) -> None:

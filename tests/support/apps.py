@@ -98,6 +98,22 @@ def open_sockets_to(port: int) -> int:
     return count
 
 
+async def leave_at_once(writers: list[asyncio.StreamWriter]) -> None:
+    """Buyers in the middle of their answers, all gone at once, the way ``wrk`` ends a run.
+
+    Half send a FIN (the server reads an end of file while it still streams), half
+    close with unread data, which the kernel turns into a reset.
+    """
+    for n, writer in enumerate(writers):
+        if n % 2:
+            writer.transport.abort()
+        else:
+            writer.write_eof()
+    await asyncio.sleep(0.5)
+    for writer in writers:
+        writer.transport.abort()
+
+
 @dataclass(frozen=True)
 class RawResponse:
     status: int
