@@ -74,6 +74,8 @@ class _QuietHTTPProvider(AsyncHTTPProvider):
             ),
         )
         self._request_session_manager.logger = _LOG
+        #: The session ``connect`` opened, closed by ``disconnect`` whatever web3 did with it.
+        self.own_session: aiohttp.ClientSession | None = None
         self._redacted = redact_url(url)
         _REDACTOR.urls.add(url)
 
@@ -94,12 +96,28 @@ async def connect(url: str, *, request_timeout: float) -> GasWalletWeb3:
     session = aiohttp.ClientSession(
         raise_for_status=True, connector=aiohttp.TCPConnector(force_close=True)
     )
-    await provider.cache_async_session(session)
+    provider.own_session = session
+    try:
+        await provider.cache_async_session(session)
+    except BaseException:
+        await session.close()
+        raise
     return AsyncWeb3(provider, middleware=[])
 
 
 async def disconnect(w3: GasWalletWeb3) -> None:
-    await w3.provider.disconnect()
+    """Close the sessions web3 cached, and the one ``connect`` opened whatever web3 did with it.
+
+    (web3 keeps a session per event loop and replaces one it finds closed; an
+    aiohttp session left open warns when it is collected.)
+    """
+    provider = w3.provider
+    try:
+        await provider.disconnect()
+    finally:
+        own = getattr(provider, "own_session", None)
+        if own is not None and not own.closed:
+            await own.close()
 
 
 def node_message(exc: Web3RPCError) -> str:

@@ -125,6 +125,9 @@ class GasWalletSettler:
                 f"the RPC node at {where} cannot be reached ({type(exc).__name__})",
                 path="settlement.rpc_url",
             ) from None
+        except BaseException:  # (cancelled while it asked: nothing is left open)
+            await disconnect(w3)
+            raise
         if chain_id != self.chain_id:
             await disconnect(w3)
             raise ConfigError(
