@@ -41,6 +41,7 @@ from tests.support.mcp import MCP_HEADERS, answer_of, open_session, rpc
 from tests.support.purchase import buy
 from tests.support.seller import Seller
 from x402srv.testing.launcher import FRESH_ENV
+from x402srv.testing.servers import free_port
 
 LEAVING = 50  # buyers who leave at once (wrk's -c50)
 AT_ONCE = 20  # buyers who call at once, each leaving as its answer ends
@@ -355,3 +356,29 @@ async def test_a_tool_call_whose_buyer_left_before_it_was_sent_upstream_is_charg
     async with httpx.AsyncClient(timeout=10) as client:
         after = (await client.get(f"{leaving_upstream.url}/_control/runs")).json()
     assert after == before  # (no call reached the MCP server)
+
+
+async def test_a_tool_call_to_a_server_that_cannot_be_reached_costs_nothing(
+    start_seller: Callable[..., Seller], buyer: LocalAccount
+) -> None:
+    """``refund_on_error = false`` keeps a failed call's credits, but not of a call never sent.
+
+    Nothing listens at the MCP server's address: each call fails before a byte of it
+    went out. It kept its credits like a call the server failed (the reservation of a
+    call charged by use, the credit of a plain one); now it costs nothing.
+    """
+    gone = {**_table("/mcp", f"http://127.0.0.1:{free_port()}"), "refund_on_error": False}
+    seller = start_seller("gas-wallet", plans=PLANS, mcp=[gone])
+    grant = await buy(seller, buyer, "many")
+    headers = {**MCP_HEADERS, **bearer(grant["accessToken"])}
+    async with httpx.AsyncClient(timeout=10) as client:
+        for tool, arguments in [("write", {"words": 2}), ("count", {"to": 2})]:
+            answer = await client.post(
+                f"{seller.server.url}/mcp", json=_call(tool, **arguments), headers=headers
+            )
+            assert answer.status_code == 200, answer.text
+            assert "cannot be reached" in answer.json()["error"]["message"]
+    credits = _credits(seller, grant["challengeId"])
+    assert credits["credits_left"] == CREDITS, credits
+    calls = [(c["route"], c["reserved"], c["charged"]) for c in credits["calls_charged_by_use"]]
+    assert calls == [("/mcp:write", RESERVE, 0)]

@@ -105,6 +105,26 @@ async def test_an_upstream_5xx_gives_the_credit_back(
     assert gone.status_code == 402
 
 
+async def test_a_call_the_upstream_never_saw_costs_nothing_even_where_failures_are_kept(
+    metered_gateway: Seller, buyer: LocalAccount
+) -> None:
+    """``refund_on_5xx = false`` keeps the credits of a call the upstream failed.
+
+    A call to an upstream that cannot be reached (nothing listens there: 502) was
+    charged the same way, though no byte of it went out: charged by use, its
+    reservation; at a fixed cost, its cost. It costs nothing now, on either route.
+    """
+    url = metered_gateway.server.url
+    _, token = await _buy(metered_gateway, buyer, "/llm/one")  # 2 left
+    for path in ("/llm/gone/x", "/llm/gone-by-use/x"):
+        gone = httpx.get(f"{url}{path}", headers=bearer(token))
+        assert gone.status_code == 502, gone.text
+        assert gone.json()["code"] == "UPSTREAM_UNAVAILABLE"
+        assert _credits_left(gone) == 2, path
+    after = httpx.get(f"{url}/llm/one", headers=bearer(token))
+    assert _credits_left(after) == 1
+
+
 async def test_a_full_rate_window_answers_429_with_retry_after(
     metered_gateway: Seller, buyer: LocalAccount
 ) -> None:

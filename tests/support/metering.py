@@ -21,6 +21,7 @@ from tests.support.gateway import AGENT_URL
 from tests.support.seller import JWT_SECRET
 from x402srv.default_plugins.jwt_issuer import JwtIssuer
 from x402srv.interfaces import GrantRequest
+from x402srv.testing.servers import free_port
 from x402srv.tokens.verify import AccessClaims, HS256KeySource, TokenVerifier
 
 #: A purchase credits 3 calls (through routes that cost 1, or 2 under /llm/batch).
@@ -64,6 +65,20 @@ def metering_routes(upstream_url: str) -> list[dict[str, Any]]:
             "upstream": upstream_url,
             "plans": ["calls-3"],
             "refund_on_5xx": False,
+        },
+        {
+            # (nothing listens there: every call is a 502 that never reached an upstream)
+            "prefix": "/llm/gone",
+            "upstream": f"http://127.0.0.1:{free_port()}",
+            "plans": ["calls-3"],
+            "refund_on_5xx": False,
+        },
+        {
+            "prefix": "/llm/gone-by-use",
+            "upstream": f"http://127.0.0.1:{free_port()}",
+            "plans": ["calls-3"],
+            "refund_on_5xx": False,
+            "cost": {"reserve": 1, "from": "header"},
         },
         {"prefix": "/chat", "upstream": upstream_url, "plans": ["rated"]},
         {"prefix": "/bulk", "upstream": upstream_url, "plans": ["calls-50"]},

@@ -158,6 +158,9 @@ def install_gateway(
         except ProblemError as err:
             # A paid retry whose upstream failed still hands the buyer its token.
             response = problem_response(err)
+            if usage is not None and meter is not None and not sent:
+                # (whatever ``refund_on_5xx`` says: the upstream never saw the call)
+                usage = await meter.refund(usage)
             response.headers.update({**extra, **await metered(err.status)})
             return response
         except asyncio.CancelledError:

@@ -157,18 +157,24 @@ class UsageCall:
         return Ending(closing + event, fields)
 
     async def failed(self, status: int, reported: int | None = None) -> dict[str, str]:
-        """An upstream 5xx, failure or break: ``refund_on_5xx``, else settle on the report."""
+        """An upstream 5xx, failure or break: ``refund_on_5xx``, else settle on the report.
+
+        A call none of whose bytes went out (the upstream could not be reached, or no
+        connection to it was free in time) costs nothing either way: the upstream never
+        saw it.
+        """
         if self.settled:
             return self.usage.headers()
-        if self.route.refund_on_5xx:
+        if self.route.refund_on_5xx or not self.sent:
             self.settled = True
             self.usage = await self.meter.settle(self.usage, 0, route=self.route.prefix)
             log.info(
-                "usage grant=%s route=%s reserved=%d charged=0 (upstream %d)",
+                "usage grant=%s route=%s reserved=%d charged=0 (upstream %d%s)",
                 self.grant_id,
                 self.route.prefix,
                 self.reserved,
                 status,
+                "" if self.sent else ", never sent",
             )
         else:
             if reported is None:

@@ -394,7 +394,9 @@ def install_mcp(
             )
             err = refusal(problem, message.id if message is not None else None)
             if call is not None:  # a paid or metered call: credits back, receipt kept
-                err.data = {**(err.data or {}), **await door.receipt(call, failed=True)}
+                # (all of them, whatever ``refund_on_error`` says, if none of it went out)
+                receipt = await door.receipt(call, failed=True, unsent=not call.sent)
+                err.data = {**(err.data or {}), **receipt}
             err.status = 200 if message is not None and message.kind == "request" else 502
             return _rpc_response(err)
         try:
