@@ -15,7 +15,7 @@ import itertools
 import json
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import h11
@@ -81,6 +81,17 @@ def _routes(upstream: str, trailed: str) -> list[dict[str, Any]]:
             "plans": ["tokens"],
             "strip_prefix": True,
             "cost": {"reserve": 50, "from": "header", "on_missing": "nothing"},
+        }
+    )
+    # a body of at most 100 bytes: one streamed past it fails after the call went out
+    routes.append(
+        {
+            "prefix": "/v1/small",
+            "upstream": upstream,
+            "plans": ["tokens"],
+            "strip_prefix": True,
+            "max_body_bytes": 100,
+            "cost": {"reserve": 50, "from": "header", "header": "X-Usage-Cost"},
         }
     )
     # the same upstream, sold by time and not metered: the TTFB baseline
@@ -264,6 +275,40 @@ async def test_a_reservation_the_balance_cannot_hold_is_refused_and_spends_nothi
         )
         after = await client.post(f"{url}/v1/count", json={"max_tokens": 1}, headers=bearer(token))
         assert _left(after) == balance - 1  # the refusal spent nothing
+
+
+async def test_a_body_streamed_past_the_limit_after_the_call_went_out_is_not_refunded(
+    usage_gateway: Seller, buyer: LocalAccount
+) -> None:
+    """The buyer's body outgrows ``max_body_bytes`` once its call is on its way: 400.
+
+    Without a ``Content-Length`` the gateway learns it too late: the call's head and
+    the first 100 bytes are at the upstream already, which may be at work on them. It
+    is the buyer's error, not the upstream's failure, so ``refund_on_5xx`` (on here)
+    does not apply: charged the reservation, as a buyer who leaves mid-call is
+    (docs/selling-calls.md, "Charging by use"), and as a call of a fixed cost keeps
+    its credits. (The gateway once settled it at 0: a free call for any buyer that
+    pads its body.) The same body declared too large up front never goes out: 0.
+    """
+    token, paid = await _bought(usage_gateway, buyer)
+    balance = _left(paid)
+    url = f"{usage_gateway.server.url}/v1/small/v1/count"
+
+    async def padded() -> AsyncIterator[bytes]:  # (chunked: no Content-Length)
+        yield b'{"max_tokens": 3, "pad": "'
+        for _ in range(10):
+            yield b"x" * 100
+        yield b'"}'
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        streamed = await client.post(url, content=padded(), headers=bearer(token))
+        assert streamed.status_code == 400, streamed.text
+        assert streamed.headers["x-x402-cost"] == "50"
+        assert _left(streamed) == balance - 50
+        declared = await client.post(url, content=b"x" * 1000, headers=bearer(token))
+        assert declared.status_code == 400, declared.text
+        assert declared.headers["x-x402-cost"] == "0"
+        assert _left(declared) == balance - 50
 
 
 async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(

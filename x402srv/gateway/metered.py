@@ -161,11 +161,15 @@ class UsageCall:
 
         A call none of whose bytes went out (the upstream could not be reached, or no
         connection to it was free in time) costs nothing either way: the upstream never
-        saw it.
+        saw it. A ``status`` under 500 is the buyer's own error found once the call was
+        on its way (its body streamed past ``max_body_bytes``): the upstream has it, so
+        it is charged as a buyer who left is, whatever ``refund_on_5xx`` says.
         """
         if self.settled:
             return self.usage.headers()
-        if self.route.refund_on_5xx or not self.sent:
+        if self.sent and status < 500:
+            await self._settle(self._reported(), missing_costs="reserve")
+        elif self.route.refund_on_5xx or not self.sent:
             self.settled = True
             self.usage = await self.meter.settle(self.usage, 0, route=self.route.prefix)
             log.info(
