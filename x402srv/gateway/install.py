@@ -159,9 +159,12 @@ def install_gateway(
             # A paid retry whose upstream failed still hands the buyer its token.
             response = problem_response(err)
             if usage is not None and meter is not None and not sent:
-                # (whatever ``refund_on_5xx`` says: the upstream never saw the call)
+                # Whatever ``refund_on_5xx`` says: the upstream never saw the call. (Its one
+                # refund: a store that failed it after all may have made it.)
                 usage = await meter.refund(usage)
-            response.headers.update({**extra, **await metered(err.status)})
+                response.headers.update({**extra, **usage.headers()})
+            else:
+                response.headers.update({**extra, **await metered(err.status)})
             return response
         except asyncio.CancelledError:
             # The buyer left before any byte of its call went out: the upstream never saw
