@@ -170,16 +170,7 @@ class UsageCall:
         if self.sent and status < 500:
             await self._settle(self._reported(), missing_costs="reserve")
         elif self.route.refund_on_5xx or not self.sent:
-            self.settled = True
-            self.usage = await self.meter.settle(self.usage, 0, route=self.route.prefix)
-            log.info(
-                "usage grant=%s route=%s reserved=%d charged=0 (upstream %d%s)",
-                self.grant_id,
-                self.route.prefix,
-                self.reserved,
-                status,
-                "" if self.sent else ", never sent",
-            )
+            await self._charge_nothing(f"upstream {status}" + ("" if self.sent else ", never sent"))
         else:
             if reported is None:
                 reported = self._reported()
@@ -194,13 +185,17 @@ class UsageCall:
         """
         if self.sent or self.settled:
             await self._settle(self._reported(), missing_costs="reserve")
-            return
+        else:
+            await self._charge_nothing("the buyer left before the call was sent")
+
+    async def _charge_nothing(self, why: str) -> None:
+        """The whole reservation back: settled at 0, and logged with ``why``."""
         self.settled = True
         self.usage = await self.meter.settle(self.usage, 0, route=self.route.prefix)
         log.info(
-            "usage grant=%s route=%s reserved=%d charged=0 (the buyer left before the call "
-            "was sent)",
+            "usage grant=%s route=%s reserved=%d charged=0 (%s)",
             self.grant_id,
             self.route.prefix,
             self.reserved,
+            why,
         )
