@@ -116,7 +116,8 @@ async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
     elapsed = time.perf_counter() - started
     assert paid.status_code == 200, paid.text
 
-    sync_slack = WORKERS * (LIMIT // 20)  # what each worker may admit before it syncs
+    # what the other worker may admit before it adds its count (docs/operations.md)
+    sync_slack = (WORKERS - 1) * (LIMIT // 20)
     for statuses in floods:
         assert set(statuses) == {402, 429}, statuses
         assert LIMIT <= statuses[402] <= LIMIT + sync_slack, statuses

@@ -19,9 +19,13 @@ Counting is shared by every worker and instance through the store
 (``Store.count_hits``), in fixed windows, without a store round trip per
 request: each process counts locally and adds its count to the store's when a
 client is first seen in a window and then every ``sync_every`` requests, and
-decides on the store's total plus what it has not sent yet. So N processes let
-through at most N x ``sync_every`` requests more than the limit (5 % of it each),
-and a client once over the limit is refused locally until the window ends.
+decides each request on the store's total plus its own requests not yet in it.
+A request that would be decided on a total more than ``sync_every`` of its own
+requests old waits for a fresh one, however many arrive at once. So each
+process admits fewer than ``sync_every`` requests the others have not heard of,
+N processes let through fewer than (N - 1) x ``sync_every`` requests more than
+the limit (5 % of it each), one process exactly the limit, and a client once
+over the limit is refused locally until the window ends.
 
 A store that cannot be reached leaves each process counting on its own (and
 adding its count to the store's once it is back): the limit still holds per
@@ -30,6 +34,7 @@ process, and a store outage never refuses a client that is under it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import logging
@@ -40,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from x402srv.errors import RateLimited, StoreUnavailable
 from x402srv.interfaces import Clock, Store
+from x402srv.server.tasks import detached
 
 if TYPE_CHECKING:
     from sanic import Request
@@ -131,7 +137,28 @@ def client_of(request: Request[Any, Any]) -> str | None:
     return client_key(forwarded_hop(request.headers.getall(header, []), hops) or request.ip)
 
 
+@dataclass(slots=True)
+class _Client:
+    """What one process knows of one client's count in the current window."""
+
+    counted: int = 0  # this client's requests counted here
+    read_back: int = 0  # of those, how many are in ``total``
+    total: int | None = None  # the store's total as last read
+    sync: asyncio.Task[None] | None = None  # the count on its way
+
+
 class UnpaidLimiter:
+    """Counts unpaid requests per client and window; see the module docstring.
+
+    Each request is decided on its place in the window: the other processes'
+    requests in the store's total as last read, plus its own number among this
+    process's requests. A request more than ``sync_every`` of this process's
+    requests past what was last read back waits for a fresher total (the count
+    on its way, or one it sends itself), so however many requests of one
+    client arrive at once, this process admits fewer than ``sync_every`` that
+    the others do not know of, and one count per client is on its way at a time.
+    """
+
     def __init__(self, store: Store, options: LimitOptions, clock: Clock) -> None:
         self.store = store
         self.limit = options.requests
@@ -139,40 +166,62 @@ class UnpaidLimiter:
         self.sync_every = max(1, options.requests // 20)
         self.clock = clock
         self._index = -1
-        self._pending: dict[str, int] = {}  # counted here, not yet added to the store
-        self._known: dict[str, int] = {}  # the store's total as last read
+        self._clients: dict[str, _Client] = {}
 
     async def check(self, client: str) -> None:
         """Count one unpaid request of ``client``; raise ``RateLimited`` past the limit."""
         now = self.clock()
         index = int(now // self.window)
-        if index != self._index or len(self._known) > MAX_CLIENTS:
-            self._index, self._pending, self._known = index, {}, {}
-        pending = self._pending.get(client, 0) + 1
-        self._pending[client] = pending
-        known = self._known.get(client)
-        if known is None or (pending >= self.sync_every and known <= self.limit):
-            known = await self._sync(client, index, now)
-        if known + self._pending.get(client, 0) > self.limit:
+        if index != self._index or len(self._clients) > MAX_CLIENTS:
+            self._index, self._clients = index, {}
+        count = self._clients.get(client)
+        if count is None:
+            count = self._clients[client] = _Client()
+        count.counted += 1
+        number = count.counted
+        sent = False
+        while self._needs_total(count, number):
+            if count.sync is None:
+                if sent:  # its own count failed (the store is down): decide on what is here
+                    break
+                sent = True
+                count.sync = detached(self._sync(count, f"unpaid:{client}:{index}", index, now))
+            # (shielded: a request that leaves never drops the count of the others)
+            await asyncio.shield(count.sync)
+        if self._place(count, number) > self.limit:
             raise RateLimited(
                 f"more than {self.limit} unpaid requests in {self.window:g} s from this client "
                 "(a payment that fails counts as one); a payment that verifies is never limited",
                 retry_after=math.ceil((index + 1) * self.window - now),
             )
 
-    async def _sync(self, client: str, index: int, now: float) -> int:
-        delta = self._pending.pop(client, 0)
-        key = f"unpaid:{client}:{index}"
+    @staticmethod
+    def _place(count: _Client, number: int) -> int:
+        """Request ``number``'s place in the window: the others' requests as read, plus its own."""
+        return (count.total or 0) - count.read_back + number
+
+    def _needs_total(self, count: _Client, number: int) -> bool:
+        """Whether request ``number`` must wait for a fresher total before it is decided.
+
+        Once the store's total is past the limit, never: every request is refused
+        here until the window ends, without a store round trip.
+        """
+        if count.total is None:
+            return True
+        return number - count.read_back >= self.sync_every and count.total <= self.limit
+
+    async def _sync(self, count: _Client, key: str, index: int, now: float) -> None:
+        """Send the requests counted since the last count to the store; read its total back."""
+        delta = count.counted - count.read_back
         try:
             totals = await self.store.count_hits(
                 {key: delta}, window_end=(index + 1) * self.window, now=now
             )
         except StoreUnavailable:
             log.warning("unpaid-request limit: the store is unavailable; counting locally")
-            if index == self._index:
-                self._pending[client] = self._pending.get(client, 0) + delta
-            return self._known.get(client, 0)
-        total = totals.get(key, delta)
-        if index == self._index:
-            self._known[client] = total
-        return total
+            return
+        finally:
+            count.sync = None
+        count.read_back += delta
+        # (the store's total only grows within a window)
+        count.total = max(count.total or 0, totals.get(key, delta))
