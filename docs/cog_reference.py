@@ -250,8 +250,9 @@ _MOVES: dict[tuple[str, str], tuple[str, str]] = {
     ("SETTLING", "PENDING"): (
         "`moves.release`",
         "The attempt whose settler refused the payment (nothing moved on-chain), or whoever "
-        "[the chain convinces](#settling-is-decided-by-the-chain). Releases the payment claim: "
-        "the buyer may pay again.",
+        "[the chain convinces](#settling-is-decided-by-the-chain). The payment's claim stays "
+        "with the challenge (a settler saw it): no other purchase takes it, and this one only "
+        "from its buyer ([Proof](proof.md)); the buyer may also pay with a new authorization.",
     ),
     ("SETTLING", "PAID"): (
         "`moves.paid`",

@@ -14,7 +14,7 @@ before the fix:
   transaction the chain shows;
 - with every settler unreachable a buyer was told ``402 PAYMENT_FAILED``
   ("could not verify the payment"): now ``503 SETTLER_UNAVAILABLE`` with
-  ``Retry-After``, the challenge PENDING again and its claim released, so the
+  ``Retry-After``, the challenge PENDING again (keeping its claim), so the
   same payment settles once a settler is back.
 
 Everything is real: anvil, facilitator processes running the official SDK's

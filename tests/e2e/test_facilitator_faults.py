@@ -46,7 +46,7 @@ def test_facilitator_down_at_settle_time(
     buyer: LocalAccount,
 ) -> None:
     """Connection refused on /settle: nothing left, 503 SETTLER_UNAVAILABLE (the payment is
-    fine), the claim released; later the same payment settles."""
+    fine), the challenge PENDING again; later the same payment settles."""
     port = free_port()
     process = facilitator(port=port)
     seller = facilitator_seller(start_seller, process.url, verify_before_settle=False)

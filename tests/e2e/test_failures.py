@@ -1,6 +1,6 @@
 """The failure rows of the error table, each from a real request to a real server.
 
-402 from settlement (nothing moved, the claim released), 500 when the issuer
+402 from settlement (nothing moved, the challenge PENDING again), 500 when the issuer
 fails after payment (the record stays PAID; the retry delivers), and 503 when
 the store cannot be reached (nothing settled).
 """

@@ -59,11 +59,12 @@ async def test_settled_delivers_once_with_the_real_transaction(
     assert len(rig.settler.requests) == 1
 
 
-async def test_rejected_releases_the_claim_and_answers_402(
+async def test_rejected_goes_back_to_pending_and_answers_402(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:
-    """Rejected: SETTLING -> PENDING with the claim released, 402 PAYMENT_FAILED with the
-    settler's reason; the buyer can then pay the same challenge with a new authorization."""
+    """Rejected: SETTLING -> PENDING, 402 PAYMENT_FAILED with the settler's reason, the claim
+    kept by the challenge (the settler saw the payment: no other purchase takes it); the buyer
+    can then pay the same challenge with a new authorization."""
     rig = await make_rig(settler=ScriptedSettler(Rejected("insufficient_funds", "No funds.")))
     rig.settler.then(OnChain(rig.devchain, rig.relayer))
     challenge = await rig.challenge()
@@ -75,7 +76,8 @@ async def test_rejected_releases_the_claim_and_answers_402(
     record = await rig.record(challenge["challengeId"])
     assert states(record) == [*HANDED_OVER, PENDING]
     assert record.payment is None
-    assert await rig.store.inner.get_by_payment(rig.key(payment)) is None
+    owner = await rig.store.inner.get_by_payment(rig.key(payment))
+    assert owner is not None and owner.challenge_id == challenge["challengeId"]
     assert not rig.devchain.authorization_state(buyer.address, payment.nonce)
 
     again = rig.sign(buyer, challenge["accepts"][0])
@@ -244,7 +246,7 @@ async def test_already_used_because_the_buyer_cancelled_it_is_refused(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:
     """The other side of it: the chain shows the authorization cancelled by its payer, so
-    the settler's "already used" stands: 402, the claim released, nothing granted."""
+    the settler's "already used" stands: 402, back to PENDING, nothing granted."""
     rig = await make_rig(settler=ScriptedSettler())
     challenge = await rig.challenge()
     payment = rig.sign(buyer, challenge["accepts"][0])
@@ -270,5 +272,5 @@ async def test_already_used_because_the_buyer_cancelled_it_is_refused(
     assert problem(answer, 402, "PAYMENT_FAILED").extra["reason"] == Reason.NONCE_USED
     record = await rig.record(challenge["challengeId"])
     assert states(record) == [*HANDED_OVER, PENDING]
-    assert await rig.store.inner.get_by_payment(rig.key(payment)) is None
+    assert record.payment is None
     assert len(rig.settler.requests) == 1

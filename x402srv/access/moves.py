@@ -11,7 +11,7 @@ record that changed meanwhile is lost, never applied twice.
     settling  PENDING -> SETTLING, claiming the payment       (``settle``)
     note      SETTLING -> SETTLING by the attempt that holds it (hand-over,
               broadcast, lease ended; PAID -> PAID likewise: the delivery claim)
-    release   SETTLING -> PENDING, the claim released          (nothing moved on-chain)
+    release   SETTLING -> PENDING, the claim kept by it      (nothing moved on-chain)
     paid      SETTLING -> PAID, claiming the txHash
     deliver   PAID -> DELIVERED with the grant
     owe       PAID -> OWED: a top-up its grant can no longer use (``delivery``)
@@ -171,10 +171,13 @@ def note(
 
 
 def release(record: ChallengeRecord, at: float, reason: str) -> TransitionRequest:
-    """SETTLING -> PENDING with the payment claim released: nothing moved on-chain."""
-    return _held(
-        record, State.PENDING, at, reason, RecordChanges(clear_payment=True), release_payment=True
-    )
+    """SETTLING -> PENDING: nothing moved on-chain, and the payment's claim stays with it.
+
+    A settler saw the payment (a facilitator may log it), and one no settler could
+    take is still good: another purchase must never take it, and this one takes it
+    again only from its buyer (docs/protocol/proof.md, ``AccessPipeline._step``).
+    """
+    return _held(record, State.PENDING, at, reason, RecordChanges(clear_payment=True))
 
 
 def paid(
@@ -255,7 +258,6 @@ def _held(
     reason: str,
     changes: RecordChanges,
     *,
-    release_payment: bool = False,
     claim_tx_hash: str | None = None,
 ) -> TransitionRequest:
     """A move that only the attempt (settlement or delivery) which wrote it may make."""
@@ -268,6 +270,5 @@ def _held(
         reason=reason,
         attempt_id=record.payment.attempt_id,
         changes=changes,
-        release_payment=release_payment,
         claim_tx_hash=claim_tx_hash,
     )

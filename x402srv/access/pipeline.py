@@ -34,7 +34,8 @@ of ``x402srv/access/`` named beside it; this one only puts them in order.
     -> 410 GRANT_REVOKED naming the owed payment (GRANT_REFUNDED once refunded);
     SETTLING -> the chain decides at once (``recovery``), else 409 while a
     lease runs, 502 after (``settle_step``); EXPIRED/CANCELLED -> 410;
-    PENDING past expiresAt -> 410.
+    PENDING past expiresAt -> 410; PENDING sent again a payment it gave back
+    (step 8) -> only on proof, else 409 TX_ALREADY_REDEEMED.
  5. Check the payment against the requirement this server offered (the one
     of the challenge's offers it claims: network, token, that token's amount
     and EIP-712 domain: ``payment_check``).           -> 402 PAYMENT_FAILED
@@ -46,8 +47,8 @@ of ``x402srv/access/`` named beside it; this one only puts them in order.
     settler of the payment's network (``settlement.per_network``: its
     failover, when it has several), our ids removed
     (``protocol.for_third_parties``). Rejected: SETTLING -> PENDING, the claim
-    released, 402; 503 SETTLER_UNAVAILABLE (+ Retry-After) when no settler
-    could be reached; but "nonce already used" is the chain's to decide.
+    kept by the challenge, 402; 503 SETTLER_UNAVAILABLE (+ Retry-After) when no
+    settler could be reached; but "nonce already used" is the chain's to decide.
     Unknown: the lease ends and the chain decides (step 4 again).
  9. Confirm the settler's transaction on-chain (when there is an RPC), claim
     its txHash and move SETTLING -> PAID with the payer of the authorization
@@ -74,7 +75,7 @@ from x402srv.access.implicit_purchase import ImplicitPurchase
 from x402srv.access.new_challenge import ChallengeMaker, same_purchase
 from x402srv.access.payment_check import PaymentCheck, payment_key, sent_payment
 from x402srv.access.payment_ids import PaymentIds
-from x402srv.access.progress import AccessResult, Caller, Claimed, Next
+from x402srv.access.progress import AccessResult, Caller, Claimed, Next, SentPayment
 from x402srv.access.proof import PurchaseProof, replays
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.access.recovery import SettlingResolver
@@ -468,10 +469,29 @@ class AccessPipeline:
             return current  # EXPIRED answers 410 next; a payment claimed just before is followed
         if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
+        if await self._given_back(record, caller.payment) and not self.proof.proves(record, caller):
+            # A settler saw it, so anyone may hold a copy: only the buyer sends it again.
+            raise TxAlreadyRedeemed(
+                "this payment was sent for this challenge before; send it again with the "
+                "challenge's requestId"
+            )
         claimed = await self.claimer.claim(record, caller.payment)  # steps 5-7
         if isinstance(claimed, Claimed):
             return await self.settlement.settle(claimed)  # steps 8-9
         return claimed
+
+    async def _given_back(self, record: ChallengeRecord, payment: SentPayment) -> bool:
+        """Whether this PENDING challenge held ``payment`` before and gave it back.
+
+        A settler refused it, or none could take it (``moves.release``): the claim
+        stayed with the challenge, so no other purchase takes it, and this one takes
+        it again only on proof (docs/protocol/proof.md). Only a challenge that was
+        SETTLING before can have held one.
+        """
+        if all(step.state is not State.SETTLING for step in record.history):
+            return False
+        owner = await self.store.get_by_payment(payment.key)
+        return owner is not None and owner.challenge_id == record.challenge_id
 
     # ------------------------------------------------------------ for the reconciler, operators
 

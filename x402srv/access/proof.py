@@ -7,7 +7,8 @@ purchase (docs/design.md, "Who gets a grant"): the ``requestId`` in the body
 (the buyer's idempotency secret), or a payment that carries that same
 ``requestId`` in ``accepted.extra`` (where every 402 offered it), whose
 signature verifies and whose authorization is byte for byte the one stored on
-the challenge. Not a ``challengeId``, not ``(from, nonce)``, not the buyer's
+the challenge (one PENDING again, its payment given back, holds none: there the
+requestId is the proof). Not a ``challengeId``, not ``(from, nonce)``, not the buyer's
 own header rebuilt from the settlement's calldata: the whole authorization and
 its signature are public once mined, and the challengeId reaches whoever a
 challenge's 402 reaches. The requestId is never on-chain and never sent to a
@@ -81,13 +82,15 @@ class PurchaseProof:
         """
         if same_secret(caller.body.request_id, record.request_id):
             return True
-        stored = record.payment
-        if caller.payment is None or stored is None:
+        if caller.payment is None:
             return False
         verified = self.payments.verify(record, caller.payment)
-        return same_secret(verified.payload.request_id, record.request_id) and same_authorization(
-            verified.authorization, stored
-        )
+        if not same_secret(verified.payload.request_id, record.request_id):
+            return False
+        # A record that holds no payment (PENDING again: its payment was given back)
+        # has no authorization to compare; the requestId is the proof.
+        stored = record.payment
+        return stored is None or same_authorization(verified.authorization, stored)
 
     def prove(self, record: ChallengeRecord, caller: Caller) -> None:
         """Raise unless the caller bought this challenge: nobody gets someone else's grant."""

@@ -3,7 +3,7 @@
     PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
        │  ▲         │         │             ▲        │ revoked by the seller
        │  └─────────┘         │             └────────┘ (``revoked_at``; the grant stays)
-       │   definite settlement failure (claim released)
+       │   definite settlement failure (the claim stays with the challenge)
        │                      └──► OWED     a top-up paid for a grant that was revoked or
        │                                    expired before it could be credited, or a
        │                                    purchase whose credential was not issued in
@@ -103,8 +103,8 @@ class PaymentDetails:
 
     ``submitted`` turns true (with a new ``attempt_id``) in its own compare-and-set
     right before the authorization is handed to the settler. Until then nothing
-    left this server, so recovery may release the claim; afterwards the outcome
-    is only ever read from the chain.
+    left this server, so recovery may move the record back to PENDING; afterwards
+    the outcome is only ever read from the chain.
     """
 
     payer: str

@@ -115,7 +115,7 @@ class SettlingResolver:
             return Paid(verdict.tx_hash)
         if not payment.submitted:
             if now >= record.updated_at + grace:
-                return Release("never handed to a settler; claim released")
+                return Release("never handed to a settler")
             return None
         if now < payment.lease_until + grace:
             return None

@@ -4,7 +4,8 @@
        ``precheck``, a read, runs meanwhile when it has one), then the
        settler of the payment's network settles it, our ids removed
        (``protocol.for_third_parties``). Rejected: SETTLING -> PENDING, the claim
-       released, 402 (503 SETTLER_UNAVAILABLE when no settler could be reached);
+       kept by the challenge, 402 (503 SETTLER_UNAVAILABLE when no settler could be
+       reached);
        "nonce already used" is the chain's to decide. Unknown: the lease ends
        and the chain decides (step 4 again).
     9  the settler's transaction is confirmed on-chain (when there is an RPC),
@@ -226,7 +227,7 @@ class SettleStep:
         return await self._end_lease(record, outcome)
 
     async def _rejected(self, record: ChallengeRecord, outcome: Rejected) -> Next:
-        """Nothing moved: release the claim; the payment's fault is 402, the settlers' 503.
+        """Nothing moved: back to PENDING; the payment's fault is 402, the settlers' 503.
 
         ``settler_failed`` means no settler of the network could take the payment
         (unreachable, every breaker open, the network unsupported): the payment is
@@ -235,7 +236,7 @@ class SettleStep:
         unavailable = outcome.settler_failed
         self.counters.failed(SETTLER_UNAVAILABLE_REASON if unavailable else outcome.reason)
         reason = (
-            f"no settler could be reached ({outcome.reason}); nothing moved, claim released"
+            f"no settler could be reached ({outcome.reason}); nothing moved"
             if unavailable
             else f"settlement failed: {outcome.reason}"
         )
