@@ -332,6 +332,24 @@ async def test_logs_carry_no_request_id_only_its_fingerprint(
         assert grant["accessToken"] not in logs
 
 
+async def test_logs_carry_no_a2a_task_id_only_its_fingerprint(
+    seller: Seller, buyer: LocalAccount
+) -> None:
+    """An A2A task's id fetches its grant (tasks/get), and a paid task was logged by its id."""
+    url = a2a.a2a_url(seller)
+    task = a2a.open_task(url)
+    done = a2a.task_of(a2a.pay(url, task, a2a.payment_for(seller, buyer, task)))
+    assert done["status"]["state"] == "completed", done
+    grant = a2a.grant_of(done)
+
+    logs = seller.server.logs()
+    assert task["id"] not in logs
+    assert grant["challengeId"] in logs  # the purchase is logged ...
+    assert fingerprint(task["id"]) in logs  # ... and its task can be found by its id
+    assert grant["requestId"] not in logs
+    assert grant["accessToken"] not in logs
+
+
 # ================================================================ the buyers still buy
 
 

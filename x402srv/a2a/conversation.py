@@ -59,6 +59,7 @@ from x402srv.access.ids import uuid4_str
 from x402srv.access.pipeline import AccessPipeline, payment_key
 from x402srv.errors import PaymentFailed, ProblemError, RateLimited, TierNotFound, TxAlreadyRedeemed
 from x402srv.interfaces import Clock
+from x402srv.server.logs import fingerprint
 from x402srv.wire.protocol import AccessBody, PaymentPayload
 from x402srv.wire.reasons import Reason
 
@@ -135,7 +136,7 @@ class Conversation:
         record = new_task(new_id(), context_id, purchase, update, self._clock(), user)
         await self._tasks.create(record)
         # DEBUG: anyone can open tasks for free; a line for each could fill the disk.
-        log.debug("a2a: task %s opened, %s", record.task_id, record.state)
+        log.debug("a2a: task %s opened, %s", fingerprint(record.task_id), record.state)
         return Reply(record)
 
     async def follow_up(self, message: Message, client: str | None = None) -> Reply:
@@ -285,7 +286,12 @@ class Conversation:
                 user = None
                 started.set()
         record, _ = await self._tasks.update(record, version, call.result(), user)
-        log.info("a2a: task %s is %s after a payment", record.task_id, record.state)
+        log.info(
+            "a2a: task %s (challenge %s) is %s after a payment",
+            fingerprint(record.task_id),
+            record.challenge_id,
+            record.state,
+        )
         return record
 
     # ------------------------------------------------------------ shared steps

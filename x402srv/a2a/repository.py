@@ -20,6 +20,7 @@ from x402srv.a2a.jsonrpc import TASK_NOT_FOUND, RpcError
 from x402srv.a2a.outcomes import Update, apply
 from x402srv.errors import InternalError
 from x402srv.interfaces import Clock, Store
+from x402srv.server.logs import fingerprint
 
 __all__ = ["TaskRepository"]
 
@@ -121,5 +122,9 @@ class TaskRepository:
 
     @staticmethod
     def _gave_up(record: TaskRecord) -> InternalError:
-        log.error("task %s: gave up after %d concurrent updates", record.task_id, MAX_ROUNDS)
+        log.error(
+            "a2a: task %s: gave up after %d concurrent updates",
+            fingerprint(record.task_id),
+            MAX_ROUNDS,
+        )
         return InternalError("the task is changing too fast; ask again")

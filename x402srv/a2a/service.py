@@ -68,6 +68,7 @@ from x402srv.config.models import Config
 from x402srv.errors import ProblemError, RateLimited
 from x402srv.interfaces import Clock, Store
 from x402srv.refunds.answers import refunded_answer
+from x402srv.server.logs import fingerprint
 
 __all__ = ["A2AService", "Stream"]
 
@@ -236,7 +237,9 @@ class A2AService:
             except (RpcError, ProblemError) as error:
                 # Reading a task never fails because asking again did: the stored task
                 # is still true as of its last answer.
-                log.warning("a2a: task %s could not be asked again: %s", record.task_id, error)
+                log.warning(
+                    "a2a: task %s could not be asked again: %s", fingerprint(record.task_id), error
+                )
         if record.challenge_id is not None:
             # A purchase whose money went back says so on every read (never stored: a
             # completed task does not change; its status message does, docs/refunds.md).

@@ -8,9 +8,10 @@ The id of a Sanic request is made on first use (``http_request_id``) and found
 through Sanic's current-request context; other code can set ``request_id_var``.
 
 What never goes into a log line: signatures, tokens, keys, payloads,
-credentialed URLs, and a purchase's ``requestId`` or ``resourceId`` (the
-``requestId`` fetches its grant, docs/design.md "Who gets a grant"): a line
-names a purchase by its challengeId and ``fingerprint(requestId)``. HTTP and
+credentialed URLs, a purchase's ``requestId`` or ``resourceId``, and an A2A
+task's id (the ``requestId`` and the task id fetch the grant, docs/design.md
+"Who gets a grant"): a line names a purchase by its challengeId and
+``fingerprint(requestId)``, a task by ``fingerprint(task_id)``. HTTP and
 RPC client libraries log request URLs (httpx at INFO, web3 at DEBUG), so those
 loggers are held at WARNING.
 """
