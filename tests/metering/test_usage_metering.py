@@ -309,6 +309,22 @@ async def test_a_body_streamed_past_the_limit_after_the_call_went_out_is_not_ref
         assert declared.status_code == 400, declared.text
         assert declared.headers["x-x402-cost"] == "0"
         assert _left(declared) == balance - 50
+    _logged_as_the_buyers_body(usage_gateway)
+
+
+def _logged_as_the_buyers_body(gateway: Seller) -> None:
+    """The seller's log says the body outgrew the limit, not that the upstream failed to report.
+
+    (It once said "the upstream reported no valid cost": a seller would look for a fault
+    in an upstream that did nothing wrong.) Only that test calls ``/v1/small``.
+    """
+    lines = [line for line in gateway.server.logs().splitlines() if "on /v1/small:" in line]
+    assert any(
+        "the request body passed max_body_bytes after the call went out; "
+        "charged 50 of 50 reserved (nothing reported: the reservation)" in line
+        for line in lines
+    ), lines
+    assert not any("reported no valid cost" in line for line in lines), lines
 
 
 async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(

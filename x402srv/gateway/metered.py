@@ -79,12 +79,24 @@ class UsageCall:
         """The call's first byte goes out to the upstream (``forward``'s ``sending``)."""
         self.sent = True
 
-    async def _settle(self, reported: int | None, *, missing_costs: str) -> Usage:
+    async def _settle(
+        self, reported: int | None, *, missing_costs: str, body_too_large: bool = False
+    ) -> Usage:
         if self.settled:
             return self.usage
         self.settled = True
         used = charge(self.reserved, reported, on_missing=missing_costs)
-        if reported is None:
+        if body_too_large:  # (the buyer's doing: no report is missing from the upstream)
+            log.info(
+                "grant %s on %s: the request body passed max_body_bytes after the call went "
+                "out; charged %d of %d reserved (%s)",
+                self.grant_id,
+                self.route.prefix,
+                used,
+                self.reserved,
+                "nothing reported: the reservation" if reported is None else "what was reported",
+            )
+        elif reported is None:
             log.warning(
                 "grant %s on %s: the upstream reported no valid cost; charged %d of %d reserved",
                 self.grant_id,
@@ -168,7 +180,7 @@ class UsageCall:
         if self.settled:
             return self.usage.headers()
         if self.sent and status < 500:
-            await self._settle(self._reported(), missing_costs="reserve")
+            await self._settle(self._reported(), missing_costs="reserve", body_too_large=True)
         elif self.route.refund_on_5xx or not self.sent:
             await self._charge_nothing(f"upstream {status}" + ("" if self.sent else ", never sent"))
         else:
