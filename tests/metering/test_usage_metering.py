@@ -330,6 +330,11 @@ def _logged_as_the_buyers_body(gateway: Seller) -> None:
 async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(
     usage_gateway: Seller, buyer: LocalAccount
 ) -> None:
+    """Gone before the upstream's usage event: the reservation, logged as the buyer's doing.
+
+    (The log once said "the upstream reported no valid cost", a fault the upstream had not
+    made: it never got to report.)
+    """
     token, paid = await _bought(usage_gateway, buyer)
     balance = _left(paid)
     url = usage_gateway.server.url
@@ -339,10 +344,17 @@ async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(
             "POST", f"{url}/v1/complete", json=body, headers=bearer(token)
         ) as answer:
             assert answer.status_code == 200
+            assert answer.headers["x-x402-reserved"] == str(RESERVE)
             await anext(answer.aiter_bytes())  # one token, then gone
-        await asyncio.sleep(1.5)  # the gateway notices and settles
-        after = await client.post(f"{url}/v1/count", json={"max_tokens": 1}, headers=bearer(token))
-    assert _left(after) == balance - RESERVE - 1
+    assert await _settled_balance(usage_gateway, token, balance - RESERVE) == balance - RESERVE
+    grant = f"grant {_grant_id(token)} on "
+    lines = [line for line in usage_gateway.server.logs().splitlines() if grant in line]
+    assert any(
+        f"the buyer left mid-call; charged {RESERVE} of {RESERVE} reserved "
+        "(nothing reported: the reservation)" in line
+        for line in lines
+    ), lines
+    assert not any("reported no valid cost" in line for line in lines), lines
 
 
 async def test_a_trailer_report_is_charged_and_the_buyer_reads_its_charge_in_trailers(
