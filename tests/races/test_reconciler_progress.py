@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.support.rig import MakeRig, granted, outcome, problem
@@ -92,3 +93,39 @@ async def test_a_used_authorization_is_finished_by_the_next_pass_while_its_lease
     grant = granted(await request)
     assert grant == delivered.grant
     assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
+
+
+@pytest.mark.parametrize("expired", [True, False], ids=["expired", "still-valid"])
+async def test_a_transfer_older_than_the_log_window_is_found_and_delivered(
+    make_rig: MakeRig, buyer: LocalAccount, expired: bool
+) -> None:
+    """The facilitator timed out, its transfer landed, and the seller stayed down while the
+    chain moved on past the reader's log window (``log_lookback_blocks``, 10,000 blocks by
+    default; 4 here, so that a few blocks move past it). The authorization is used, but its
+    ``AuthorizationUsed`` log is older than the window up to the latest block.
+
+    Regression: the record stayed SETTLING for good (the chain "cannot tell"), the buyer
+    paid and never got its grant. The transfer landed before the authorization's
+    ``validBefore`` (the token refuses it after): the pass looks in the window that ends
+    there, or where the first window began if that is earlier, and delivers."""
+    rig = await make_rig(settler=ScriptedSettler(TIMED_OUT))
+    assert rig.chain is not None
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0], valid_before=int(rig.clock()) + 7)
+    problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
+    tx_hash = rig.settle_on_chain(payment)
+    rig.chain.log_lookback_blocks = 4
+    if expired:  # 8 blocks a second apart: past validBefore (chain time moves 8 s for good)
+        rig.devchain.rpc.call("anvil_mine", [hex(8), hex(1)])
+        assert rig.devchain.block_timestamp() >= int(payment.authorization["validBefore"])
+    else:  # 8 blocks in the same second: validBefore is still ahead
+        rig.devchain.rpc.call("anvil_mine", [hex(8)])
+    rig.clock.advance(rig.config.reconciler.grace_seconds + 120)  # the lease and grace are over
+
+    report = await Reconciler(rig.pipeline, rig.config.reconciler).run_once()
+
+    assert report.unresolved == []
+    assert [c.after for c in report.changes] == [State.PAID, State.DELIVERED]
+    delivered = await rig.record(challenge["challengeId"])
+    assert delivered.state is State.DELIVERED
+    assert delivered.tx_hash == tx_hash

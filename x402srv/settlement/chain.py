@@ -219,6 +219,39 @@ class ChainReader:
         block = await self.call("eth_getBlockByNumber", ["latest", False])
         return int(block["number"], 16), int(block["timestamp"], 16)
 
+    async def block_timestamp(self, number: int) -> int:
+        """The timestamp of block ``number``."""
+        block = await self.call("eth_getBlockByNumber", [hex(number), False])
+        if not isinstance(block, dict):
+            raise ChainUnavailable(f"eth_getBlockByNumber: no block {number}")
+        return int(block["timestamp"], 16)
+
+    async def last_block_before(self, timestamp: int, *, latest: tuple[int, int]) -> int:
+        """The newest block up to ``latest`` (number, timestamp) stamped before ``timestamp``.
+
+        -1 when there is none. Steps back from ``latest`` in doubling strides,
+        then halves the last stride: about two reads per doubling of the distance
+        (some 30 for a day of two-second blocks), none when ``latest`` is before.
+        """
+        number, stamp = latest
+        if stamp < timestamp:
+            return number
+        high, stride = number, 1  # block ``high`` is stamped at or after ``timestamp``
+        while True:
+            low = max(0, number - stride)
+            if await self.block_timestamp(low) < timestamp:
+                break
+            if low == 0:
+                return -1
+            high, stride = low, stride * 2
+        while high - low > 1:  # ``low`` is stamped before ``timestamp``, ``high`` not
+            middle = (low + high) // 2
+            if await self.block_timestamp(middle) < timestamp:
+                low = middle
+            else:
+                high = middle
+        return low
+
     async def receipt(self, tx_hash: str, *, read_within: float = 0.0) -> Receipt | None:
         """The transaction's receipt; None while it is not mined (or unknown).
 
@@ -315,10 +348,12 @@ class ChainReader:
         *,
         to_block: int | None = None,
         lookback: int | None = None,
+        from_block: int | None = None,
     ) -> list[Log]:
         """AuthorizationUsed / AuthorizationCanceled logs of (payer, nonce), newest window only.
 
-        The window is ``lookback`` blocks (default ``log_lookback_blocks``) up to ``to_block``.
+        The window is ``lookback`` blocks (default ``log_lookback_blocks``) up to
+        ``to_block``, starting no earlier than ``from_block`` when given.
         """
         if to_block is None:
             to_block, _ = await self.latest_block()
@@ -328,5 +363,5 @@ class ChainReader:
             nonce.lower(),
         ]
         window = self.log_lookback_blocks if lookback is None else lookback
-        start = max(0, to_block - window)
+        start = max(0, to_block - window, from_block or 0)
         return await self.logs(asset, topics, start, to_block)

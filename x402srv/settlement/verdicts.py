@@ -19,6 +19,7 @@ means "not decided yet", never "not transferred".
     the broadcast txHash's receipt settles this authorization   -> Transferred
     at block N (the latest when asked), authorizationState is:
       used, and its AuthorizationUsed tx settles it           -> Transferred
+    (its log looked for up to block N, then before validBefore)
       used, and the payer cancelled it                         -> NotTransferred
       used by a transaction whose receipt paid someone else    -> NotTransferred
       used, but a log or receipt is not visible yet            -> Undecided
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from x402srv.settlement.chain import AUTHORIZATION_CANCELED_TOPIC, ChainReader
+from x402srv.settlement.chain import AUTHORIZATION_CANCELED_TOPIC, ChainReader, Log
 
 __all__ = ["NotTransferred", "Transferred", "Undecided", "Verdict", "resolve_authorization"]
 
@@ -79,6 +80,8 @@ async def resolve_authorization(
             return NotTransferred("authorization expired unused")
         return Undecided("authorization not used yet and still valid")
     events = await chain.authorization_events(asset, payer, nonce, to_block=block)
+    if not events:
+        events = await _events_before(chain, asset, payer, nonce, valid_before, (block, timestamp))
     if any(event.topics[0] == AUTHORIZATION_CANCELED_TOPIC for event in events):
         return NotTransferred("authorization was cancelled by the payer")
     if not events:
@@ -90,3 +93,29 @@ async def resolve_authorization(
         if receipt.settles(asset, payer, pay_to, value, nonce):
             return Transferred(receipt.tx_hash)
     return NotTransferred("authorization was spent in a transfer that did not pay us")
+
+
+async def _events_before(
+    chain: ChainReader,
+    asset: str,
+    payer: str,
+    nonce: str,
+    valid_before: int,
+    latest: tuple[int, int],
+) -> list[Log]:
+    """The logs of (payer, nonce) in the window that ends at the authorization's ``validBefore``.
+
+    A used authorization was used in a block stamped before its ``validBefore``
+    (the token refuses it after), which the window up to the latest block no
+    longer reaches once the chain has moved on past it: a seller down for
+    longer than ``log_lookback_blocks`` while its facilitator's transfer landed.
+    That window ends just before what was searched already; empty when the
+    latest window reached back far enough.
+    """
+    searched_from = latest[0] - chain.log_lookback_blocks
+    if searched_from <= 0:
+        return []  # the latest window went back to the first block
+    end = min(await chain.last_block_before(valid_before, latest=latest), searched_from - 1)
+    if end < 0:
+        return []
+    return await chain.authorization_events(asset, payer, nonce, to_block=end)
