@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -253,6 +254,44 @@ async def test_a_call_charged_by_use_whose_buyer_left_mid_answer_is_settled_on_i
     await _pool_answers_all(url, session)
     balance = await _balance_after_one_more_call(url, session)
     assert balance == CREDITS - 2 * LEAVING * RESERVE - POOL * HOLD["words"] - 3
+
+
+def _tool_calls(url: str, tool: str) -> dict[str, float]:
+    """``x402srv_mcp_tool_calls_total`` of ``tool`` by outcome, read from x402srv's /metrics."""
+    text = httpx.get(f"{url}/metrics").text
+    pattern = rf'^x402srv_mcp_tool_calls_total\{{outcome="([a-z_]+)",tool="{tool}"\}} (\S+)$'
+    return {outcome: float(n) for outcome, n in re.findall(pattern, text, re.M)}
+
+
+async def test_a_tool_call_whose_buyer_left_mid_answer_is_counted_abandoned_in_metrics(
+    start_seller: Callable[..., Seller], leaving_upstream: AppProcess, buyer: LocalAccount
+) -> None:
+    """The buyer's going is not the MCP server's failure: the metric says ``abandoned``.
+
+    Such a call was counted ``upstream_error``, so a seller alerting on that outcome
+    was paged by buyers who closed their connections. The word is the gateways'
+    (``abandoned``: ``UsageCall.abandoned``, ``_Door.abandoned``); docs/mcp.md lists it.
+    """
+    seller = start_seller(
+        "gas-wallet",
+        plans=PLANS,
+        mcp=[_table("/mcp", leaving_upstream.url)],
+        metrics={"enabled": True},
+    )
+    url = seller.server.url
+    grant = await buy(seller, buyer, "many")
+    session = await _session(f"{url}/mcp", grant["accessToken"])
+    leaving = 4
+    await leave_at_once(
+        await asyncio.gather(
+            *(_start_call(url, session, "count", {"to": 60}) for _ in range(leaving))
+        )
+    )
+    deadline = time.monotonic() + 5
+    while sum((counted := _tool_calls(url, "count")).values()) < leaving:
+        assert time.monotonic() < deadline, counted
+        await asyncio.sleep(0.1)
+    assert counted == {"abandoned": leaving}
 
 
 async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_and_pay_right(

@@ -309,11 +309,32 @@ async def test_a_body_streamed_past_the_limit_after_the_call_went_out_is_not_ref
         assert declared.status_code == 400, declared.text
         assert declared.headers["x-x402-cost"] == "0"
         assert _left(declared) == balance - 50
+    _logged_as_the_buyers_body(usage_gateway)
+
+
+def _logged_as_the_buyers_body(gateway: Seller) -> None:
+    """The seller's log says the body outgrew the limit, not that the upstream failed to report.
+
+    (It once said "the upstream reported no valid cost": a seller would look for a fault
+    in an upstream that did nothing wrong.) Only that test calls ``/v1/small``.
+    """
+    lines = [line for line in gateway.server.logs().splitlines() if "on /v1/small:" in line]
+    assert any(
+        "the request body passed max_body_bytes after the call went out; "
+        "charged 50 of 50 reserved (nothing reported: the reservation)" in line
+        for line in lines
+    ), lines
+    assert not any("reported no valid cost" in line for line in lines), lines
 
 
 async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(
     usage_gateway: Seller, buyer: LocalAccount
 ) -> None:
+    """Gone before the upstream's usage event: the reservation, logged as the buyer's doing.
+
+    (The log once said "the upstream reported no valid cost", a fault the upstream had not
+    made: it never got to report.)
+    """
     token, paid = await _bought(usage_gateway, buyer)
     balance = _left(paid)
     url = usage_gateway.server.url
@@ -323,10 +344,17 @@ async def test_a_buyer_who_leaves_mid_stream_is_charged_the_reservation(
             "POST", f"{url}/v1/complete", json=body, headers=bearer(token)
         ) as answer:
             assert answer.status_code == 200
+            assert answer.headers["x-x402-reserved"] == str(RESERVE)
             await anext(answer.aiter_bytes())  # one token, then gone
-        await asyncio.sleep(1.5)  # the gateway notices and settles
-        after = await client.post(f"{url}/v1/count", json={"max_tokens": 1}, headers=bearer(token))
-    assert _left(after) == balance - RESERVE - 1
+    assert await _settled_balance(usage_gateway, token, balance - RESERVE) == balance - RESERVE
+    grant = f"grant {_grant_id(token)} on "
+    lines = [line for line in usage_gateway.server.logs().splitlines() if grant in line]
+    assert any(
+        f"the buyer left mid-call; charged {RESERVE} of {RESERVE} reserved "
+        "(nothing reported: the reservation)" in line
+        for line in lines
+    ), lines
+    assert not any("reported no valid cost" in line for line in lines), lines
 
 
 async def test_a_trailer_report_is_charged_and_the_buyer_reads_its_charge_in_trailers(

@@ -158,6 +158,43 @@ async def test_an_unreachable_store_leaves_the_limit_to_each_process() -> None:
     assert await allowed(limiter, "c", 10) == 3
 
 
+async def test_requests_at_once_in_an_outage_wait_out_one_failed_count() -> None:
+    """32 requests of one client at once while the store is down: each waits out one failed count.
+
+    Regression: a request whose wait ended in a failed count sent a count of its
+    own, and the others waited for that one in turn, so the k-th of a client's
+    requests at once waited out k of the store's timeouts (2 s each on Redis):
+    a client under the limit was kept waiting, not refused, for an outage.
+    """
+
+    class Down(MemoryStore):
+        """A store that is down: its answer, a round trip later, is StoreUnavailable.
+
+        (An outage cannot be real in memory; the turns of the loop stand for the
+        timeout after which a real store's client gives up.)
+        """
+
+        failed = 0
+
+        async def count_hits(
+            self, hits: Mapping[str, int], *, window_end: float, now: float
+        ) -> dict[str, int]:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            Down.failed += 1
+            raise StoreUnavailable("down")
+
+    limiter = UnpaidLimiter(Down(), LimitOptions(100, WINDOW), Clock())
+
+    async def failed_counts_waited() -> int:
+        before = Down.failed
+        await limiter.check("c")  # under the limit: never refused
+        return Down.failed - before
+
+    waited = await asyncio.gather(*(failed_counts_waited() for _ in range(32)))
+    assert max(waited) == 1, waited
+
+
 @pytest.mark.parametrize(
     ("address", "key"),
     [

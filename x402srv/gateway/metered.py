@@ -79,12 +79,24 @@ class UsageCall:
         """The call's first byte goes out to the upstream (``forward``'s ``sending``)."""
         self.sent = True
 
-    async def _settle(self, reported: int | None, *, missing_costs: str) -> Usage:
+    async def _settle(
+        self, reported: int | None, *, missing_costs: str, cut_short: str | None = None
+    ) -> Usage:
         if self.settled:
             return self.usage
         self.settled = True
         used = charge(self.reserved, reported, on_missing=missing_costs)
-        if reported is None:
+        if cut_short is not None:  # (the buyer's doing: no report is missing from the upstream)
+            log.info(
+                "grant %s on %s: %s; charged %d of %d reserved (%s)",
+                self.grant_id,
+                self.route.prefix,
+                cut_short,
+                used,
+                self.reserved,
+                "nothing reported: the reservation" if reported is None else "what was reported",
+            )
+        elif reported is None:
             log.warning(
                 "grant %s on %s: the upstream reported no valid cost; charged %d of %d reserved",
                 self.grant_id,
@@ -168,9 +180,14 @@ class UsageCall:
         if self.settled:
             return self.usage.headers()
         if self.sent and status < 500:
-            await self._settle(self._reported(), missing_costs="reserve")
+            await self._settle(
+                self._reported(),
+                missing_costs="reserve",
+                cut_short="the request body passed max_body_bytes after the call went out",
+            )
         elif self.route.refund_on_5xx or not self.sent:
-            await self._charge_nothing(f"upstream {status}" + ("" if self.sent else ", never sent"))
+            why = f"upstream {status}" if self.sent else f"answered {status}, never sent upstream"
+            await self._charge_nothing(why)
         else:
             if reported is None:
                 reported = self._reported()
@@ -184,7 +201,9 @@ class UsageCall:
         upstream never saw the call.
         """
         if self.sent or self.settled:
-            await self._settle(self._reported(), missing_costs="reserve")
+            await self._settle(
+                self._reported(), missing_costs="reserve", cut_short="the buyer left mid-call"
+            )
         else:
             await self._charge_nothing("the buyer left before the call was sent")
 

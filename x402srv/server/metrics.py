@@ -26,8 +26,10 @@ and whichever worker answers ``/metrics`` adds them all up.
     x402srv_metered_refusals_total{plan, reason}      reason: no-credits | throttled
     x402srv_mcp_tool_calls_total{tool, outcome}       tools/call through an [[mcp]] path;
                                                       outcome: ok | tool_error | upstream_error |
-                                                      payment_required | payment_refused |
-                                                      credits_exhausted | refused
+                                                      abandoned (the buyer left before the
+                                                      answer) | payment_required |
+                                                      payment_refused | credits_exhausted |
+                                                      refused
     x402srv_refunds_total{reason, outcome}            refunds that ended (docs/refunds.md);
                                                       reason: operator | auto:<rule>;
                                                       outcome: refunded | failed

@@ -144,7 +144,7 @@ class _Client:
     counted: int = 0  # this client's requests counted here
     read_back: int = 0  # of those, how many are in ``total``
     total: int | None = None  # the store's total as last read
-    sync: asyncio.Task[None] | None = None  # the count on its way
+    sync: asyncio.Task[bool] | None = None  # the count on its way (False: it failed)
 
 
 class UnpaidLimiter:
@@ -179,15 +179,14 @@ class UnpaidLimiter:
             count = self._clients[client] = _Client()
         count.counted += 1
         number = count.counted
-        sent = False
         while self._needs_total(count, number):
             if count.sync is None:
-                if sent:  # its own count failed (the store is down): decide on what is here
-                    break
-                sent = True
                 count.sync = detached(self._sync(count, f"unpaid:{client}:{index}", index, now))
             # (shielded: a request that leaves never drops the count of the others)
-            await asyncio.shield(count.sync)
+            if not await asyncio.shield(count.sync):
+                # The store is down: decide on what is here, as every request waiting
+                # on that count does (one sending its own would keep the others waiting).
+                break
         if self._place(count, number) > self.limit:
             raise RateLimited(
                 f"more than {self.limit} unpaid requests in {self.window:g} s from this client "
@@ -210,8 +209,11 @@ class UnpaidLimiter:
             return True
         return number - count.read_back >= self.sync_every and count.total <= self.limit
 
-    async def _sync(self, count: _Client, key: str, index: int, now: float) -> None:
-        """Send the requests counted since the last count to the store; read its total back."""
+    async def _sync(self, count: _Client, key: str, index: int, now: float) -> bool:
+        """Send the requests counted since the last count to the store; read its total back.
+
+        False when the store is unavailable (the requests are sent with the next count).
+        """
         delta = count.counted - count.read_back
         try:
             totals = await self.store.count_hits(
@@ -219,9 +221,10 @@ class UnpaidLimiter:
             )
         except StoreUnavailable:
             log.warning("unpaid-request limit: the store is unavailable; counting locally")
-            return
+            return False
         finally:
             count.sync = None
         count.read_back += delta
         # (the store's total only grows within a window)
         count.total = max(count.total or 0, totals.get(key, delta))
+        return True

@@ -85,3 +85,35 @@ async def test_a_surprise_inside_settle_becomes_unknown_not_an_exception(
     assert isinstance(outcome, Unknown)
     assert outcome.tx_hash is None
     assert "failed unexpectedly" in caplog.text
+
+
+async def test_a_start_whose_chain_reader_cannot_open_leaves_the_settler_unstarted(
+    rig: SettlerRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start is all or nothing: the RPC session it connected is let go, so the settler
+    refuses as not started and a later start tries again (it once stayed half started)."""
+    ctx = PluginContext(
+        config=rig.config,
+        name="gas-wallet",
+        key_path="settlement.gas-wallet",
+        options=rig.config.settlement.plugin_options("gas-wallet"),
+        chain=None,  # its own chain reader, opened by start
+    )
+    settler = build_gas_wallet(ctx)
+    # A proxy httpx cannot use makes the reader's client refuse to be built; the RPC
+    # session (aiohttp, which ignores proxy variables) connects and reads the chain id.
+    monkeypatch.setenv("ALL_PROXY", "ftp://proxy.invalid")
+    try:
+        with pytest.raises(ValueError, match="proxy"):
+            await settler.start()
+
+        refused = await settler.settle(rig.request(), rig.hooks())
+
+        assert isinstance(refused, Rejected), refused
+        assert refused.settler_failed
+        monkeypatch.delenv("ALL_PROXY")
+        await settler.start()
+        settled = await settler.settle(rig.request(), rig.hooks())
+        assert isinstance(settled, Settled), settled
+    finally:
+        await settler.close()

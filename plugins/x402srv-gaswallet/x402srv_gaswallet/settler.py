@@ -111,7 +111,7 @@ class GasWalletSettler:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Connect and make sure the node serves the configured chain."""
+        """Connect and make sure the node serves the configured chain: all or nothing."""
         if self._w3 is not None:
             return
         url = self._rpc_url.reveal()
@@ -135,9 +135,13 @@ class GasWalletSettler:
                 f"{self.network} is chain {self.chain_id}",
                 path="settlement.rpc_url",
             )
-        self._w3 = w3
         if self._owns_chain:
-            await self._chain.open()
+            try:
+                await self._chain.open()
+            except BaseException:  # (all or nothing: a later start tries again)
+                await disconnect(w3)
+                raise
+        self._w3 = w3
         log.info("gas wallet %s ready on %s", self.address, self.network)
 
     async def close(self) -> None:

@@ -22,6 +22,7 @@ environment, no redirects, none of httpx's default headers).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -100,7 +101,9 @@ class _ToolCall:
     """One admitted ``tools/call`` on its way: how it ended, and whether its credits are settled."""
 
     decision: ToolForward
-    outcome: str = "upstream_error"  # (for /metrics, until its answer says otherwise)
+    #: For /metrics: ``ok`` or ``tool_error`` once its answer says, ``abandoned`` if its buyer
+    #: left before that, else (None) ``upstream_error``.
+    outcome: str | None = None
     settled: bool = False
     sent: bool = False  # whether any byte of it went out to the upstream (``sending``)
 
@@ -362,8 +365,11 @@ def install_mcp(
         call = _ToolCall(decision)
         try:
             return await _forward(request, door, body, message, call, door.called(call))
+        except asyncio.CancelledError:  # (its buyer left: not the MCP server's failure)
+            call.outcome = call.outcome or "abandoned"
+            raise
         finally:
-            door.count(tool, call.outcome)
+            door.count(tool, call.outcome or "upstream_error")
             if not call.settled:  # (Sanic cancels the handler of a buyer who left)
                 await to_the_end(door.abandoned(call))
 
