@@ -9,10 +9,11 @@ from x402srv.settlement.chain import ChainReader
 async def test_the_newest_block_stamped_before_a_time_is_found_as_a_full_scan_finds_it(
     devchain: Devchain,
 ) -> None:
-    # Blocks in the same second (anvil_mine without an interval) and a second apart.
-    devchain.rpc.call("anvil_mine", [hex(5)])
-    devchain.rpc.call("anvil_mine", [hex(4), hex(1)])
-    devchain.rpc.call("anvil_mine", [hex(3)])
+    # Blocks in the same second and a second apart.
+    devchain.mine_ahead(5)
+    devchain.mine_ahead(4, seconds_apart=1)
+    devchain.mine_ahead(3)
+    devchain.restore_time()  # (the blocks keep their stamps; the next ones follow the wall)
     reader = ChainReader(devchain.rpc_url)
     try:
         latest = await reader.latest_block()
