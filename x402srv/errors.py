@@ -424,10 +424,11 @@ class StoreUnavailable(ProblemError):
 class SettlerUnavailable(ProblemError):
     """No settler of the payment's network could be reached; nothing moved (``Retry-After``).
 
-    The seller's outage, not the buyer's fault: the payment is released
-    untouched (the challenge is PENDING again, its claim freed), so the same
-    payment sent again after ``Retry-After`` settles once a settler is back.
-    A 402 would tell the buyer its payment is bad.
+    The seller's outage, not the buyer's fault: the payment is untouched (the
+    challenge is PENDING again and keeps its claim), so the same payment sent
+    again by its buyer after ``Retry-After`` (with the purchase's requestId:
+    docs/protocol/proof.md, "A payment given back") settles once a settler is
+    back. A 402 would tell the buyer its payment is bad.
     """
 
     status = 503

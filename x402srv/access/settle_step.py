@@ -246,7 +246,8 @@ class SettleStep:
         if unavailable:
             raise SettlerUnavailable(
                 f"no settler of {record.network} could be reached; nothing was transferred "
-                "and the payment is still good: send the same request again later",
+                "and the payment is still good: send the same request again later, with "
+                "this purchase's requestId (or sign a new payment)",
                 retry_after=SETTLER_RETRY_AFTER,
             )
         raise PaymentFailed(outcome.reason, outcome.detail)
