@@ -77,6 +77,34 @@ async def test_buy_through_the_gateway_then_reuse_the_token(
     assert fetched.json() == grant
 
 
+async def test_an_answer_carrying_a_new_token_is_kept_by_no_cache_not_even_a_cdn(
+    gateway: Seller, buyer: LocalAccount
+) -> None:
+    """The upstream lets every cache keep its answer, CDNs by their own fields (RFC 9213).
+
+    Regression: the gateway set ``Cache-Control: no-store`` on the paid retry's answer,
+    which carries the buyer's new token, but passed on the upstream's
+    ``CDN-Cache-Control``, ``Cloudflare-CDN-Cache-Control`` and ``Surrogate-Control``,
+    which a CDN obeys over ``Cache-Control``: a CDN in front of the gateway could keep
+    the token and hand it to the next caller of that URL. Later calls, which carry no
+    token, keep the upstream's fields.
+    """
+    http, _ = paying_client(buyer)
+    async with http:
+        paid = await http.get(f"{gateway.server.url}/api/_cacheable")
+    assert paid.status_code == 200, paid.text
+    assert "x-x402-access-token" in paid.headers
+    assert paid.headers.get_list("cache-control") == ["no-store"]
+    for field in ("cdn-cache-control", "cloudflare-cdn-cache-control", "surrogate-control"):
+        assert field not in paid.headers, paid.headers
+
+    token = paid.headers["x-x402-access-token"]
+    again = httpx.get(f"{gateway.server.url}/api/_cacheable", headers=bearer(token))
+    assert again.status_code == 200
+    assert again.headers["cache-control"] == "public, max-age=3600"
+    assert again.headers["cdn-cache-control"] == "max-age=3600"
+
+
 async def test_replayed_payment_is_not_charged_twice(gateway: Seller, buyer: LocalAccount) -> None:
     http, recorder = paying_client(buyer)
     async with http:

@@ -69,6 +69,9 @@ _ADDRESS: Final = re.compile(r"0x[0-9a-fA-F]{40}")
 _SET_BY_GATEWAY: Final = frozenset(
     {"host", "expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"}
 )
+#: Cache fields besides ``Cache-Control`` and RFC 9213's ``*Cache-Control`` ones
+#: (Fastly's and Varnish's, Akamai's older one; ``Expires`` yields to ``Cache-Control``).
+_OTHER_CACHE_FIELDS: Final = frozenset({"surrogate-control", "edge-control"})
 
 log = logging.getLogger("x402srv.gateway")
 
@@ -126,15 +129,33 @@ def request_headers(
 def response_headers(
     headers: httpx.Headers, extra: Mapping[str, str] | None = None
 ) -> list[tuple[str, str]]:
-    """The upstream's response headers for the client; ``extra`` replaces same-named ones."""
+    """The upstream's response headers for the client; ``extra`` replaces same-named ones.
+
+    When ``extra`` says ``Cache-Control: no-store`` (an answer that carries a new
+    token: docs/gateway.md), none of the upstream's fields that let a cache keep
+    it stays either: a CDN obeys its own field (RFC 9213's ``CDN-Cache-Control``
+    and the fields named for one CDN, ``Surrogate-Control``) over ``Cache-Control``.
+    """
     pairs = list(headers.multi_items())
     drop = HOP_BY_HOP | _connection_listed(pairs) | {k.lower() for k in extra or {}}
+    stored_nowhere = any(
+        name.lower() == "cache-control" and value == "no-store"
+        for name, value in (extra or {}).items()
+    )
     kept = [
         (name, value)
         for name, value in pairs
-        if name.lower() not in drop and not name.lower().startswith("x-x402-")
+        if name.lower() not in drop
+        and not name.lower().startswith("x-x402-")
+        and not (stored_nowhere and _cache_field(name))
     ]
     return kept + list((extra or {}).items())
+
+
+def _cache_field(name: str) -> bool:
+    """Whether a response field tells some cache how long it may keep the answer."""
+    lowered = name.lower()
+    return lowered.endswith("cache-control") or lowered in _OTHER_CACHE_FIELDS
 
 
 def upstream_url(route: RouteConfig, raw_path: str, raw_query: str) -> httpx.URL:

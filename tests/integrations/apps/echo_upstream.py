@@ -10,6 +10,7 @@ forwarded. The last path segment picks the behaviour, whatever the prefix:
 - ``_big?bytes=N``: N bytes of a repeating pattern;
 - ``_slow?seconds=S``: answer after S seconds;
 - ``_broken``: start a 1 MB answer and die after the first chunk;
+- ``_cacheable``: the echo, with every cache (CDNs too) allowed to keep it an hour;
 - ``_status?code=C``: an empty answer with that status, a cookie pair and a
   hop-by-hop header the gateway must drop;
 - ``/_control/jwks`` (PUT: the document to serve, ``?status=``) and
@@ -99,6 +100,16 @@ async def broken(request: Request) -> Response:
     return StreamingResponse(chunks(), headers={"content-length": str(1024 * 1024)})
 
 
+async def cacheable(request: Request) -> Response:
+    """An answer the upstream lets every cache keep for an hour, CDNs included."""
+    response = await echo(request)
+    response.headers["cache-control"] = "public, max-age=3600"
+    response.headers["cdn-cache-control"] = "max-age=3600"
+    response.headers["cloudflare-cdn-cache-control"] = "max-age=3600"
+    response.headers["surrogate-control"] = "max-age=3600"
+    return response
+
+
 async def status(request: Request) -> Response:
     response = Response(status_code=int(request.query_params["code"]))
     response.headers.append("set-cookie", "a=1")
@@ -109,6 +120,7 @@ async def status(request: Request) -> Response:
 
 
 BEHAVIOURS = {
+    "_cacheable": cacheable,
     "_upload": upload,
     "_drip": drip,
     "_big": big,
