@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.rig import MakeRig, granted, outcome, problem
+from tests.support.paths import REPO
+from tests.support.rig import MakeRig, granted, open_rig, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
 from x402srv.access.reconciler import Reconciler
 from x402srv.access.records import State
+from x402srv.devchain import Devchain
 from x402srv.interfaces import Unknown
 
 TIMED_OUT = Unknown("facilitator timed out")
@@ -95,9 +99,17 @@ async def test_a_used_authorization_is_finished_by_the_next_pass_while_its_lease
     assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
 
 
+@pytest.fixture
+def own_chain() -> Iterator[Devchain]:
+    """An anvil of the test's own: it moves chain time ahead of the wall clock for good,
+    which the session chain's later tests (authorizations valid for 10 s) must not see."""
+    with Devchain.start(project_dir=REPO) as chain:
+        yield chain
+
+
 @pytest.mark.parametrize("expired", [True, False], ids=["expired", "still-valid"])
 async def test_a_transfer_older_than_the_log_window_is_found_and_delivered(
-    make_rig: MakeRig, buyer: LocalAccount, expired: bool
+    own_chain: Devchain, tmp_path: Path, store_backend: str, expired: bool
 ) -> None:
     """The facilitator timed out, its transfer landed, and the seller stayed down while the
     chain moved on past the reader's log window (``log_lookback_blocks``, 10,000 blocks by
@@ -108,29 +120,26 @@ async def test_a_transfer_older_than_the_log_window_is_found_and_delivered(
     paid and never got its grant. The transfer landed before the authorization's
     ``validBefore`` (the token refuses it after): the pass looks in the window that ends
     there, or where the first window began if that is earlier, and delivers."""
-    rig = await make_rig(settler=ScriptedSettler(TIMED_OUT))
-    assert rig.chain is not None
-    challenge = await rig.challenge()
-    payment = rig.sign(buyer, challenge["accepts"][0], valid_before=int(rig.clock()) + 7)
-    problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
-    tx_hash = rig.settle_on_chain(payment)
-    rig.chain.log_lookback_blocks = 4
-    try:
+    buyer = own_chain.new_account()
+    settler = ScriptedSettler(TIMED_OUT)
+    async with open_rig(own_chain, tmp_path, settler=settler, store=store_backend) as rig:
+        assert rig.chain is not None
+        challenge = await rig.challenge()
+        payment = rig.sign(buyer, challenge["accepts"][0], valid_before=int(rig.clock()) + 7)
+        problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
+        tx_hash = rig.settle_on_chain(payment)
+        rig.chain.log_lookback_blocks = 4
         if expired:  # 8 blocks a second apart: past validBefore
-            rig.devchain.mine_ahead(8, seconds_apart=1)
-            assert rig.devchain.block_timestamp() >= int(payment.authorization["validBefore"])
+            own_chain.mine_ahead(8, seconds_apart=1)
+            assert own_chain.block_timestamp() >= int(payment.authorization["validBefore"])
         else:  # 8 blocks in the same second: validBefore is still ahead
-            rig.devchain.mine_ahead(8)
+            own_chain.mine_ahead(8)
         rig.clock.advance(rig.config.reconciler.grace_seconds + 120)  # lease and grace are over
 
         report = await Reconciler(rig.pipeline, rig.config.reconciler).run_once()
-    finally:
-        # (the session chain's time back to the wall clock's: tests with 10-second
-        # authorizations follow on it; 8 s ahead, one of 40 buyers in one failed)
-        rig.devchain.restore_time()
 
-    assert report.unresolved == []
-    assert [c.after for c in report.changes] == [State.PAID, State.DELIVERED]
-    delivered = await rig.record(challenge["challengeId"])
-    assert delivered.state is State.DELIVERED
-    assert delivered.tx_hash == tx_hash
+        assert report.unresolved == []
+        assert [c.after for c in report.changes] == [State.PAID, State.DELIVERED]
+        delivered = await rig.record(challenge["challengeId"])
+        assert delivered.state is State.DELIVERED
+        assert delivered.tx_hash == tx_hash

@@ -6,7 +6,6 @@ funded buyers - so this facade owns that set-up and its teardown in one place.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -135,21 +134,12 @@ class Devchain:
     def mine_ahead(self, blocks: int, seconds_apart: int = 0) -> None:
         """Mine ``blocks`` blocks at once, each ``seconds_apart`` after the one before.
 
-        Moved ahead this way, chain time stays ahead of the wall clock (as with
-        ``increase_time``) until ``restore_time``.
+        Moved ahead this way, chain time stays ahead of the wall clock for good, as
+        with ``increase_time``: on a session chain, keep it small next to payment
+        timeouts, or give the test an anvil of its own.
         """
         params = [hex(blocks), hex(seconds_apart)] if seconds_apart else [hex(blocks)]
         self.rpc.call("anvil_mine", params)
-
-    def restore_time(self) -> None:
-        """Stamp the next block with the wall clock again, undoing every move ahead.
-
-        Blocks mined meanwhile keep their stamps, so the next block may be stamped
-        before the last. For a test that moved chain time ahead on the session
-        chain: authorizations valid for a few seconds of the wall clock (a short
-        ``max_timeout_seconds``) would otherwise expire on-chain in later tests.
-        """
-        self.rpc.call("anvil_setTime", [int(time.time())])
 
     def stop(self) -> None:
         """Close the RPC client and stop anvil by PID; safe to call twice."""
