@@ -24,8 +24,10 @@ from eth_account.signers.local import LocalAccount
 from tests.support.rig import MakeRig, Payment, Rig, granted, outcome, problem
 from tests.support.scripted import OnChain, ScriptedSettler
 from x402srv.access.pipeline import AccessResult
+from x402srv.access.reconciler import Reconciler
+from x402srv.cli.audit import audit
 from x402srv.errors import ProblemError
-from x402srv.interfaces import Rejected
+from x402srv.interfaces import Rejected, Unknown
 from x402srv.wire.offers import PaymentOffer
 from x402srv.wire.protocol import AccessBody
 
@@ -135,3 +137,51 @@ async def test_a_challenge_whose_payment_was_given_back_takes_a_new_one(
     answer: AccessResult | ProblemError = await outcome(rig.pay(fresh))
 
     assert granted(answer)["challengeId"] == case.challenge_id
+
+
+async def test_audit_names_a_payment_given_back_then_transferred_and_no_reconcile(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A copy of a payment given back, sent straight to the token by its copier: the money is
+    the seller's, the challenge PENDING (it keeps the claim). Regression: the audit said
+    "claimed by challenge X (PENDING); run x402srv reconcile", but a pass never moves a
+    PENDING record; the line says what happened to the payment instead."""
+    case = await refused(make_rig, buyer, discovery=False)
+    rig = case.rig
+    first_block = rig.devchain.rpc.block_number() + 1
+    rig.settle_on_chain(case.seen)
+    rig.clock.advance(1)  # the pass takes records updated before its start
+
+    await Reconciler(rig.pipeline, rig.config.reconciler).run_once()
+    report = await audit(rig.pipeline, from_block=first_block, to_block=None)
+
+    [(_, why)] = report.unmatched
+    assert why == (
+        f"its authorization was given back unsettled by challenge {case.challenge_id} "
+        "(PENDING): no purchase paid with it"
+    )
+    assert (await rig.record(case.challenge_id)).state.value == "PENDING"
+
+
+async def test_audit_sends_a_transfer_its_settling_challenge_holds_to_reconcile(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The other side: a transfer the chain shows for a SETTLING challenge's own payment (its
+    settler timed out) is the reconciler's to finish, and after a pass the audit is clean."""
+    rig = await make_rig(settler=ScriptedSettler(Unknown("timed out")))
+    challenge = await rig.challenge()
+    payment = rig.sign(buyer, challenge["accepts"][0])
+    problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
+    first_block = rig.devchain.rpc.block_number() + 1
+    rig.settle_on_chain(payment)
+
+    report = await audit(rig.pipeline, from_block=first_block, to_block=None)
+
+    [(_, why)] = report.unmatched
+    assert why == (
+        f"its authorization is claimed by challenge {challenge['challengeId']} (SETTLING); "
+        "run x402srv reconcile"
+    )
+    rig.clock.advance(1)  # the pass takes records updated before its start
+    await Reconciler(rig.pipeline, rig.config.reconciler).run_once()
+    assert (await audit(rig.pipeline, from_block=first_block, to_block=None)).clean

@@ -72,6 +72,16 @@ def _accounts_for(record: ChallengeRecord | None, transfer: Transfer) -> bool:
     )
 
 
+def _holds(record: ChallengeRecord, payer: str, nonce: str) -> bool:
+    """Whether ``record`` is settling (or paid with) the authorization ``(payer, nonce)``."""
+    payment = record.payment
+    return (
+        payment is not None
+        and payment.payer.lower() == payer.lower()
+        and payment.nonce.lower() == nonce.lower()
+    )
+
+
 async def _match(
     pipeline: AccessPipeline,
     network: Network,
@@ -101,10 +111,17 @@ async def _match(
         if _accounts_for(claimed, transfer):
             assert claimed is not None
             return True, claimed.challenge_id
-        if claimed is not None:
+        if claimed is not None and _holds(claimed, transfer.payer, log.topics[2]):
             return False, (
                 f"its authorization is claimed by challenge {claimed.challenge_id} "
                 f"({claimed.state.value}); run x402srv reconcile"
+            )
+        if claimed is not None:
+            # A settler gave it back and the challenge kept its claim (docs/protocol/proof.md,
+            # "A payment given back"): no reconciler pass moves the money onto a purchase.
+            return False, (
+                f"its authorization was given back unsettled by challenge "
+                f"{claimed.challenge_id} ({claimed.state.value}): no purchase paid with it"
             )
     if record is not None and record.challenge_id in taken:
         return False, f"challenge {record.challenge_id} owns the txHash but accounts for another"
