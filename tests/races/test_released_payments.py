@@ -139,6 +139,29 @@ async def test_a_challenge_whose_payment_was_given_back_takes_a_new_one(
     assert granted(answer)["challengeId"] == case.challenge_id
 
 
+async def test_a_buyer_whose_payment_carries_no_request_id_is_told_to_sign_a_new_one(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A discovery-first payment without ``accepted.extra.requestId``: its purchase's requestId
+    was made here and never reached the buyer, so it cannot prove it is the buyer after a 503.
+    Regression: the 409 told it only to send the payment again with that requestId; it now
+    also says what works, a new payment (which settles as a first one does)."""
+    rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE))
+    rig.settler.then(OnChain(rig.devchain, rig.relayer))
+    offer = await rig.pipeline.access(AccessBody(None, None, "default"), None)
+    assert isinstance(offer, PaymentOffer)
+    accepted = offer.body["accepts"][0]
+    accepted["extra"].pop("requestId")
+    payment = rig.sign(buyer, accepted)
+    problem(await outcome(rig.pay(payment, plan_id=None)), 503, "SETTLER_UNAVAILABLE")
+
+    again = problem(await outcome(rig.pay(payment, plan_id=None)), 409, "TX_ALREADY_REDEEMED")
+
+    assert "sign a new payment" in str(again.to_problem()["detail"])
+    fresh = rig.sign(buyer, accepted)
+    assert granted(await outcome(rig.pay(fresh, plan_id=None)))["type"] == "AccessGrant"
+
+
 async def test_audit_names_a_payment_given_back_then_transferred_and_no_reconcile(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:

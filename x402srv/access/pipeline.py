@@ -472,8 +472,8 @@ class AccessPipeline:
         if await self._given_back(record, caller.payment) and not self.proof.proves(record, caller):
             # A settler saw it, so anyone may hold a copy: only the buyer sends it again.
             raise TxAlreadyRedeemed(
-                "this payment was sent for this challenge before; send it again with the "
-                "challenge's requestId"
+                "this payment was sent for this purchase before; send it again with the "
+                "purchase's requestId, or sign a new payment"
             )
         claimed = await self.claimer.claim(record, caller.payment)  # steps 5-7
         if isinstance(claimed, Claimed):
