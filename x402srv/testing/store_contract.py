@@ -63,7 +63,9 @@ from x402srv.testing.store_contract_base import (
     claiming_delivery,
     created,
     delivering,
+    expiring,
     full_record,
+    given_back,
     paid,
     settling,
     settling_again,
@@ -450,6 +452,29 @@ class StoreContract(
         owner = applied(await store.transition(settling(second, key)))
         applied(await store.transition(back_to_pending(first)))
         assert await store.get_by_payment(key) == owner
+
+    async def test_a_payment_given_back_keeps_its_claim_until_pruned(self, store: Store) -> None:
+        """The pipeline's SETTLING -> PENDING (no ``release_payment``): the claim stays with
+        the record, through expiry, so no other challenge takes the payment; it goes only
+        with the record (docs/protocol/proof.md, "A payment given back")."""
+        key = make_key()
+        first, second = make_record(), make_record()
+        await created(store, first)
+        await created(store, second)
+        applied(await store.transition(settling(first, key)))
+        back = applied(await store.transition(given_back(first)))
+        assert (back.state, back.payment) == (State.PENDING, None)
+        assert await store.get_by_payment(key) == back
+        assert await store.transition(settling(second, key)) == PaymentClaimed(first.challenge_id)
+        assert await store.create_challenge(make_record(), claim_payment=key) == PaymentClaimed(
+            first.challenge_id
+        )
+        gone = applied(await store.transition(expiring(back)))
+        assert await store.get_by_payment(key) == gone
+        assert await store.prune(states=[State.EXPIRED], updated_before=BASE_TIME + 1000) == 1
+        assert await store.get_by_payment(key) is None
+        taken = applied(await store.transition(settling(second, key)))
+        assert await store.get_by_payment(key) == taken
 
     async def test_concurrent_transitions_have_one_winner(self, store: Store) -> None:
         record = make_record()

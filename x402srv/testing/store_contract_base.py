@@ -48,6 +48,7 @@ __all__ = [
     "delivering",
     "expiring",
     "full_record",
+    "given_back",
     "move",
     "owing",
     "paid",
@@ -169,8 +170,17 @@ def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -
     return move(record, State.SETTLING, State.PAID, at, "settled", changes, claim_tx_hash=tx_hash)
 
 
+def given_back(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
+    """SETTLING -> PENDING as the pipeline moves it (``moves.release``): nothing moved on-chain,
+    the payment's details go and its claim stays with the record (a settler saw the payment:
+    docs/protocol/proof.md, "A payment given back")."""
+    changes = RecordChanges(clear_payment=True)
+    return move(record, State.SETTLING, State.PENDING, at, "settlement rejected", changes)
+
+
 def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
-    """SETTLING -> PENDING after a definite failure: the claim is released."""
+    """SETTLING -> PENDING with ``release_payment``: the claim is freed (a store still honours
+    it; the pipeline itself keeps the claim, ``given_back``)."""
     changes = RecordChanges(clear_payment=True)
     return move(
         record,

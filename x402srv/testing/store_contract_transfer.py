@@ -49,6 +49,7 @@ from x402srv.testing.store_contract_base import (
     claiming_delivery,
     created,
     delivering,
+    given_back,
     paid,
     settling,
 )
@@ -281,6 +282,21 @@ class TransferContract(StoreContractBase):
         assert await fresh.list_challenges(states=[State.OWED]) == [owed]
         assert await fresh.get_by_payment(key) == owed
         assert await fresh.get_by_tx_hash(tx) == owed
+
+    async def test_a_payment_given_back_moves_with_its_claim(
+        self, store: Store, fresh: Store
+    ) -> None:
+        """A PENDING record keeps the claim of the payment a settler gave back, though it
+        holds no payment details: the claim moves with it (docs/protocol/proof.md)."""
+        record, key = make_record(), make_key()
+        await created(store, record)
+        applied(await store.transition(settling(record, key)))
+        back = applied(await store.transition(given_back(record)))
+        items = await exported(store)
+        await _portable(fresh).import_items(items, now=NOW)
+        assert await fresh.get_by_payment(key) == back
+        other = await fresh.create_challenge(make_record(), claim_payment=key)
+        assert other == PaymentClaimed(record.challenge_id)
 
     async def test_a_large_export_pages_through_everything(
         self, store: Store, fresh: Store
