@@ -25,6 +25,7 @@ from tests.support.scripted import (
     OnChain,
     ScriptedSettler,
 )
+from x402srv.access import moves
 from x402srv.access.pipeline import MAX_STEPS
 from x402srv.access.records import ChallengeRecord, RecordChanges, State
 from x402srv.errors import ProblemError
@@ -53,18 +54,8 @@ def store_backend(request: pytest.FixtureRequest) -> str:
 
 
 def release(record: ChallengeRecord, at: float) -> TransitionRequest:
-    """SETTLING -> PENDING with the claim released, as recovery does for a claim never handed on."""
-    assert record.payment is not None
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=SETTLING,
-        to=PENDING,
-        at=at,
-        reason="never handed to a settler; claim released",
-        changes=RecordChanges(clear_payment=True),
-        attempt_id=record.payment.attempt_id,
-        release_payment=True,
-    )
+    """SETTLING -> PENDING as recovery moves a payment never handed on: the claim stays."""
+    return moves.release(record, at, "never handed to a settler")
 
 
 # ------------------------------------------------------------ step 7: PENDING -> SETTLING
@@ -481,5 +472,6 @@ async def test_max_steps_exhausted_is_409_in_progress(
     assert rig.settler.requests == []
     record = await rig.record(challenge["challengeId"])
     assert states(record) == [PENDING] + [SETTLING, PENDING] * MAX_STEPS
-    assert await rig.store.inner.get_by_payment(rig.key(payment)) is None
+    owner = await rig.store.inner.get_by_payment(rig.key(payment))  # kept, and taken again
+    assert owner is not None and owner.challenge_id == challenge["challengeId"]
     assert not any(isinstance(result, PaymentClaimed) for _, result in rig.store.transitions)
