@@ -74,10 +74,23 @@ class _QuietHTTPProvider(AsyncHTTPProvider):
             ),
         )
         self._request_session_manager.logger = _LOG
-        #: The session ``connect`` opened, closed by ``disconnect`` whatever web3 did with it.
+        #: The session ``connect`` opened, closed by ``disconnect``: every request's.
         self.own_session: aiohttp.ClientSession | None = None
+        # web3 opens and caches a session of its own for a request that finds the cached
+        # one closed (a request still under way at ``disconnect``) or made on another
+        # event loop, and nothing ever closes those: each warns when it is collected, in
+        # whatever runs then. Every request takes ``own_session``, and none opens one.
+        manager: Any = self._request_session_manager
+        manager.async_cache_and_return_session = self._own_session
         self._redacted = redact_url(url)
         _REDACTOR.urls.add(url)
+
+    async def _own_session(self, *_args: Any, **_kwargs: Any) -> aiohttp.ClientSession:
+        """The session of every request: ``own_session``, refused once it is closed."""
+        own = self.own_session
+        if own is None or own.closed:
+            raise aiohttp.ClientConnectionError("the RPC connection is closed")
+        return own
 
     def __str__(self) -> str:
         return f"RPC connection {self._redacted}"
@@ -97,23 +110,17 @@ async def connect(url: str, *, request_timeout: float) -> GasWalletWeb3:
         raise_for_status=True, connector=aiohttp.TCPConnector(force_close=True)
     )
     provider.own_session = session
-    try:
-        await provider.cache_async_session(session)
-    except BaseException:
-        await session.close()
-        raise
     return AsyncWeb3(provider, middleware=[])
 
 
 async def disconnect(w3: GasWalletWeb3) -> None:
-    """Close the sessions web3 cached, and the one ``connect`` opened whatever web3 did with it.
+    """Close the session ``connect`` opened; requests still under way fail, none opens another.
 
-    (web3 keeps a session per event loop and replaces one it finds closed; an
-    aiohttp session left open warns when it is collected.)
+    (An aiohttp session left open warns when it is collected.)
     """
     provider = w3.provider
     try:
-        await provider.disconnect()
+        await provider.disconnect()  # (web3's cache: empty, as every request takes ours)
     finally:
         own = getattr(provider, "own_session", None)
         if own is not None and not own.closed:
