@@ -131,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     # (these run on sqlite alone)
     stores = not chosen <= {"failover", "guard", "mcp-paid", "stream"}
     with started_stack(with_redis=stores, with_postgres=stores) as stack:
-        if stack.redis_url is None:
+        if stores and stack.redis_url is None:
             step("redis-server not found: the Redis rows are skipped")
-        if stack.postgres_dsn is None:
+        if stores and stack.postgres_dsn is None:
             step("PostgreSQL not found: the PostgreSQL rows are skipped")
         official_rate: list[float] = []
 
