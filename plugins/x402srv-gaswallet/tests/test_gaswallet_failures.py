@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from x402srv_gaswallet import build_gas_wallet
+from x402srv_gaswallet import GasWalletSettler, build_gas_wallet
 from x402srv_gaswallet.testing import RecordingHooks, SettlerRig
 
 from x402srv.default_plugins.sqlite.store import SqliteStore
@@ -117,3 +117,36 @@ async def test_a_start_whose_chain_reader_cannot_open_leaves_the_settler_unstart
         assert isinstance(settled, Settled), settled
     finally:
         await settler.close()
+
+
+class _ClosedWhileRecording(RecordingHooks):
+    """Shutdown closes the settler while its txHash is being recorded (a store write)."""
+
+    def __init__(self, rig: SettlerRig, settler: GasWalletSettler) -> None:
+        super().__init__(rig.chain)
+        self._settler = settler
+
+    async def note_broadcast(self, tx_hash: str) -> None:
+        await super().note_broadcast(tx_hash)
+        await self._settler.close()
+
+
+async def test_a_send_after_the_settler_closed_is_refused_as_never_sent(rig: SettlerRig) -> None:
+    """The settler closed (x402srv stopping) between recording the txHash and sending it.
+
+    Regression: the RPC connection refused the send (its session was closed), but the
+    refusal was read as a send cut off on its way, "maybe out": the outcome was Unknown
+    with the txHash of a transaction no node ever saw, and the record stayed SETTLING
+    until the chain could tell (the authorization's ``validBefore``). Nothing left: it is
+    refused as nothing sent, so the buyer may pay again (or another settler take it).
+    """
+    settler = await rig.start()
+    request = rig.request()
+    hooks = _ClosedWhileRecording(rig, settler)
+
+    outcome = await settler.settle(request, hooks)
+
+    assert isinstance(outcome, Rejected), outcome
+    assert outcome.settler_failed
+    assert len(hooks.noted) == 1
+    rig.assert_nothing_moved(request)

@@ -52,6 +52,10 @@ _LOG.addFilter(_REDACTOR)
 _LOG.setLevel(logging.WARNING)
 
 
+class ConnectionClosed(aiohttp.ClientConnectionError):
+    """A request made after ``disconnect``: refused before any byte of it left."""
+
+
 #: Reads are retried twice, briefly. A send is not: web3 would repeat it behind our
 #: back, turning "the reply was lost" into a confusing "nonce too low".
 _RETRIED = [method for method in REQUEST_RETRY_ALLOWLIST if method != "eth_sendRawTransaction"]
@@ -89,7 +93,7 @@ class _QuietHTTPProvider(AsyncHTTPProvider):
         """The session of every request: ``own_session``, refused once it is closed."""
         own = self.own_session
         if own is None or own.closed:
-            raise aiohttp.ClientConnectionError("the RPC connection is closed")
+            raise ConnectionClosed("the RPC connection is closed")
         return own
 
     def __str__(self) -> str:
@@ -137,5 +141,9 @@ def node_message(exc: Web3RPCError) -> str:
 
 
 def never_left(exc: BaseException) -> bool:
-    """True when the request certainly did not reach the node (no connection was made)."""
-    return isinstance(exc, aiohttp.ClientConnectorError)
+    """True when the request certainly did not reach the node (no connection was made).
+
+    A request made once the connection was closed never left either: a send refused
+    that way is nothing sent, not a send cut off on its way.
+    """
+    return isinstance(exc, aiohttp.ClientConnectorError | ConnectionClosed)
