@@ -107,9 +107,13 @@ def own_chain() -> Iterator[Devchain]:
         yield chain
 
 
-@pytest.mark.parametrize("expired", [True, False], ids=["expired", "still-valid"])
+# Blocks mined after the transfer (lookback 4, validBefore 7 s after the rig's clock):
+# 8 a second apart leave the newest block before the latest window stamped before
+# validBefore (read once); 12 two seconds apart leave it after, and validBefore's block
+# is searched for.
+@pytest.mark.parametrize(("blocks", "apart"), [(8, 1), (12, 2)], ids=["edge", "search"])
 async def test_a_transfer_older_than_the_log_window_is_found_and_delivered(
-    own_chain: Devchain, tmp_path: Path, store_backend: str, expired: bool
+    own_chain: Devchain, tmp_path: Path, store_backend: str, blocks: int, apart: int
 ) -> None:
     """The facilitator timed out, its transfer landed, and the seller stayed down while the
     chain moved on past the reader's log window (``log_lookback_blocks``, 10,000 blocks by
@@ -118,8 +122,9 @@ async def test_a_transfer_older_than_the_log_window_is_found_and_delivered(
 
     Regression: the record stayed SETTLING for good (the chain "cannot tell"), the buyer
     paid and never got its grant. The transfer landed before the authorization's
-    ``validBefore`` (the token refuses it after): the pass looks in the window that ends
-    there, or where the first window began if that is earlier, and delivers."""
+    ``validBefore`` (the token refuses it after): once that has passed, the pass looks in
+    the window that ends there, or where the first window began if that is earlier, and
+    delivers."""
     buyer = own_chain.new_account()
     settler = ScriptedSettler(TIMED_OUT)
     async with open_rig(own_chain, tmp_path, settler=settler, store=store_backend) as rig:
@@ -129,11 +134,8 @@ async def test_a_transfer_older_than_the_log_window_is_found_and_delivered(
         problem(await outcome(rig.pay(payment)), 502, "SETTLEMENT_PENDING")
         tx_hash = rig.settle_on_chain(payment)
         rig.chain.log_lookback_blocks = 4
-        if expired:  # 8 blocks a second apart: past validBefore
-            own_chain.mine_ahead(8, seconds_apart=1)
-            assert own_chain.block_timestamp() >= int(payment.authorization["validBefore"])
-        else:  # 8 blocks in the same second: validBefore is still ahead
-            own_chain.mine_ahead(8)
+        own_chain.mine_ahead(blocks, seconds_apart=apart)  # past validBefore
+        assert own_chain.block_timestamp() >= int(payment.authorization["validBefore"])
         rig.clock.advance(rig.config.reconciler.grace_seconds + 120)  # lease and grace are over
 
         report = await Reconciler(rig.pipeline, rig.config.reconciler).run_once()

@@ -348,12 +348,10 @@ class ChainReader:
         *,
         to_block: int | None = None,
         lookback: int | None = None,
-        from_block: int | None = None,
     ) -> list[Log]:
         """AuthorizationUsed / AuthorizationCanceled logs of (payer, nonce), newest window only.
 
-        The window is ``lookback`` blocks (default ``log_lookback_blocks``) up to
-        ``to_block``, starting no earlier than ``from_block`` when given.
+        The window is ``lookback`` blocks (default ``log_lookback_blocks``) up to ``to_block``.
         """
         if to_block is None:
             to_block, _ = await self.latest_block()
@@ -363,5 +361,5 @@ class ChainReader:
             nonce.lower(),
         ]
         window = self.log_lookback_blocks if lookback is None else lookback
-        start = max(0, to_block - window, from_block or 0)
+        start = max(0, to_block - window)
         return await self.logs(asset, topics, start, to_block)

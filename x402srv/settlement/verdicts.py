@@ -19,7 +19,7 @@ means "not decided yet", never "not transferred".
     the broadcast txHash's receipt settles this authorization   -> Transferred
     at block N (the latest when asked), authorizationState is:
       used, and its AuthorizationUsed tx settles it           -> Transferred
-    (its log looked for up to block N, then before validBefore)
+    (its log looked for up to block N; past validBefore, also before it)
       used, and the payer cancelled it                         -> NotTransferred
       used by a transaction whose receipt paid someone else    -> NotTransferred
       used, but a log or receipt is not visible yet            -> Undecided
@@ -109,13 +109,21 @@ async def _events_before(
     (the token refuses it after), which the window up to the latest block no
     longer reaches once the chain has moved on past it: a seller down for
     longer than ``log_lookback_blocks`` while its facilitator's transfer landed.
-    That window ends just before what was searched already; empty when the
-    latest window reached back far enough.
+    That window ends just before what was searched already. Empty, and nothing
+    asked, while ``validBefore`` is still ahead (a log not visible yet is far
+    likelier then; once it has passed, this looks) or when the latest window
+    reached back to the first block.
     """
-    searched_from = latest[0] - chain.log_lookback_blocks
-    if searched_from <= 0:
-        return []  # the latest window went back to the first block
-    end = min(await chain.last_block_before(valid_before, latest=latest), searched_from - 1)
+    number, timestamp = latest
+    searched_from = number - chain.log_lookback_blocks
+    if timestamp < valid_before or searched_from <= 0:
+        return []
+    edge = searched_from - 1  # the newest block the latest window left out
+    edge_stamp = await chain.block_timestamp(edge)
+    if edge_stamp < valid_before:
+        end = edge  # (one read: the usual case, an outage of hours, not days)
+    else:
+        end = await chain.last_block_before(valid_before, latest=(edge, edge_stamp))
     if end < 0:
         return []
     return await chain.authorization_events(asset, payer, nonce, to_block=end)
