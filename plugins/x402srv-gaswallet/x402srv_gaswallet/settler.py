@@ -183,7 +183,10 @@ class GasWalletSettler:
     async def _settle(
         self, request: SettlementRequest, hooks: SettlementHooks, attempt: Attempt
     ) -> SettlementOutcome:
-        if self._w3 is None:
+        # One connection for the whole settlement: a close that lands meanwhile (x402srv
+        # stopping) makes its later requests fail as never sent, not find no connection.
+        w3 = self._w3
+        if w3 is None:
             return Rejected(
                 Reason.UNEXPECTED_SETTLE_ERROR,
                 "The gas-wallet settler is not started.",
@@ -193,10 +196,10 @@ class GasWalletSettler:
             data = transfer_calldata(request.authorization)
         except MalformedSignature:
             return Rejected(Reason.INVALID_SIGNATURE, DETAILS[Reason.INVALID_SIGNATURE])
-        prepared = await self._prepare(request, data)
+        prepared = await self._prepare(w3, request, data)
         if not isinstance(prepared, dict):
             return prepared
-        refused = await self._broadcaster.send(self._w3, prepared, hooks, attempt)
+        refused = await self._broadcaster.send(w3, prepared, hooks, attempt)
         if refused is not None:
             return refused
         assert attempt.tx_hash is not None
@@ -217,10 +220,9 @@ class GasWalletSettler:
         return await judge_receipt(self._chain, request, receipt)
 
     async def _prepare(
-        self, request: SettlementRequest, data: bytes
+        self, w3: GasWalletWeb3, request: SettlementRequest, data: bytes
     ) -> dict[str, Any] | SettlementOutcome:
         """Simulate, then the unsigned transaction (all but the nonce), or why not."""
-        w3 = self._web3()
         call: TxParams = {
             "from": self._account.address,
             "to": w3.to_checksum_address(request.network.asset),
@@ -230,7 +232,7 @@ class GasWalletSettler:
         # round trip to the node, and none needs another's answer (four in a row were
         # most of a purchase's wait on a local chain).
         simulated, estimated, fees = await asyncio.gather(
-            w3.eth.call(call, "latest"), self._gas(call), self._fees(), return_exceptions=True
+            w3.eth.call(call, "latest"), self._gas(w3, call), self._fees(w3), return_exceptions=True
         )
         # The simulation's revert speaks first: its message is what the payment is judged on.
         for failed in (simulated, estimated, fees):
@@ -275,15 +277,14 @@ class GasWalletSettler:
             "maxPriorityFeePerGas": fees[1],
         }
 
-    async def _gas(self, call: TxParams) -> int:
+    async def _gas(self, w3: GasWalletWeb3, call: TxParams) -> int:
         """The configured gas limit, else the node's estimate plus headroom."""
         if self._options.gas_limit:
             return self._options.gas_limit
-        return int(await self._web3().eth.estimate_gas(call) * _GAS_HEADROOM)
+        return int(await w3.eth.estimate_gas(call) * _GAS_HEADROOM)
 
-    async def _fees(self) -> tuple[int, int] | None:
+    async def _fees(self, w3: GasWalletWeb3) -> tuple[int, int] | None:
         """(maxFeePerGas, maxPriorityFeePerGas), or None when the cap is below the base fee."""
-        w3 = self._web3()
         block, suggested = await asyncio.gather(w3.eth.get_block("latest"), w3.eth.max_priority_fee)
         base = int(block["baseFeePerGas"])
         tip = int(suggested)
