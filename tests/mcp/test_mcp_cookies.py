@@ -20,7 +20,10 @@ from tests.support.apps import AppProcess
 from tests.support.credentials import bearer
 from tests.support.gateway import mint_token
 from tests.support.mcp import CALLS_PLAN, HOURLY_PLAN, answer_of, mcp_table, open_session, rpc
+from tests.support.mcp_cookie_upstream import CACHE_FIELDS
 from tests.support.seller import Seller
+from x402srv.devchain import Devchain
+from x402srv.testing.buyers import signed_payment
 
 OTHER_PAYER = "0x" + "cd" * 20
 
@@ -91,3 +94,38 @@ async def test_an_mcp_servers_cookies_for_one_buyer_never_reach_it_with_another_
     ]
     assert [seen["cookie"] for seen in received[:3]] == [None, None, None]  # none of the first's
     assert received[3]["cookie"] == "mine=1"  # a buyer's own cookies pass
+
+
+async def test_a_tool_call_that_buys_a_plan_is_kept_by_no_cache_not_even_a_cdn(
+    cookie_seller: Seller, devchain: Devchain
+) -> None:
+    """The MCP server lets every cache keep its answers, CDNs by their own field.
+
+    Regression: the answer of a ``tools/call`` paid for with a plan carries the grant
+    (its bearer token) in the result's ``_meta``, yet passed on the upstream's
+    ``Cache-Control`` and ``CDN-Cache-Control`` and said nothing itself: a cache in
+    front of x402srv allowed to keep POST answers could hand the token to another
+    caller. It is now ``no-store`` with the upstream's cache fields dropped, as the
+    HTTP gateway's paid answers are; a call with the token keeps them.
+    """
+    url = f"{cookie_seller.server.url}/mcp"
+    buyer = devchain.new_account(eth=0)
+    async with httpx.AsyncClient(timeout=60) as http:
+        session = await open_session(http, url)
+        unpaid = answer_of(await http.post(url, json=_forecast(2), headers=session))
+        accepts = unpaid["result"]["structuredContent"]["accepts"]
+        payment = signed_payment(buyer, devchain.token, accepts[0])
+        paying = _forecast(3)
+        paying["params"]["_meta"] = {"x402/payment": payment}
+        paid = await http.post(url, json=paying, headers=session)
+        grant = answer_of(paid)["result"]["_meta"]["x402srv/grant"]
+        assert grant["type"] == "AccessGrant"
+        assert paid.headers.get_list("cache-control") == ["no-store"]
+        assert "cdn-cache-control" not in paid.headers
+
+        with_token = {**session, **bearer(grant["accessToken"])}
+        later = await http.post(url, json=_forecast(4), headers=with_token)
+    assert not answer_of(later)["result"]["isError"], later.text
+    # (FastMCP's own "no-cache, no-transform" comes first, on one line with the layer's)
+    assert CACHE_FIELDS["cache-control"] in later.headers["cache-control"]
+    assert later.headers["cdn-cache-control"] == CACHE_FIELDS["cdn-cache-control"]

@@ -7,6 +7,8 @@ MCP server behind a sticky load balancer, or one that keeps a web session, would
 FastMCP itself neither sets nor reads cookies, so the layer does both here.
 ``GET /_control/cookies`` -> one entry per POST, in order: its JSON-RPC method
 (``tools/call:<tool>`` for a call) and the ``Cookie`` header it came with (or null).
+Every answer to a POST also lets every cache keep it for an hour, CDNs by their own
+field (``CACHE_FIELDS``), as an upstream behind a CDN might.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from tests.support.mcp_upstream import app as mcp_app
 
+#: The cache fields of every answer to a POST.
+CACHE_FIELDS = {"cache-control": "public, max-age=3600", "cdn-cache-control": "max-age=3600"}
 #: What each POST to /mcp came with, in order.
 RECEIVED: list[dict[str, Any]] = []
 
@@ -62,7 +66,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message["headers"], (b"set-cookie", set_cookie)]}
+            cache = [(name.encode(), value.encode()) for name, value in CACHE_FIELDS.items()]
+            headers = [*message["headers"], (b"set-cookie", set_cookie), *cache]
+            message = {**message, "headers": headers}
         await send(message)
 
     await mcp_app(scope, reading, sending)

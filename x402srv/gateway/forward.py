@@ -147,12 +147,12 @@ def response_headers(
         for name, value in pairs
         if name.lower() not in drop
         and not name.lower().startswith("x-x402-")
-        and not (stored_nowhere and _cache_field(name))
+        and not (stored_nowhere and cache_field(name))
     ]
     return kept + list((extra or {}).items())
 
 
-def _cache_field(name: str) -> bool:
+def cache_field(name: str) -> bool:
     """Whether a response field tells some cache how long it may keep the answer."""
     lowered = name.lower()
     return lowered.endswith("cache-control") or lowered in _OTHER_CACHE_FIELDS

@@ -411,6 +411,8 @@ def install_mcp(
                 upstream,
                 id=message.id if message is not None else None,
                 rewrite=rewrite,
+                # (a plan bought with the call: its grant, a bearer token, goes in the result)
+                stored_nowhere=call is not None and call.decision.granted is not None,
             )
             if call is not None and not answered:
                 await door.receipt(call, failed=True)  # no answer reached the buyer

@@ -29,7 +29,7 @@ from sanic import Request
 from sanic.compat import Header
 
 from x402srv.config.mcp import McpConfig
-from x402srv.gateway.forward import HOP_BY_HOP, first_byte_trace, upstream_body
+from x402srv.gateway.forward import HOP_BY_HOP, cache_field, first_byte_trace, upstream_body
 from x402srv.tokens.verify import AccessClaims
 
 __all__ = ["Rewrite", "request_headers", "send_upstream", "stream_answer"]
@@ -77,14 +77,23 @@ def request_headers(
     return kept
 
 
-def response_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
+def response_headers(headers: httpx.Headers, *, stored_nowhere: bool) -> list[tuple[str, str]]:
+    """The upstream's answer headers for the buyer.
+
+    ``stored_nowhere``: the answer will carry a grant (a plan bought with the call),
+    so no cache may keep it: ``Cache-Control: no-store`` instead of the upstream's
+    cache fields, its CDN ones included (as the HTTP gateway does, docs/gateway.md).
+    """
     pairs = list(headers.multi_items())
     drop = _DROPPED_BACK | _connection_listed(pairs)
-    return [
+    kept = [
         (name, value)
         for name, value in pairs
-        if name.lower() not in drop and not name.lower().startswith("x-x402-")
+        if name.lower() not in drop
+        and not name.lower().startswith("x-x402-")
+        and not (stored_nowhere and cache_field(name))
     ]
+    return [*kept, ("Cache-Control", "no-store")] if stored_nowhere else kept
 
 
 async def send_upstream(
@@ -161,14 +170,16 @@ async def stream_answer(
     *,
     id: str | int | None,
     rewrite: Rewrite | None,
+    stored_nowhere: bool = False,
 ) -> bool:
     """Send the upstream's answer to the buyer; whether the rewritten response went out.
 
+    ``stored_nowhere``: a paid call's answer, which no cache may keep (``response_headers``).
     Without ``rewrite`` the bytes pass untouched. With it, a JSON answer is
     read whole and rewritten; an SSE answer passes event by event, each sent as
     soon as it is complete, the response event rewritten on its way.
     """
-    headers = response_headers(upstream.headers)
+    headers = response_headers(upstream.headers, stored_nowhere=stored_nowhere)
     content_type = upstream.headers.get("content-type", "")
     response = await request.respond(status=upstream.status_code, headers=Header(headers))
     answered = False
