@@ -158,6 +158,7 @@ class ChainReader:
         self._timeout = timeout
         self._client = client
         self._owns_client = client is None
+        self._closed = False  # (``close`` ran, and no ``open`` since)
         self._ids = itertools.count(1)
         self.log_lookback_blocks = log_lookback_blocks
         self.log_chunk_blocks = log_chunk_blocks
@@ -165,10 +166,18 @@ class ChainReader:
         self._receipts: OrderedDict[str, tuple[float, Receipt]] = OrderedDict()
 
     async def open(self) -> None:
+        self._closed = False
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._timeout)
+            self._owns_client = True
 
     async def close(self) -> None:
+        """Close the reader's own client; reads after this fail until ``open``.
+
+        (A read still under way at shutdown once opened a new client here that
+        nothing closed.)
+        """
+        self._closed = True
         if self._client is not None and self._owns_client:
             await self._client.aclose()
         self._client = None
@@ -198,7 +207,9 @@ class ChainReader:
 
     async def _request(self, method: str, params: list[Any]) -> dict[str, Any]:
         if self._client is None:
-            await self.open()
+            if self._closed:
+                raise ChainUnavailable(f"{method}: the chain reader is closed")
+            await self.open()  # (a reader never opened opens at its first read)
         assert self._client is not None
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
         try:
