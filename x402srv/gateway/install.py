@@ -69,9 +69,15 @@ def _grant_headers(decision: Forward) -> dict[str, str]:
     }
 
 
-async def _refund(meter: Meter | None, usage: Usage, route: RouteConfig, *, failed: bool) -> Usage:
-    """A metered call the upstream failed gets its credits back (``refund_on_5xx``)."""
-    if failed and meter is not None and route.refund_on_5xx:
+async def _refund(
+    meter: Meter | None, usage: Usage, route: RouteConfig, *, failed: bool, sent: bool
+) -> Usage:
+    """A metered call the upstream failed gets its credits back (``refund_on_5xx``).
+
+    So does one none of whose bytes went out, whatever ``refund_on_5xx`` says: the
+    upstream never saw it (docs/selling-calls.md, "Charging by use").
+    """
+    if meter is not None and (not sent or (failed and route.refund_on_5xx)):
         return await meter.refund(usage)
     return usage
 
@@ -131,15 +137,15 @@ def install_gateway(
             return await _by_use(request, route, decision, call, extra)
         usage = decision.usage
 
+        sent = False
+
         async def metered(status: int, _headers: object = None) -> dict[str, str]:
             """The RateLimit fields, after giving the credits back for a failed call."""
             nonlocal usage
             if usage is None:
                 return {}
-            usage = await _refund(meter, usage, route, failed=status >= 500)
+            usage = await _refund(meter, usage, route, failed=status >= 500, sent=sent)
             return usage.headers()
-
-        sent = False
 
         def sending() -> None:
             nonlocal sent
@@ -158,19 +164,12 @@ def install_gateway(
         except ProblemError as err:
             # A paid retry whose upstream failed still hands the buyer its token.
             response = problem_response(err)
-            if usage is not None and meter is not None and not sent:
-                # Whatever ``refund_on_5xx`` says: the upstream never saw the call. (Its one
-                # refund: a store that failed it after all may have made it.)
-                usage = await meter.refund(usage)
-                response.headers.update({**extra, **usage.headers()})
-            else:
-                response.headers.update({**extra, **await metered(err.status)})
+            response.headers.update({**extra, **await metered(err.status)})
             return response
         except asyncio.CancelledError:
-            # The buyer left before any byte of its call went out: the upstream never saw
-            # it, and the call costs nothing (docs/selling-calls.md, "Charging by use").
-            if usage is not None and meter is not None and not sent:
-                await meter.refund(usage)
+            # The buyer left: a call none of which went out costs nothing (``_refund``).
+            if not sent:
+                await metered(0)
             raise
         if status is None:  # the upstream broke in the middle of its answer
             await metered(500)
