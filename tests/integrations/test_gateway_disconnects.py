@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,20 @@ async def _pool_answers_all(url: str, token: str) -> None:
     assert time.monotonic() - started < 15
 
 
+async def _crowds_leave_then_the_pool_answers(
+    gateway: Seller, buyer: LocalAccount, leave: Callable[[str, str, str], Awaitable[None]]
+) -> None:
+    """120 buyers, 20 at a time, on the metered and the plain route in turn, each leaving as
+    ``leave`` does; then the pool, checked through the ``/check`` route, answers them all."""
+    url = gateway.server.url
+    tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
+    for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:
+        await asyncio.gather(
+            *(leave(url, f"{path}/v1/complete", tokens[plan_id]) for _ in range(20))
+        )
+    await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
+
+
 async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter:
     """A raw POST of a slow completion, read up to its first token; its socket, still open."""
     reader, writer = await _post(url, path, token, {"max_tokens": 2000, "delay": 0.002})
@@ -223,13 +237,7 @@ async def test_buyers_leaving_as_the_answer_ends_leave_no_upstream_connection_ch
         routes=_routes(llm_upstream.url, checked),
         env=leaving_at_the_end(llm_upstream.url),
     )
-    url = gateway.server.url
-    tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
-    for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:  # 120 buyers
-        await asyncio.gather(
-            *(_leave_as_it_ends(url, f"{path}/v1/complete", tokens[plan_id]) for _ in range(20))
-        )
-    await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
+    await _crowds_leave_then_the_pool_answers(gateway, buyer, _leave_as_it_ends)
 
 
 async def _leave_as_it_connects(url: str, path: str, token: str) -> None:
@@ -274,13 +282,7 @@ async def test_buyers_leaving_as_the_upstream_connection_opens_leave_no_connecti
         routes=_routes(llm_upstream.url, other_upstream.url),
         env=leaving_on_connect(llm_upstream.port),
     )
-    url = gateway.server.url
-    tokens = {plan_id: await _buy(gateway, buyer, plan_id) for plan_id in ("tokens", "hour")}
-    for path, plan_id in [("/metered", "tokens"), ("/plain", "hour")] * 3:  # 120 buyers
-        await asyncio.gather(
-            *(_leave_as_it_connects(url, f"{path}/v1/complete", tokens[plan_id]) for _ in range(20))
-        )
-    await _pool_answers_all(f"{url}/check/v1/complete", tokens["hour"])
+    await _crowds_leave_then_the_pool_answers(gateway, buyer, _leave_as_it_connects)
 
 
 async def test_a_buyer_who_leaves_before_its_call_is_sent_to_the_upstream_is_charged_nothing(
