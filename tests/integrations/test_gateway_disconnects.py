@@ -28,7 +28,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.apps import AppProcess, leave_at_once, open_sockets_to
+from tests.support.apps import AppProcess, held_mid_answer, leave_at_once, open_sockets_to
 from tests.support.credentials import bearer
 from tests.support.faults import leaving_at_the_end, leaving_on_connect
 from tests.support.metering import limits
@@ -142,17 +142,7 @@ async def _crowds_leave_then_the_pool_answers(
 async def _start_stream(url: str, path: str, token: str) -> asyncio.StreamWriter:
     """A raw POST of a slow completion, read up to its first token; its socket, still open."""
     reader, writer = await _post(url, path, token, {"max_tokens": 2000, "delay": 0.002})
-    status = await asyncio.wait_for(reader.readline(), 10)
-    assert status.startswith(b"HTTP/1.1 200"), f"{path}: {status!r}, {await reader.read(500)!r}"
-    seen = b""
-    while b"event: token" not in seen:
-        chunk = await asyncio.wait_for(reader.read(65536), 10)
-        assert chunk, f"{path}: the gateway closed before the first token: {seen!r}"
-        seen += chunk
-    transport = writer.transport
-    assert isinstance(transport, asyncio.Transport)
-    transport.pause_reading()  # the stream keeps coming, unread: a close then sends a reset
-    return writer
+    return await held_mid_answer(reader, writer, b"event: token", f"{path}, first token")
 
 
 async def _leave_mid_stream(url: str, path: str, token: str) -> None:

@@ -34,7 +34,7 @@ import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.apps import AppProcess, leave_at_once, open_sockets_to
+from tests.support.apps import AppProcess, held_mid_answer, leave_at_once, open_sockets_to
 from tests.support.cli import x402srv
 from tests.support.credentials import bearer
 from tests.support.faults import leaving_at_the_end, leaving_on_connect
@@ -100,15 +100,9 @@ async def _post(url: str, path: str, headers: dict[str, str], body: dict[str, An
 async def _start_call(url: str, headers: dict[str, str], tool: str, arguments: Any) -> Any:
     """A raw call read up to its first progress event; its socket, still open."""
     reader, writer = await _post(url, "/mcp", headers, _call(tool, **arguments))
-    status = await asyncio.wait_for(reader.readline(), 10)
-    assert status.startswith(b"HTTP/1.1 200"), f"{status!r}, {await reader.read(500)!r}"
-    seen = b""
-    while b"notifications/progress" not in seen:
-        chunk = await asyncio.wait_for(reader.read(65536), 10)
-        assert chunk, f"x402srv closed before the first progress event: {seen!r}"
-        seen += chunk
-    writer.transport.pause_reading()  # the answer keeps coming, unread: a close sends a reset
-    return writer
+    return await held_mid_answer(
+        reader, writer, b"notifications/progress", f"{tool}, first progress event"
+    )
 
 
 async def _leave_mid_answer(url: str, headers: dict[str, str], tool: str, arguments: Any) -> None:

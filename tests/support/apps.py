@@ -98,6 +98,27 @@ def open_sockets_to(port: int) -> int:
     return count
 
 
+async def held_mid_answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, marker: bytes, what: str
+) -> asyncio.StreamWriter:
+    """A raw 200 answer read up to ``marker``, then left unread; its socket, still open.
+
+    The answer keeps coming, unread: a close then sends a reset (``leave_at_once``).
+    ``what`` names the call and its marker in the failures.
+    """
+    status = await asyncio.wait_for(reader.readline(), 10)
+    assert status.startswith(b"HTTP/1.1 200"), f"{what}: {status!r}, {await reader.read(500)!r}"
+    seen = b""
+    while marker not in seen:
+        chunk = await asyncio.wait_for(reader.read(65536), 10)
+        assert chunk, f"{what}: closed before the marker: {seen!r}"
+        seen += chunk
+    transport = writer.transport
+    assert isinstance(transport, asyncio.Transport)
+    transport.pause_reading()
+    return writer
+
+
 async def leave_at_once(writers: list[asyncio.StreamWriter]) -> None:
     """Buyers in the middle of their answers, all gone at once, the way ``wrk`` ends a run.
 
