@@ -247,14 +247,20 @@ def test_a_worker_reads_the_list_before_it_accepts_a_connection(scene: Scene) ->
     (200 calls at once right after start-up used to get 503s under load:
     tests/metering/test_concurrency.py.) The store goes away before any request
     reaches the new workers: only a list read at start-up can answer then.
+
+    The refresh is an hour here: with the scene's one second, a refresh could
+    read the list between the start and the outage (CI saw one land while
+    Redis was stopping), and the 200 would prove nothing about start-up.
     """
-    server = _fresh_worker(scene, "primed")
+    config = copy.deepcopy(scene.config)
+    config["revocation"] = {"refresh_seconds": 3600}
+    server = _fresh_worker(scene, "primed", config=config)
+    answering = time.time()  # start() returns once the server answers
     try:
-        outage_began = time.time()
         with _outage(scene):
             answer = httpx.get(f"{server.url}{LIST_PATH}", timeout=10)
             assert answer.status_code == 200, answer.text  # a worker with no list says 503
-            assert answer.json()["readAt"] < outage_began
+            assert answer.json()["readAt"] < answering
             assert [entry["jti"] for entry in answer.json()["revoked"]] == [scene.revoked_id]
     finally:
         server.stop()
