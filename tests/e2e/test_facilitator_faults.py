@@ -7,6 +7,7 @@ process with short timeouts. Only the fault itself is injected.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -145,9 +146,15 @@ def test_facilitator_that_never_settles_releases_after_valid_before(
     """Unknown stays SETTLING (502) until the chain passes validBefore; then PENDING, pay again."""
     process = facilitator("settle-hang")
     seller = facilitator_seller(start_seller, process.url)
-    valid_before = int(time.time()) + 8  # the shortest window step 5 accepts, plus margin
-    payment = seller.pay_with(buyer, "hourly", valid_before=valid_before)
-    header = payment.header
+    challenge = seller.challenge("hourly")
+    # The shortest window step 5 accepts is 6 s. Signed once the challenge is here, with 3 s
+    # over it for the signing and the POST: int(time.time()) + 8 before the challenge left
+    # between 1 and 2 s for all three, which a loaded machine can take.
+    valid_before = math.ceil(time.time()) + 9
+    accepted = challenge["accepts"][0]
+    header = encode_payment(
+        signed_payment(buyer, seller.chain.token, accepted, valid_before=valid_before)
+    )
     assert_problem(_pay(seller, header), 502, "SETTLEMENT_PENDING")
     assert_problem(_pay(seller, header), 502, "SETTLEMENT_PENDING")  # still unknown: not resettled
     time.sleep(max(0.0, valid_before + 1 - time.time()))
@@ -156,9 +163,7 @@ def test_facilitator_that_never_settles_releases_after_valid_before(
     problem = assert_problem(expired, 402, "PAYMENT_FAILED")
     assert problem["reason"] == "invalid_exact_evm_payload_authorization_valid_before"
     assert _transfers(seller) == 0
-    fresh = encode_payment(
-        signed_payment(buyer, seller.chain.token, payment.challenge["accepts"][0])
-    )
+    fresh = encode_payment(signed_payment(buyer, seller.chain.token, accepted))
     assert_problem(_pay(seller, fresh), 502, "SETTLEMENT_PENDING")  # the claim was released
 
 
