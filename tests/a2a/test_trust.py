@@ -40,6 +40,7 @@ from tests.support.a2a_jsonrpc import (
     task_of,
     text,
 )
+from tests.support.clock import until_clear_of_a_window_end
 from tests.support.seller import Seller
 from x402srv.access.reconciler import Reconciler
 from x402srv.cli import operations
@@ -116,6 +117,7 @@ def test_a2a_calls_without_a_payment_are_limited_and_payments_never(
         "gas-wallet",
         rate_limit={"unpaid_requests": 2, "window_seconds": 86_400},
     )
+    time.sleep(until_clear_of_a_window_end(86_400))
     url = a2a_url(seller)
     task = open_task(url)
     catalog_task(url)

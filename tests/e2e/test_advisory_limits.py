@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,22 +47,27 @@ from tests.support.a2a_jsonrpc import (
 )
 from tests.support.apps import AppProcess
 from tests.support.cli import check
+from tests.support.clock import until_clear_of_a_window_end
 from tests.support.configs import config_dict
 from tests.support.problems import assert_problem
 from tests.support.seller import Seller, decode_header
 from x402srv.testing.buyers import encode_payment, signed_payment
 
 LIMIT = 4
-#: A window far longer than a test, so that it never rolls over mid-test.
+#: A day: its window ends mid-test only at midnight UTC, and ``limited_seller`` waits
+#: that out (``until_clear_of_a_window_end``).
 WINDOW = 86_400
 FORGED_SIGNATURE = "0x" + "11" * 65
 
 
 def limited_seller(start_seller: Callable[..., Seller], **rate_limit: Any) -> Seller:
-    return start_seller(
+    """A seller limiting unpaid requests to ``LIMIT`` a day, with a minute of its day left."""
+    seller = start_seller(
         "gas-wallet",
         rate_limit={"unpaid_requests": LIMIT, "window_seconds": WINDOW, **rate_limit},
     )
+    time.sleep(until_clear_of_a_window_end(WINDOW))
+    return seller
 
 
 def assert_limited(response: httpx.Response) -> None:
@@ -247,6 +253,7 @@ def test_junk_signature_payments_get_429_after_the_threshold_at_the_gateway(
         routes=[{"prefix": "/api", "upstream": echo_upstream.url}],
         rate_limit={"unpaid_requests": LIMIT, "window_seconds": WINDOW},
     )
+    time.sleep(until_clear_of_a_window_end(WINDOW))
     url = seller.server.url + "/api/forecast"
     offer = httpx.get(url)  # 1 of LIMIT
     assert offer.status_code == 402

@@ -28,6 +28,7 @@ import httpx
 from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import KeptAlive
+from tests.support.clock import until_clear_of_a_window_end
 from tests.support.seller import Seller
 from x402srv.access.reconciler import PassReport, Reconciler
 from x402srv.cli import operations
@@ -37,7 +38,8 @@ from x402srv.testing.buyers import encode_payment, paying_client, signed_payment
 FLOODERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 PER_FLOODER = 5_000
 LIMIT = 500
-#: A window far longer than the test, so it never rolls over mid-flood.
+#: A day: it ends mid-flood only at midnight UTC, which the tests wait out
+#: (``until_clear_of_a_window_end``).
 WINDOW = 86_400
 WORKERS = 2
 CONCURRENCY = 16
@@ -98,6 +100,7 @@ async def test_unpaid_flood_is_limited_per_client_and_swept_while_a_buyer_pays(
         server={"challenge_ttl_seconds": 600},
     )
     before = rows(seller)
+    await asyncio.sleep(until_clear_of_a_window_end(WINDOW, needed=120))  # (a flood: ~20 s)
 
     async def pay_during_flood() -> tuple[httpx.Response, float]:
         await asyncio.sleep(0.5)  # (only so that the purchase lands inside the flood)
@@ -158,6 +161,7 @@ def test_limit_counts_discovery_and_challenges_never_payments_and_keys_by_the_pr
             "trusted_hops": 1,
         },
     )
+    time.sleep(until_clear_of_a_window_end(WINDOW))
     alice = {"X-Real-IP": "10.0.0.1, 198.51.100.7"}  # the right-most hop counts
     assert httpx.post(seller.access_url, json={}, headers=alice).status_code == 402
     challenge = httpx.post(seller.access_url, json={"planId": "hourly"}, headers=alice)

@@ -19,6 +19,7 @@ import pytest
 from eth_account.signers.local import LocalAccount
 
 from tests.support.apps import AppProcess
+from tests.support.clock import until_clear_of_a_window_end
 from tests.support.mcp import (
     CALLS_PLAN,
     HOURLY_PLAN,
@@ -224,6 +225,7 @@ async def test_advisory_unpaid_calls_count_against_the_unpaid_limit(
         mcp=[mcp_table(mcp_upstream.url)],
         rate_limit={"unpaid_requests": 3, "window_seconds": 3600},
     )
+    await asyncio.sleep(until_clear_of_a_window_end(3600, needed=30))  # (an hour's end)
     async with httpx.AsyncClient(timeout=60) as http:
         session = await open_session(http, url(seller))
         answers = [
