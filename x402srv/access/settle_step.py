@@ -240,7 +240,12 @@ class SettleStep:
             if unavailable
             else f"settlement failed: {outcome.reason}"
         )
-        result = await self.mover.apply(moves.release(record, self.clock(), reason))
+        # Handed to a settler, the payment is watched until it can no longer move
+        # (docs/protocol/states.md, "A payment given back"); one the chain showed used
+        # elsewhere or cancelled (``_used_already``) never can.
+        assert record.payment is not None  # SETTLING: the claim stored it
+        watch = record.payment.submitted and outcome.reason != Reason.NONCE_USED
+        result = await self.mover.apply(moves.release(record, self.clock(), reason, watch=watch))
         if not isinstance(result, TransitionApplied):
             return await self.mover.current(record, result)
         if unavailable:
