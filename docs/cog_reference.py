@@ -231,15 +231,21 @@ _MOVES: dict[tuple[str, str], tuple[str, str]] = {
         "A request whose payment passed the check against the stored offer (flow steps 5-7). "
         "The same compare-and-set claims the payment key `(chainId, asset, from, nonce)` and "
         "stores the authorization, before anything leaves the server. A discovery-first "
-        "purchase is created directly in SETTLING, with the same claim.",
+        "purchase is created directly in SETTLING, with the same claim. Or `moves.retake`: "
+        "whoever reads on the chain that [a payment given back](#a-payment-given-back) was "
+        "transferred (the buyer's request, the reconciler, a cancellation); on the "
+        "payment's attempt as read.",
     ),
     ("PENDING", "EXPIRED"): (
         "`moves.expire`",
-        "The request that finds the challenge past `expiresAt`, or the reconciler.",
+        "The request that finds the challenge past `expiresAt`, or the reconciler. One "
+        "holding [a payment given back](#a-payment-given-back) only once the chain shows "
+        "it can no longer move, on the payment's attempt as read; the payment goes.",
     ),
     ("PENDING", "CANCELLED"): (
-        "operator",
-        "`x402srv challenges cancel`, the console or the admin API. A later payment gets 410.",
+        "`moves.cancel`",
+        "`x402srv challenges cancel`, the console or the admin API. A later payment gets "
+        "410. One holding [a payment given back](#a-payment-given-back) as for expiry.",
     ),
     ("SETTLING", "SETTLING"): (
         "`moves.note`",
@@ -252,7 +258,9 @@ _MOVES: dict[tuple[str, str], tuple[str, str]] = {
         "The attempt whose settler refused the payment (nothing moved on-chain), or whoever "
         "[the chain convinces](#settling-is-decided-by-the-chain). The payment's claim stays "
         "with the challenge (a settler saw it): no other purchase takes it, and this one only "
-        "from its buyer ([Proof](proof.md)); the buyer may also pay with a new authorization.",
+        "from its buyer ([Proof](proof.md)); the buyer may also pay with a new authorization. "
+        "A payment a settler was handed stays on the record too, "
+        "[watched](#a-payment-given-back).",
     ),
     ("SETTLING", "PAID"): (
         "`moves.paid`",

@@ -8,6 +8,8 @@ x402srv gateway (sqlite) has two routes to it:
 - ``/metered``: a plan of credits, ``cost = { reserve = 2000, from = "sse" }``:
   the reservation spent before forwarding, the stream read as it passes, the
   unused part refunded at its end and one ``x402-usage`` event added;
+- ``/fixed``: the same plan of credits at a fixed ``cost = FIXED`` a call (one
+  spend before forwarding, as every call plan charged before issue 29);
 - ``/unmetered``: a plan sold by time (a token check, nothing in the store).
 
 A buyer buys both plans with the official client. Then, for each route with its
@@ -21,7 +23,9 @@ token:
   per run): complete streams per second, and tokens per second, judged on the
   median of the pairs' ratios.
 
-Target (issue 29): metered at most 10% slower than unmetered, for both.
+Target (issue 29): metered at most 10% slower than unmetered, for both. The
+fixed-cost route is measured beside them, so that a seller choosing how to
+charge for calls sees what metering costs over a fixed price too.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ __all__ = ["run"]
 SECTION = "Metered streams through the gateway (SSE, sqlite, 1 worker)"
 CREDITS = 1_000_000_000
 RESERVE = 2000
+FIXED = 100  # credits a call on the fixed-cost route
 TOKENS = 64  # tokens per completion
 DELAY = 0.002  # seconds between tokens of a timed completion
 PLANS: list[dict[str, Any]] = [
@@ -61,6 +66,13 @@ def _routes(upstream: str) -> list[dict[str, Any]]:
             "plans": ["tokens"],
             "strip_prefix": True,
             "cost": {"reserve": RESERVE, "from": "sse"},
+        },
+        {
+            "prefix": "/fixed",
+            "upstream": upstream,
+            "plans": ["tokens"],
+            "strip_prefix": True,
+            "cost": FIXED,
         },
         {"prefix": "/unmetered", "upstream": upstream, "plans": ["hourly"], "strip_prefix": True},
     ]
@@ -142,20 +154,34 @@ def run(stack: Stack, load: Load, samples: int, runs: int) -> list[Row]:
             f"{server.url}/unmetered/v1/complete",
             {**json_, "Authorization": f"Bearer {hourly_token}"},
         )
+        fixed = Route(
+            f"fixed-cost route (same plan, cost = {FIXED})",
+            f"{server.url}/fixed/v1/complete",
+            {**json_, "Authorization": f"Bearer {metered_token}"},
+        )
         direct = Route("the upstream directly (for reference)", f"{upstream}/v1/complete", json_)
         for round_ in range(runs):
-            order = [unmetered, metered] if round_ % 2 == 0 else [metered, unmetered]
+            order = [unmetered, fixed, metered]
+            order = order if round_ % 2 == 0 else list(reversed(order))
             asyncio.run(_timed([*order, direct], samples))
-        _loaded([unmetered, metered], load, runs)
+        _loaded([unmetered, fixed, metered], load, runs)
     finally:
         stack.stop_app(upstream)
         stack.stop_server(server)
-    return _rows(metered, unmetered, direct, samples)
+    return _rows(metered, fixed, unmetered, direct, samples)
 
 
-def _rows(metered: Route, unmetered: Route, direct: Route, samples: int) -> list[Row]:
-    ttfb = Spread.of([m / u for m, u in zip(metered.ttfb, unmetered.ttfb, strict=True)])
-    speed = Spread.of([m / u for m, u in zip(metered.rate, unmetered.rate, strict=True)])
+def _ratios(ours: list[float], theirs: list[float]) -> Spread:
+    return Spread.of([o / t for o, t in zip(ours, theirs, strict=True)])
+
+
+def _rows(metered: Route, fixed: Route, unmetered: Route, direct: Route, samples: int) -> list[Row]:
+    ttfb = _ratios(metered.ttfb, unmetered.ttfb)
+    speed = _ratios(metered.rate, unmetered.rate)
+    over_fixed = (
+        f"  (over the fixed-cost route: first byte {_ratios(metered.ttfb, fixed.ttfb).show(times)},"
+        f" streams/s {_ratios(metered.rate, fixed.rate).show(times)})"
+    )
     timed = f"{samples} x {len(metered.ttfb)} runs"
 
     def first_byte(route: Route) -> str:
@@ -177,6 +203,7 @@ def _rows(metered: Route, unmetered: Route, direct: Route, samples: int) -> list
     return [
         Row(SECTION, f"time to first byte: {direct.label}", first_byte(direct)),
         Row(SECTION, f"time to first byte: {unmetered.label}", first_byte(unmetered)),
+        Row(SECTION, f"time to first byte: {fixed.label}", first_byte(fixed)),
         Row(
             SECTION,
             f"time to first byte: {metered.label}",
@@ -190,10 +217,11 @@ def _rows(metered: Route, unmetered: Route, direct: Route, samples: int) -> list
             ),
         ),
         Row(SECTION, f"throughput: {unmetered.label}", throughput(unmetered)),
+        Row(SECTION, f"throughput: {fixed.label}", throughput(fixed)),
         Row(
             SECTION,
             f"throughput: {metered.label}",
-            throughput(metered),
+            throughput(metered) + over_fixed,
             (
                 verdict(
                     ">= 0.9x the unmetered streams/s (<= 10% slower)",

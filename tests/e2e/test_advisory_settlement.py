@@ -237,7 +237,10 @@ def test_no_settler_reachable_is_503_with_retry_after_and_changes_nothing(
     assert "reason" not in problem
     assert transfers([option], wallet) == []
     shown = record(server, challenge["challengeId"])
-    assert (shown["state"], shown["payment"], shown["tx_hash"]) == ("PENDING", None, None)
+    assert (shown["state"], shown["tx_hash"]) == ("PENDING", None)
+    # Kept, watched until it can no longer move (docs/protocol/states.md, "A payment given
+    # back"): a settler that failed may have seen it.
+    assert shown["payment"]["submitted"] is True and shown["payment"]["lease_until"]
     assert shown["history"][-1]["reason"].startswith("no settler could be reached")
     again = pay()  # the claim was released: the same payment is refused the same way
     assert_problem(again, 503, "SETTLER_UNAVAILABLE")

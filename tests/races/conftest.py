@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.paths import REPO
 from tests.support.rig import MakeRig, Rig, open_rig
 from x402srv.devchain import Devchain, deploy_batch_settle
 
@@ -37,3 +38,11 @@ async def make_rig(
 def batch_settle(devchain: Devchain) -> str:
     """A BatchSettle contract on the session's anvil: many authorizations, one transaction."""
     return deploy_batch_settle(devchain.rpc, devchain.deployer)
+
+
+@pytest.fixture
+def own_chain() -> Iterator[Devchain]:
+    """An anvil of the test's own: it moves chain time ahead of the wall clock for good,
+    which the session chain's later tests (authorizations valid for 10 s) must not see."""
+    with Devchain.start(project_dir=REPO) as chain:
+        yield chain

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from tests.support.paths import REPO
 from tests.support.rig import MakeRig, granted, open_rig, outcome, problem
 from tests.support.scripted import CountingIssuer, OnChain, ScriptedSettler
 from x402srv.access.reconciler import Reconciler
@@ -97,14 +95,6 @@ async def test_a_used_authorization_is_finished_by_the_next_pass_while_its_lease
     grant = granted(await request)
     assert grant == delivered.grant
     assert isinstance(rig.issuer, CountingIssuer) and rig.issuer.calls == 1
-
-
-@pytest.fixture
-def own_chain() -> Iterator[Devchain]:
-    """An anvil of the test's own: it moves chain time ahead of the wall clock for good,
-    which the session chain's later tests (authorizations valid for 10 s) must not see."""
-    with Devchain.start(project_dir=REPO) as chain:
-        yield chain
 
 
 # Blocks mined after the transfer (lookback 4, validBefore 7 s after the rig's clock):

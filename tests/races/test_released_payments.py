@@ -162,30 +162,6 @@ async def test_a_buyer_whose_payment_carries_no_request_id_is_told_to_sign_a_new
     assert granted(await outcome(rig.pay(fresh, plan_id=None)))["type"] == "AccessGrant"
 
 
-async def test_audit_names_a_payment_given_back_then_transferred_and_no_reconcile(
-    make_rig: MakeRig, buyer: LocalAccount
-) -> None:
-    """A copy of a payment given back, sent straight to the token by its copier: the money is
-    the seller's, the challenge PENDING (it keeps the claim). Regression: the audit said
-    "claimed by challenge X (PENDING); run x402srv reconcile", but a pass never moves a
-    PENDING record; the line says what happened to the payment instead."""
-    case = await refused(make_rig, buyer, discovery=False)
-    rig = case.rig
-    first_block = rig.devchain.rpc.block_number() + 1
-    rig.settle_on_chain(case.seen)
-    rig.clock.advance(1)  # the pass takes records updated before its start
-
-    await Reconciler(rig.pipeline, rig.config.reconciler).run_once()
-    report = await audit(rig.pipeline, from_block=first_block, to_block=None)
-
-    [(_, why)] = report.unmatched
-    assert why == (
-        f"its authorization was given back unsettled by challenge {case.challenge_id} "
-        "(PENDING): no purchase paid with it"
-    )
-    assert (await rig.record(case.challenge_id)).state.value == "PENDING"
-
-
 async def test_audit_sends_a_transfer_its_settling_challenge_holds_to_reconcile(
     make_rig: MakeRig, buyer: LocalAccount
 ) -> None:

@@ -75,7 +75,7 @@ async def test_rejected_goes_back_to_pending_and_answers_402(
     assert problem(answer, 402, "PAYMENT_FAILED").extra["reason"] == "insufficient_funds"
     record = await rig.record(challenge["challengeId"])
     assert states(record) == [*HANDED_OVER, PENDING]
-    assert record.payment is None
+    assert record.payment is not None and record.payment.nonce == payment.nonce  # watched
     owner = await rig.store.inner.get_by_payment(rig.key(payment))
     assert owner is not None and owner.challenge_id == challenge["challengeId"]
     assert not rig.devchain.authorization_state(buyer.address, payment.nonce)

@@ -11,13 +11,16 @@ record that changed meanwhile is lost, never applied twice.
     settling  PENDING -> SETTLING, claiming the payment       (``settle``)
     note      SETTLING -> SETTLING by the attempt that holds it (hand-over,
               broadcast, lease ended; PAID -> PAID likewise: the delivery claim)
-    release   SETTLING -> PENDING, the claim kept by it      (nothing moved on-chain)
+    release   SETTLING -> PENDING, the claim kept by it      (nothing moved on-chain;
+              the payment kept too while it may still move: ``given_back``)
+    retake    PENDING -> SETTLING on the payment it kept      (the chain shows it moved)
     paid      SETTLING -> PAID, claiming the txHash
     deliver   PAID -> DELIVERED with the grant
     owe       PAID -> OWED: a top-up its grant can no longer use (``delivery``)
     give_up   PAID -> OWED on the delivery attempt as read: no credential in time
               (``x402srv.refunds.automatic``)
     expire    PENDING -> EXPIRED
+    cancel    PENDING -> CANCELLED                           (an operator)
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from x402srv.server.logs import fingerprint
 __all__ = [
     "AttemptHooks",
     "Mover",
+    "cancel",
     "deliver",
     "expire",
     "give_up",
@@ -54,6 +58,7 @@ __all__ = [
     "owe",
     "paid",
     "release",
+    "retake",
     "settle",
 ]
 
@@ -170,14 +175,38 @@ def note(
     return _held(record, record.state, at, reason, RecordChanges(payment=payment))
 
 
-def release(record: ChallengeRecord, at: float, reason: str) -> TransitionRequest:
+def release(
+    record: ChallengeRecord, at: float, reason: str, *, watch: bool = False
+) -> TransitionRequest:
     """SETTLING -> PENDING: nothing moved on-chain, and the payment's claim stays with it.
 
     A settler saw the payment (a facilitator may log it), and one no settler could
     take is still good: another purchase must never take it, and this one takes it
     again only from its buyer (docs/protocol/proof.md, ``AccessPipeline._step``).
+    With ``watch`` (a settler was handed it: anyone it reached may still send it to
+    the token until its ``validBefore``) the record keeps the payment, its lease
+    ended, so that the chain can still decide it (``x402srv.access.given_back``);
+    else (the chain showed it can no longer move, or it never left) it goes.
     """
+    if watch:
+        assert record.payment is not None
+        kept = replace(record.payment, lease_until=min(record.payment.lease_until, at))
+        return _held(record, State.PENDING, at, reason, RecordChanges(payment=kept))
     return _held(record, State.PENDING, at, reason, RecordChanges(clear_payment=True))
+
+
+def retake(
+    record: ChallengeRecord, at: float, reason: str, *, attempt_id: str
+) -> TransitionRequest:
+    """PENDING -> SETTLING with the payment it kept: the chain shows that payment transferred.
+
+    A compare-and-set on the kept payment's attempt; the new attempt's lease is
+    over at once, so whoever reads the record next decides it from the chain
+    (``x402srv.access.given_back``). The payment's claim is the record's already.
+    """
+    assert record.payment is not None
+    payment = replace(record.payment, attempt_id=attempt_id, lease_until=at, submitted=True)
+    return _held(record, State.SETTLING, at, reason, RecordChanges(payment=payment))
 
 
 def paid(
@@ -241,13 +270,31 @@ def give_up(record: ChallengeRecord, at: float, why: str) -> TransitionRequest:
     )
 
 
-def expire(record: ChallengeRecord, at: float) -> TransitionRequest:
+def expire(
+    record: ChallengeRecord, at: float, reason: str = "expired before payment"
+) -> TransitionRequest:
+    """PENDING -> EXPIRED; one that kept a payment given back expires with the payment it read."""
+    if record.payment is not None:
+        return _held(record, State.EXPIRED, at, reason, RecordChanges(clear_payment=True))
     return TransitionRequest(
         challenge_id=record.challenge_id,
         expect=State.PENDING,
         to=State.EXPIRED,
         at=at,
-        reason="expired before payment",
+        reason=reason,
+    )
+
+
+def cancel(record: ChallengeRecord, at: float, reason: str) -> TransitionRequest:
+    """PENDING -> CANCELLED (an operator); on the payment it kept, read, as ``expire``."""
+    if record.payment is not None:
+        return _held(record, State.CANCELLED, at, reason, RecordChanges(clear_payment=True))
+    return TransitionRequest(
+        challenge_id=record.challenge_id,
+        expect=State.PENDING,
+        to=State.CANCELLED,
+        at=at,
+        reason=reason,
     )
 
 

@@ -62,6 +62,7 @@ of ``x402srv/access/`` named beside it; this one only puts them in order.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ from x402srv.access import moves
 from x402srv.access.claim_payment import PaymentClaimer
 from x402srv.access.delivery import DELIVERY_LEASE_SECONDS, Delivery
 from x402srv.access.find_challenge import find_challenge
+from x402srv.access.given_back import KeptPayments, kept_payment
 from x402srv.access.ids import uuid4_str
 from x402srv.access.implicit_purchase import ImplicitPurchase
 from x402srv.access.new_challenge import ChallengeMaker, same_purchase
@@ -85,6 +87,7 @@ from x402srv.access.top_ups import find_grant
 from x402srv.config.models import Config, Plan
 from x402srv.errors import (
     ChallengeExpired,
+    CredentialPending,
     GrantRevoked,
     PaymentFailed,
     RateLimited,
@@ -98,9 +101,7 @@ from x402srv.interfaces import (
     Clock,
     CredentialIssuer,
     Settler,
-    StateMismatch,
     Store,
-    TransitionApplied,
     TransitionRequest,
     TransitionResult,
     system_clock,
@@ -207,6 +208,8 @@ class AccessPipeline:
             store, self.challenges, self.claimer, self.proof, counters
         )
         self.resolver = SettlingResolver(self.chains, self.mover, clock)  # 4, SETTLING
+        #: PENDING records holding a payment a settler gave back (4, PENDING).
+        self.kept = KeptPayments(self.resolver, self.mover, clock)
         self.delivery = Delivery(  # 10
             self.mover, issuer, self.offers, self.plans, self.metrics, clock
         )
@@ -407,10 +410,11 @@ class AccessPipeline:
         if record is None:
             started = await self.implicit.start(caller, payment, plan, grant)  # step 3's last way
             return await self._answer(started, caller)
-        if replays(record, payment.key):
+        if replays(record, payment.key) and not kept_payment(record):
             # Found by this very payment (step 3's third way) or named by a caller
             # that replays it: the payment must prove the purchase before anything
             # about it is answered (402 or 409 otherwise, as for a fresh payment).
+            # (A payment given back is a PENDING record's: ``_step`` asks for proof.)
             self.proof.prove(record, caller)
         same_purchase(record, body, plan, grant)
         return await self._answer(record, caller)
@@ -457,24 +461,46 @@ class AccessPipeline:
             self.proof.prove(record, caller)
             return await self.delivery.answer(record)  # step 10
         if state is State.SETTLING:
-            if not self.proof.proves(record, caller) and caller.payment is not None:
-                # Not its buyer, but a valid payment for this very challenge: it may have
-                # the chain decide a stale attempt; a grant still needs the proof.
-                self.claimer.payments.check(record, caller.payment)
+            if not self.proof.proves(record, caller):
+                if caller.payment is not None:
+                    self.claimer.payments.check(record, caller.payment)  # 402 if invalid
+                if not self.proof.knows_request_id(record, caller):
+                    # Only the buyer (its requestId, with a fresh authorization of its
+                    # own) has the chain decide a stale attempt; a grant still needs the
+                    # proof. Anyone else holding the challengeId could make us read the
+                    # chain at will with payments of its own.
+                    self.settlement.wait(record)
             return await self.settlement.settling(record)
+        kept = kept_payment(record)  # a payment a settler gave back, still watched
         if self.clock() >= record.expires_at:
+            # Past expiresAt: only its buyer has the chain asked about a kept payment
+            # (anyone may hold a copy); the reconciler asks for everyone else.
+            if kept and not self.proof.proves(record, caller):
+                raise ChallengeExpired(f"challenge {record.challenge_id} expired")
             current = await self.expire(record)
             if current.state is State.PENDING:
                 raise ChallengeExpired(f"challenge {record.challenge_id} expired")
             return current  # EXPIRED answers 410 next; a payment claimed just before is followed
         if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
-        if await self._given_back(record, caller.payment) and not self.proof.proves(record, caller):
+        if (kept or await self._given_back(record, caller.payment)) and not self.proof.proves(
+            record, caller
+        ):
             # A settler saw it, so anyone may hold a copy: only the buyer sends it again.
             raise TxAlreadyRedeemed(
                 "this payment was sent for this purchase before; send it again with the "
                 "purchase's requestId, or sign a new payment"
             )
+        if kept:
+            looked = await self.kept.look(record)
+            if isinstance(looked, ChallengeRecord):
+                # The payment given back was transferred: no new one is taken. The caller
+                # proved the purchase above (its requestId), whichever payment it sent now.
+                if looked.state is State.PAID:
+                    return await self.delivery.answer(looked)  # step 10
+                if looked.state is State.DELIVERED and looked.revoked_at is None:
+                    return self.offers.granted(looked)
+                return looked
         claimed = await self.claimer.claim(record, caller.payment)  # steps 5-7
         if isinstance(claimed, Claimed):
             return await self.settlement.settle(claimed)  # steps 8-9
@@ -500,11 +526,27 @@ class AccessPipeline:
         return await self.resolver.resolve(record, grace=grace)
 
     async def expire(self, record: ChallengeRecord) -> ChallengeRecord:
-        """PENDING past expiresAt -> EXPIRED; returns the record as it is now."""
-        result = await self.mover.apply(moves.expire(record, self.clock()))
-        if isinstance(result, TransitionApplied | StateMismatch) and result.record is not None:
-            return result.record
-        return record
+        """PENDING past expiresAt -> EXPIRED; returns the record as it is now.
+
+        One that kept a payment given back expires only once the chain shows that
+        payment can no longer move; it is PAID instead if the chain shows it moved
+        (``x402srv.access.given_back``).
+        """
+        current, _ = await self.kept.end(record, State.EXPIRED, "expired before payment")
+        return current
+
+    async def cancel(self, record: ChallengeRecord, reason: str) -> ChallengeRecord:
+        """PENDING -> CANCELLED (an operator); the record as it is now.
+
+        Still PENDING (``cancel_waits`` says why) while a payment it kept may still
+        move: cancelled, a transfer made after would pay for nothing. PAID if the
+        chain shows that payment moved (delivered then, as the reconciler would).
+        """
+        current, _ = await self.kept.end(record, State.CANCELLED, reason)
+        if current.state is State.PAID:
+            with contextlib.suppress(CredentialPending):  # (the reconciler delivers it then)
+                current = await self.deliver(current, wait=False)
+        return current
 
     async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
         """Step 10 for a PAID record (``delivery``); the reconciler's too."""

@@ -7,12 +7,12 @@ purchase (docs/design.md, "Who gets a grant"): the ``requestId`` in the body
 (the buyer's idempotency secret), or a payment that carries that same
 ``requestId`` in ``accepted.extra`` (where every 402 offered it), whose
 signature verifies and whose authorization is byte for byte the one stored on
-the challenge (one PENDING again, its payment given back, holds none: there the
-requestId is the proof). Not a ``challengeId``, not ``(from, nonce)``, not the buyer's
-own header rebuilt from the settlement's calldata: the whole authorization and
-its signature are public once mined, and the challengeId reaches whoever a
-challenge's 402 reaches. The requestId is never on-chain and never sent to a
-facilitator (``protocol.for_third_parties``).
+the challenge (a PENDING one has none of its purchase's: one it holds was given
+back, and there the requestId is the proof). Not a ``challengeId``, not
+``(from, nonce)``, not the buyer's own header rebuilt from the settlement's
+calldata: the whole authorization and its signature are public once mined, and
+the challengeId reaches whoever a challenge's 402 reaches. The requestId is never
+on-chain and never sent to a facilitator (``protocol.for_third_parties``).
 
 Proving needs no chain call. A payment that does not verify fails with the 402
 a fresh, invalid payment gets; one that verifies but does not prove gets 409
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from x402srv.access.payment_check import PaymentCheck
 from x402srv.access.progress import Caller
-from x402srv.access.records import ChallengeRecord, PaymentDetails, PaymentKey
+from x402srv.access.records import ChallengeRecord, PaymentDetails, PaymentKey, State
 from x402srv.errors import TxAlreadyRedeemed
 from x402srv.interfaces import Authorization
 
@@ -87,10 +87,28 @@ class PurchaseProof:
         verified = self.payments.verify(record, caller.payment)
         if not same_secret(verified.payload.request_id, record.request_id):
             return False
-        # A record that holds no payment (PENDING again: its payment was given back)
-        # has no authorization to compare; the requestId is the proof.
+        # A PENDING record has no payment of its purchase to compare (one it holds
+        # was given back by a settler and may be replaced): the requestId is the proof.
         stored = record.payment
-        return stored is None or same_authorization(verified.authorization, stored)
+        return (
+            record.state is State.PENDING
+            or stored is None
+            or same_authorization(verified.authorization, stored)
+        )
+
+    def knows_request_id(self, record: ChallengeRecord, caller: Caller) -> bool:
+        """Whether the caller holds the purchase's ``requestId`` (body, or a verified payment).
+
+        Less than proof where a payment is stored (SETTLING: the buyer's fresh
+        authorization is not the stored one), but only the buyer holds it: such a
+        caller may have the chain read to decide a stale attempt; anyone else may not.
+        """
+        if same_secret(caller.body.request_id, record.request_id):
+            return True
+        if caller.payment is None:
+            return False
+        verified = self.payments.verify(record, caller.payment)
+        return same_secret(verified.payload.request_id, record.request_id)
 
     def prove(self, record: ChallengeRecord, caller: Caller) -> None:
         """Raise unless the caller bought this challenge: nobody gets someone else's grant."""

@@ -14,7 +14,9 @@ traffic or beside another pass can only lose races, never double anything:
    record becomes DELIVERED (the buyer gets it by retrying the same request).
    Then every open refund (REQUESTED, SENDING): the chain decides it, or it is
    sent again, the same authorization (``x402srv.refunds.sender``).
-3. PENDING records past expiresAt -> EXPIRED (a page's moves at once).
+3. PENDING records past expiresAt -> EXPIRED (a page's moves at once); one
+   that kept a payment a settler gave back only once the chain shows it can no
+   longer move, and PAID, then delivered, if the chain shows it moved.
 4. Pruning: delivered records after ``retention_days``; never-paid ones
    (PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks after
    ``unpaid_retention_hours``.
@@ -41,6 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from x402srv.access.given_back import kept_payment
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.config.models import ReconcilerConfig
@@ -150,13 +153,22 @@ class Reconciler:
             for record in batch:
                 await step(record)
 
-    async def _expire(self, report: PassReport, now: float, older_than: float) -> None:
+    async def _expire(
+        self,
+        report: PassReport,
+        now: float,
+        older_than: float,
+        deliver: Callable[[ChallengeRecord], Awaitable[None]],
+    ) -> None:
         """PENDING past expiresAt -> EXPIRED, a page at a time.
 
         The moves of a page are independent compare-and-sets, so they go
         together: a networked store's round trips overlap and PostgreSQL
         commits them in a few flushes, where one after the other each waited
-        for its own (an unpaid flood leaves a great many of them).
+        for its own (an unpaid flood leaves a great many of them). A record that
+        kept a payment given back is asked about on the chain first: PAID if it
+        moved (and delivered here), left PENDING while it still may
+        (``x402srv.access.given_back``).
         """
         async for batch in self._pages(State.PENDING, older_than):
             due = [record for record in batch if record.expires_at <= now]
@@ -165,6 +177,10 @@ class Reconciler:
                 if isinstance(after, BaseException):
                     raise after
                 self._note(report, record, after)
+                if after.state is State.PAID:
+                    await deliver(after)
+                elif kept_payment(after):  # the chain cannot tell yet
+                    report.unresolved.append(record.challenge_id)
 
     async def run_once(self, *, grace_seconds: float | None = None) -> PassReport:
         report = PassReport()
@@ -195,7 +211,7 @@ class Reconciler:
         unpaid_cutoff = now - self.options.unpaid_retention_hours * 3600
         report.pruned += await self._prune(UNPAID, unpaid_cutoff)
         ttl = self.pipeline.config.server.challenge_ttl_seconds
-        await self._expire(report, now, now - ttl)
+        await self._expire(report, now, now - ttl, deliver)
         report.pruned += await self._prune(PAID_FOR, now - self.options.retention_days * 86_400)
         report.pruned_tasks = await self._prune_tasks(now)
         return report

@@ -3,7 +3,8 @@
     PENDING ──► SETTLING ──► PAID ──► DELIVERED ──┐
        │  ▲         │         │             ▲        │ revoked by the seller
        │  └─────────┘         │             └────────┘ (``revoked_at``; the grant stays)
-       │   definite settlement failure (the claim stays with the challenge)
+       │   definite settlement failure (the claim stays; the payment too while it
+       │   may still move: ``given_back``)
        │                      └──► OWED     a top-up paid for a grant that was revoked or
        │                                    expired before it could be credited, or a
        │                                    purchase whose credential was not issued in
@@ -100,6 +101,9 @@ class Offer:
 @dataclass(frozen=True, slots=True)
 class PaymentDetails:
     """The authorization being settled, persisted with the SETTLING transition.
+
+    A PENDING record holds one only after a settler gave it back, until the chain
+    shows it can no longer move (``x402srv.access.given_back``).
 
     ``submitted`` turns true (with a new ``attempt_id``) in its own compare-and-set
     right before the authorization is handed to the settler. Until then nothing

@@ -15,6 +15,7 @@ import uuid
 from typing import Any, cast
 
 from x402srv.access import reconciler
+from x402srv.access.given_back import cancel_waits
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.admin.views import (
@@ -30,9 +31,6 @@ from x402srv.admin.views import (
 from x402srv.errors import InvalidRequest, NotFound, NotReady, StateConflict
 from x402srv.interfaces import (
     CreditStore,
-    StateMismatch,
-    TransitionApplied,
-    TransitionRequest,
     keeps_credits,
 )
 from x402srv.refunds.running import revoke
@@ -242,27 +240,22 @@ class AdminService:
 
     async def cancel(self, challenge_id: str, who: str) -> Page:
         """PENDING -> CANCELLED; cancelling a cancelled challenge again is a no-op."""
-        result = await self.pipeline.transition(
-            TransitionRequest(
-                challenge_id=challenge_id,
-                expect=State.PENDING,
-                to=State.CANCELLED,
-                at=self._now(),
-                reason=f"cancelled by {who}",
-            )
-        )
-        if isinstance(result, TransitionApplied):
-            return {**challenge_view(result.record, self._now()), "cancelledNow": True}
-        if isinstance(result, StateMismatch) and result.record is None:
+        record = await self.store.get_challenge(challenge_id)
+        if record is None:
             raise NotFound(f"no challenge {challenge_id}")
-        if isinstance(result, StateMismatch) and result.record is not None:
-            if result.record.state is State.CANCELLED:
-                return {**challenge_view(result.record, self._now()), "cancelledNow": False}
-            raise StateConflict(
-                f"challenge {challenge_id} is {result.record.state.value}; only a PENDING "
-                "challenge can be cancelled"
-            )
-        raise StateConflict(f"challenge {challenge_id} could not be cancelled")
+        if record.state is State.PENDING:
+            cancelled = await self.pipeline.cancel(record, f"cancelled by {who}")
+            if cancelled.state is State.CANCELLED:
+                return {**challenge_view(cancelled, self._now()), "cancelledNow": True}
+            if cancelled.state is State.PENDING:
+                raise StateConflict(cancel_waits(cancelled))
+            record = cancelled
+        if record.state is State.CANCELLED:
+            return {**challenge_view(record, self._now()), "cancelledNow": False}
+        raise StateConflict(
+            f"challenge {challenge_id} is {record.state.value}; only a PENDING "
+            "challenge can be cancelled"
+        )
 
     # ------------------------------------------------------------ accounting
 

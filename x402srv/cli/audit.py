@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from x402srv.access.given_back import kept_payment
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.access.records import ChallengeRecord, PaymentKey, State
 from x402srv.config.models import Network
@@ -111,14 +112,24 @@ async def _match(
         if _accounts_for(claimed, transfer):
             assert claimed is not None
             return True, claimed.challenge_id
-        if claimed is not None and _holds(claimed, transfer.payer, log.topics[2]):
+        if claimed is not None and kept_payment(claimed):
+            if _holds(claimed, transfer.payer, log.topics[2]):
+                # (docs/protocol/states.md, "A payment given back": the chain decides it)
+                return False, (
+                    f"its authorization was given back by challenge {claimed.challenge_id} "
+                    "(PENDING) and sent to the token since: its buyer's next request "
+                    "delivers it, or x402srv reconcile once the challenge is past expiresAt"
+                )
+        elif claimed is not None and _holds(claimed, transfer.payer, log.topics[2]):
             return False, (
                 f"its authorization is claimed by challenge {claimed.challenge_id} "
                 f"({claimed.state.value}); run x402srv reconcile"
             )
         if claimed is not None:
-            # A settler gave it back and the challenge kept its claim (docs/protocol/proof.md,
-            # "A payment given back"): no reconciler pass moves the money onto a purchase.
+            # A settler gave it back and the challenge kept its claim, but no longer the
+            # payment (the buyer paid it with another one meanwhile, or it was given back
+            # by a version that kept no payment): no reconciler pass moves the money
+            # onto a purchase (docs/protocol/states.md, "A payment given back").
             return False, (
                 f"its authorization was given back unsettled by challenge "
                 f"{claimed.challenge_id} ({claimed.state.value}): no purchase paid with it"

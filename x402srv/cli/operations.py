@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import IO, Any, cast
 
 from x402srv.access.build import build_pipeline
+from x402srv.access.given_back import cancel_waits
 from x402srv.access.pipeline import AccessPipeline
 from x402srv.access.reconciler import PassReport, Reconciler
 from x402srv.access.records import ChallengeRecord, State
@@ -22,10 +23,7 @@ from x402srv.interfaces import (
     CreditAccount,
     CreditStore,
     MigratingStore,
-    StateMismatch,
     Store,
-    TransitionApplied,
-    TransitionRequest,
     keeps_credits,
     system_clock,
 )
@@ -213,25 +211,19 @@ def credits_shown(grant_id: str, account: CreditAccount | None) -> dict[str, Any
 async def cancel(config: Config, challenge_id: str) -> ChallengeRecord:
     """PENDING -> CANCELLED; a later payment for it gets 410 CHALLENGE_EXPIRED."""
     async with opened(config) as pipeline:
-        result = await pipeline.transition(
-            TransitionRequest(
-                challenge_id=challenge_id,
-                expect=State.PENDING,
-                to=State.CANCELLED,
-                at=pipeline.clock(),
-                reason="cancelled by operator",
-            )
-        )
-    if isinstance(result, TransitionApplied):
-        return result.record
-    if isinstance(result, StateMismatch) and result.record is None:
-        raise NotFound(f"no challenge {challenge_id}")
-    if isinstance(result, StateMismatch) and result.record is not None:
-        state = result.record.state.value
-        if result.record.state is State.CANCELLED:
-            raise ChallengeExpired(f"challenge {challenge_id} is already cancelled")
-        raise InvalidRequest(f"challenge {challenge_id} is {state}; only PENDING can be cancelled")
-    raise InvalidRequest(f"challenge {challenge_id} could not be cancelled")
+        record = await pipeline.store.get_challenge(challenge_id)
+        if record is None:
+            raise NotFound(f"no challenge {challenge_id}")
+        if record.state is State.PENDING:
+            record = await pipeline.cancel(record, "cancelled by operator")
+            if record.state is State.CANCELLED:
+                return record
+            if record.state is State.PENDING:
+                raise InvalidRequest(cancel_waits(record))
+    if record.state is State.CANCELLED:
+        raise ChallengeExpired(f"challenge {challenge_id} is already cancelled")
+    state = record.state.value
+    raise InvalidRequest(f"challenge {challenge_id} is {state}; only PENDING can be cancelled")
 
 
 async def revoke(config: Config, challenge_id: str, reason: str) -> tuple[ChallengeRecord, bool]:

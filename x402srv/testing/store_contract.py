@@ -456,20 +456,28 @@ class StoreContract(
     async def test_a_payment_given_back_keeps_its_claim_until_pruned(self, store: Store) -> None:
         """The pipeline's SETTLING -> PENDING (no ``release_payment``): the claim stays with
         the record, through expiry, so no other challenge takes the payment; it goes only
-        with the record (docs/protocol/proof.md, "A payment given back")."""
+        with the record (docs/protocol/proof.md, "A payment given back"). The PENDING record
+        keeps the payment too, and its expiry is a compare-and-set on the payment's attempt
+        (docs/protocol/states.md, "A payment given back")."""
         key = make_key()
         first, second = make_record(), make_record()
         await created(store, first)
         await created(store, second)
-        applied(await store.transition(settling(first, key)))
+        held = applied(await store.transition(settling(first, key)))
         back = applied(await store.transition(given_back(first)))
-        assert (back.state, back.payment) == (State.PENDING, None)
+        assert (back.state, back.payment) == (State.PENDING, held.payment)
         assert await store.get_by_payment(key) == back
+        assert held.payment is not None
+        stale = dataclasses.replace(held.payment, attempt_id="another-attempt")
+        assert await store.transition(
+            expiring(dataclasses.replace(back, payment=stale))
+        ) == StateMismatch(back)
         assert await store.transition(settling(second, key)) == PaymentClaimed(first.challenge_id)
         assert await store.create_challenge(make_record(), claim_payment=key) == PaymentClaimed(
             first.challenge_id
         )
         gone = applied(await store.transition(expiring(back)))
+        assert gone.payment is None
         assert await store.get_by_payment(key) == gone
         assert await store.prune(states=[State.EXPIRED], updated_before=BASE_TIME + 1000) == 1
         assert await store.get_by_payment(key) is None

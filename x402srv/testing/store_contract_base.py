@@ -172,10 +172,10 @@ def paid(record: ChallengeRecord, tx_hash: str, *, at: float = BASE_TIME + 20) -
 
 def given_back(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
     """SETTLING -> PENDING as the pipeline moves it (``moves.release``): nothing moved on-chain,
-    the payment's details go and its claim stays with the record (a settler saw the payment:
-    docs/protocol/proof.md, "A payment given back")."""
-    changes = RecordChanges(clear_payment=True)
-    return move(record, State.SETTLING, State.PENDING, at, "settlement rejected", changes)
+    and the record keeps both the payment and its claim (a settler saw the payment, and
+    anyone it reached may still send it to the token: docs/protocol/states.md, "A payment
+    given back")."""
+    return move(record, State.SETTLING, State.PENDING, at, "settlement rejected")
 
 
 def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> TransitionRequest:
@@ -194,8 +194,13 @@ def back_to_pending(record: ChallengeRecord, *, at: float = BASE_TIME + 30) -> T
 
 
 def expiring(record: ChallengeRecord, *, at: float = BASE_TIME + 900) -> TransitionRequest:
-    """PENDING -> EXPIRED, as the reconciler moves a challenge past its ``expires_at``."""
-    return move(record, State.PENDING, State.EXPIRED, at, "expired")
+    """PENDING -> EXPIRED, as the reconciler moves a challenge past its ``expires_at``; one that
+    holds a payment given back on the payment's attempt as read, dropping the payment."""
+    if record.payment is None:
+        return move(record, State.PENDING, State.EXPIRED, at, "expired")
+    changes = RecordChanges(clear_payment=True)
+    attempt = record.payment.attempt_id
+    return move(record, State.PENDING, State.EXPIRED, at, "expired", changes, attempt_id=attempt)
 
 
 def claiming_delivery(

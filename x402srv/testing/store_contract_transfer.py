@@ -286,12 +286,13 @@ class TransferContract(StoreContractBase):
     async def test_a_payment_given_back_moves_with_its_claim(
         self, store: Store, fresh: Store
     ) -> None:
-        """A PENDING record keeps the claim of the payment a settler gave back, though it
-        holds no payment details: the claim moves with it (docs/protocol/proof.md)."""
+        """A PENDING record keeps the payment a settler gave back and its claim: both move
+        with it (docs/protocol/proof.md, docs/protocol/states.md)."""
         record, key = make_record(), make_key()
         await created(store, record)
         applied(await store.transition(settling(record, key)))
         back = applied(await store.transition(given_back(record)))
+        assert back.payment is not None
         items = await exported(store)
         await _portable(fresh).import_items(items, now=NOW)
         assert await fresh.get_by_payment(key) == back
