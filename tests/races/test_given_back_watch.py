@@ -262,3 +262,26 @@ async def test_a_cancellation_lost_to_another_payment_given_back_is_decided_on_t
 
     assert cancelled.state is State.CANCELLED
     assert payment.nonce != fresh.nonce
+
+
+async def test_a_buyer_back_past_expires_at_with_a_new_payment_gets_the_grant_of_the_one_sent(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A client told "or sign a new payment" comes back after ``expiresAt`` with a new
+    authorization, proving the purchase with its ``accepted.extra.requestId``; a copier sent
+    the one given back meanwhile. The grant comes on that transfer, in this answer, as it does
+    before ``expiresAt``. Regression: the chain made the record PAID, then the PAID step asked
+    the new authorization to be the stored one: 409 "already paid, with another payment", for
+    this request and every retry with it, and the grant left undelivered."""
+    rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE))
+    challenge, payment = await given_back(rig, buyer)
+    tx_hash = rig.settle_on_chain(payment)
+    past_expiry(rig)
+    fresh = rig.sign(buyer, challenge["accepts"][0])
+
+    grant = granted(await outcome(rig.pay(fresh)))
+
+    assert grant["challengeId"] == challenge["challengeId"]
+    assert grant["txHash"].lower() == tx_hash.lower()
+    assert not rig.devchain.authorization_state(buyer.address, fresh.nonce), "paid twice"
+    assert (await rig.record(challenge["challengeId"])).state is State.DELIVERED
