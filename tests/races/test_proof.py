@@ -8,7 +8,8 @@ SETTLING (the facilitator timed out, then its transfer landed on anvil). An
 unproven caller gets what a fresh payment like its own would get, never the
 grant; an invalid payment causes no chain call and no change to the record (the
 RPC requests of the pipeline's chain reader are logged to prove it), while a
-valid payment of its own may have the chain decide a SETTLING record.
+valid payment of the buyer's own (its requestId echoed) may have the chain decide
+a SETTLING record; one of anybody else's makes no chain call either.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ ATTACKS = {
     ),
     "challengeId alone": (
         challenge_id_alone,
-        (409, "SETTLEMENT_IN_PROGRESS"),
+        (502, "SETTLEMENT_PENDING"),
         (409, "TX_ALREADY_REDEEMED"),
     ),
     "rebuilt from the calldata": (
@@ -165,10 +166,13 @@ async def test_the_exact_stored_authorization_is_proof(purchase: Purchase) -> No
     assert (await rig.record(grant["challengeId"])).grant == grant
 
 
-#: Attacks whose payment is valid for the challenge on its own: on a SETTLING record such
-#: a payment may have the chain decide the stale attempt (a buyer's fresh payment gets
-#: its challenge unstuck that way), but whatever the chain decides, no grant comes of it.
-MAY_ASK_THE_CHAIN = {"another authorization", "challengeId alone"}
+#: The buyer's fresh authorization (its requestId echoed, another nonce): valid for the
+#: challenge on its own, and from the one caller that holds the requestId, so on a SETTLING
+#: record it may have the chain decide the stale attempt (the buyer gets its challenge
+#: unstuck that way), but whatever the chain decides, no grant comes of it. A payment of
+#: someone who knows only the challengeId makes no chain read
+#: (``test_a_challenge_id_and_a_payment_of_one_s_own_make_no_chain_read``).
+MAY_ASK_THE_CHAIN = {"another authorization"}
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
@@ -220,3 +224,29 @@ async def test_the_exact_stored_authorization_is_proof_after_its_valid_before(
     grant = granted(await outcome(rig.pay(purchase.payment)))
 
     assert grant["challengeId"] == purchase.challenge["challengeId"]
+
+
+async def test_a_challenge_id_and_a_payment_of_one_s_own_make_no_chain_read(
+    make_rig: MakeRig, buyer: LocalAccount, devchain: Devchain
+) -> None:
+    """Regression: a valid authorization of one's own naming a stuck SETTLING challenge (its
+    challengeId reaches logs and tokens) made the server read the chain, once per request,
+    as often as anyone liked: paying callers are not counted by the unpaid-request limit.
+    Now only a caller holding the purchase's requestId does; the others are told to come
+    back, as the buyer is, and the buyer's own retry still decides the record."""
+    purchase = await left_in(State.SETTLING, make_rig, buyer)
+    rig = purchase.rig
+    before = await rig.record(purchase.challenge["challengeId"])
+    reads = len(rig.rpc.methods)
+
+    for _ in range(5):
+        problem(
+            await outcome(rig.pay(challenge_id_alone(purchase, devchain))),
+            502,
+            "SETTLEMENT_PENDING",
+        )
+
+    assert len(rig.rpc.methods) == reads, rig.rpc.methods[reads:]
+    assert await rig.record(before.challenge_id) == before
+    grant = granted(await outcome(rig.pay(purchase.payment)))
+    assert grant["challengeId"] == before.challenge_id

@@ -461,10 +461,15 @@ class AccessPipeline:
             self.proof.prove(record, caller)
             return await self.delivery.answer(record)  # step 10
         if state is State.SETTLING:
-            if not self.proof.proves(record, caller) and caller.payment is not None:
-                # Not its buyer, but a valid payment for this very challenge: it may have
-                # the chain decide a stale attempt; a grant still needs the proof.
-                self.claimer.payments.check(record, caller.payment)
+            if not self.proof.proves(record, caller):
+                if caller.payment is not None:
+                    self.claimer.payments.check(record, caller.payment)  # 402 if invalid
+                if not self.proof.knows_request_id(record, caller):
+                    # Only the buyer (its requestId, with a fresh authorization of its
+                    # own) has the chain decide a stale attempt; a grant still needs the
+                    # proof. Anyone else holding the challengeId could make us read the
+                    # chain at will with payments of its own.
+                    self.settlement.wait(record)
             return await self.settlement.settling(record)
         kept = kept_payment(record)  # a payment a settler gave back, still watched
         if self.clock() >= record.expires_at:

@@ -96,6 +96,20 @@ class PurchaseProof:
             or same_authorization(verified.authorization, stored)
         )
 
+    def knows_request_id(self, record: ChallengeRecord, caller: Caller) -> bool:
+        """Whether the caller holds the purchase's ``requestId`` (body, or a verified payment).
+
+        Less than proof where a payment is stored (SETTLING: the buyer's fresh
+        authorization is not the stored one), but only the buyer holds it: such a
+        caller may have the chain read to decide a stale attempt; anyone else may not.
+        """
+        if same_secret(caller.body.request_id, record.request_id):
+            return True
+        if caller.payment is None:
+            return False
+        verified = self.payments.verify(record, caller.payment)
+        return same_secret(verified.payload.request_id, record.request_id)
+
     def prove(self, record: ChallengeRecord, caller: Caller) -> None:
         """Raise unless the caller bought this challenge: nobody gets someone else's grant."""
         if not self.proves(record, caller):

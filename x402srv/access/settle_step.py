@@ -24,6 +24,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import NoReturn
 
 from x402srv.access import moves
 from x402srv.access.delivery import Delivery
@@ -143,8 +144,12 @@ class SettleStep:
         current = await self.resolver.resolve(record)
         if current.state is not State.SETTLING:
             return current
-        assert current.payment is not None  # SETTLING: the claim stored it
-        left = current.payment.lease_until - self.clock()
+        self.wait(current)
+
+    def wait(self, record: ChallengeRecord) -> NoReturn:
+        """The answer to a caller of a SETTLING record the chain did not decide: come back."""
+        assert record.payment is not None  # SETTLING: the claim stored it
+        left = record.payment.lease_until - self.clock()
         if left > 0:
             raise SettlementInProgress(
                 "this challenge is being settled now", retry_after=min(math.ceil(left), 30)
