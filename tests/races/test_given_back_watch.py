@@ -20,15 +20,20 @@ from typing import Any
 import pytest
 from eth_account.signers.local import LocalAccount
 
+from tests.support.racing import moving
 from tests.support.rig import MakeRig, Payment, Rig, granted, open_rig, outcome, problem
 from tests.support.scripted import OnChain, ScriptedSettler
 from x402srv.access.given_back import cancel_waits
 from x402srv.access.reconciler import Reconciler
 from x402srv.access.records import State
+from x402srv.admin.service import AdminService
 from x402srv.cli.audit import audit
 from x402srv.devchain import Devchain
-from x402srv.interfaces import Rejected
+from x402srv.interfaces import Rejected, TransitionRequest
+from x402srv.server.health import Readiness
+from x402srv.settlement.per_network import NetworkSettlers
 from x402srv.wire.protocol import AccessBody
+from x402srv.wire.reasons import Reason
 
 #: No settler of the network could take the payment: it is fine, send it again later.
 UNAVAILABLE = Rejected("unexpected_verify_error", "The facilitator timed out.", settler_failed=True)
@@ -195,3 +200,88 @@ async def test_a_challenge_expires_only_once_the_chain_shows_its_payment_given_b
 
         record = await rig.record(challenge["challengeId"])
         assert record.state is State.EXPIRED and record.payment is None
+
+
+#: The settler says the authorization is used; with no chain reader its word is all there is.
+NONCE_USED = Rejected(Reason.NONCE_USED, "This authorization was already used or cancelled.")
+
+
+async def test_a_cancellation_lost_to_a_new_payment_given_back_cancels_instead_of_a_500(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """An operator cancels a challenge that kept a payment (no chain reader: nothing to wait
+    for) just as its buyer's new payment is claimed and refused, which leaves the record
+    PENDING without a payment. Regression: the cancellation's compare-and-set on the kept
+    payment's attempt was lost, the admin API asserted the record held a payment and
+    answered 500 (the CLI likewise). Now it is made again on the record as it is."""
+    rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE), chain=False)
+    challenge, _ = await given_back(rig, buyer)
+    buyer_worker = rig.competitor(settler=ScriptedSettler(NONCE_USED), chain=False)
+    fresh = rig.sign(buyer, challenge["accepts"][0])
+
+    async def buyer_pays_again(_: TransitionRequest) -> None:
+        answer = rig.pay(fresh, request_id=challenge["requestId"], pipeline=buyer_worker)
+        problem(await outcome(answer), 402, "PAYMENT_FAILED")
+        assert (await rig.record(challenge["challengeId"])).payment is None
+
+    race = rig.store.before_transition(
+        buyer_pays_again, when=moving(State.PENDING, State.CANCELLED)
+    )
+    # (readiness is never asked by a cancellation: a real one of nothing)
+    service = AdminService(
+        rig.pipeline, Readiness(rig.store, {}, NetworkSettlers({}, {}), cache_seconds=1.0)
+    )
+
+    page = await service.cancel(challenge["challengeId"], "operator")
+
+    assert race.fired == 1
+    assert page["cancelledNow"] is True and page["state"] == "CANCELLED"
+    assert (await rig.record(challenge["challengeId"])).state is State.CANCELLED
+
+
+async def test_a_cancellation_lost_to_another_payment_given_back_is_decided_on_that_one(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The same race, the buyer's new payment given back too (503): the record keeps that one
+    instead. With no chain reader nothing is watched, so the cancellation goes through.
+    Regression: it was refused as if the first payment could still move, citing its
+    validBefore."""
+    rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE), chain=False)
+    challenge, payment = await given_back(rig, buyer)
+    stale = await rig.record(challenge["challengeId"])
+    buyer_worker = rig.competitor(settler=ScriptedSettler(UNAVAILABLE), chain=False)
+    fresh = rig.sign(buyer, challenge["accepts"][0])
+
+    async def buyer_pays_again(_: TransitionRequest) -> None:
+        answer = rig.pay(fresh, request_id=challenge["requestId"], pipeline=buyer_worker)
+        problem(await outcome(answer), 503, "SETTLER_UNAVAILABLE")
+
+    rig.store.before_transition(buyer_pays_again, when=moving(State.PENDING, State.CANCELLED))
+
+    cancelled = await rig.pipeline.cancel(stale, "cancelled by test")
+
+    assert cancelled.state is State.CANCELLED
+    assert payment.nonce != fresh.nonce
+
+
+async def test_a_buyer_back_past_expires_at_with_a_new_payment_gets_the_grant_of_the_one_sent(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """A client told "or sign a new payment" comes back after ``expiresAt`` with a new
+    authorization, proving the purchase with its ``accepted.extra.requestId``; a copier sent
+    the one given back meanwhile. The grant comes on that transfer, in this answer, as it does
+    before ``expiresAt``. Regression: the chain made the record PAID, then the PAID step asked
+    the new authorization to be the stored one: 409 "already paid, with another payment", for
+    this request and every retry with it, and the grant left undelivered."""
+    rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE))
+    challenge, payment = await given_back(rig, buyer)
+    tx_hash = rig.settle_on_chain(payment)
+    past_expiry(rig)
+    fresh = rig.sign(buyer, challenge["accepts"][0])
+
+    grant = granted(await outcome(rig.pay(fresh)))
+
+    assert grant["challengeId"] == challenge["challengeId"]
+    assert grant["txHash"].lower() == tx_hash.lower()
+    assert not rig.devchain.authorization_state(buyer.address, fresh.nonce), "paid twice"
+    assert (await rig.record(challenge["challengeId"])).state is State.DELIVERED

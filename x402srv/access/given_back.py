@@ -35,10 +35,13 @@ from x402srv.access import moves
 from x402srv.access.ids import uuid4_hex
 from x402srv.access.records import ChallengeRecord, State
 from x402srv.access.recovery import SettlingResolver
-from x402srv.interfaces import Clock
+from x402srv.interfaces import Clock, TransitionApplied
 from x402srv.settlement.verdicts import NotTransferred, Transferred
 
 __all__ = ["Kept", "KeptPayments", "cancel_waits", "kept_payment"]
+
+#: Compare-and-sets ``KeptPayments.end`` makes on a record other moves keep PENDING.
+_TRIES = 4
 
 
 def kept_payment(record: ChallengeRecord) -> bool:
@@ -47,8 +50,10 @@ def kept_payment(record: ChallengeRecord) -> bool:
 
 
 def cancel_waits(record: ChallengeRecord) -> str:
-    """Why an operator cannot cancel ``record`` yet (it kept a payment that may still move)."""
-    assert record.payment is not None
+    """Why an operator cannot cancel ``record``, still PENDING: it kept a payment that may
+    still move, or (none kept) it kept changing while the cancellation was tried."""
+    if record.payment is None:
+        return f"challenge {record.challenge_id} changed while it was being cancelled; try again"
     return (
         f"challenge {record.challenge_id} holds a payment its settler gave back, which "
         f"anyone who saw it may still send to the token until {record.payment.valid_before} "
@@ -99,16 +104,27 @@ class KeptPayments:
 
         Returns the record as it is now and, when it was not moved for the kept
         payment, why (``Kept.OPEN``); a record whose payment moved is PAID or on
-        its way there, and the second item is None.
+        its way there, and the second item is None. A compare-and-set lost to a
+        move that left the record PENDING (the buyer's new payment claimed, then
+        given back) is made again on the record as it is now: that record may
+        hold another payment, or none, and is decided on its own.
         """
-        kept: Kept | None = None
-        if kept_payment(record):
-            looked = await self.look(record)
-            if isinstance(looked, ChallengeRecord):
-                return looked, None
-            if looked is Kept.OPEN:
-                return record, Kept.OPEN
-            kept = looked
-        build = moves.expire if to is State.EXPIRED else moves.cancel
-        result = await self.mover.apply(build(record, self.clock(), reason))
-        return await self.mover.current(record, result), kept
+        for _ in range(_TRIES):
+            kept: Kept | None = None
+            if kept_payment(record):
+                looked = await self.look(record)
+                if isinstance(looked, ChallengeRecord):
+                    if looked.state is not State.PENDING:
+                        return looked, None
+                    record = looked  # (its retake lost so: again on the record as it is)
+                    continue
+                if looked is Kept.OPEN:
+                    return record, Kept.OPEN
+                kept = looked
+            build = moves.expire if to is State.EXPIRED else moves.cancel
+            result = await self.mover.apply(build(record, self.clock(), reason))
+            current = await self.mover.current(record, result)
+            if isinstance(result, TransitionApplied) or current.state is not State.PENDING:
+                return current, kept
+            record = current
+        return record, None

@@ -480,6 +480,8 @@ class AccessPipeline:
             current = await self.expire(record)
             if current.state is State.PENDING:
                 raise ChallengeExpired(f"challenge {record.challenge_id} expired")
+            if kept:  # its buyer, proved above: the grant on the transfer the chain showed
+                return await self._granted_on(current)
             return current  # EXPIRED answers 410 next; a payment claimed just before is followed
         if caller.payment is None:
             return self.offers.challenge(record, self.plans.get(record.plan_id))
@@ -494,17 +496,25 @@ class AccessPipeline:
         if kept:
             looked = await self.kept.look(record)
             if isinstance(looked, ChallengeRecord):
-                # The payment given back was transferred: no new one is taken. The caller
-                # proved the purchase above (its requestId), whichever payment it sent now.
-                if looked.state is State.PAID:
-                    return await self.delivery.answer(looked)  # step 10
-                if looked.state is State.DELIVERED and looked.revoked_at is None:
-                    return self.offers.granted(looked)
-                return looked
+                # The payment given back was transferred: no new one is taken.
+                return await self._granted_on(looked)
         claimed = await self.claimer.claim(record, caller.payment)  # steps 5-7
         if isinstance(claimed, Claimed):
             return await self.settlement.settle(claimed)  # steps 8-9
         return claimed
+
+    async def _granted_on(self, record: ChallengeRecord) -> Next:
+        """The grant of a record the chain moved on the payment it kept, for its buyer.
+
+        The caller proved the PENDING purchase (its requestId), whichever payment it
+        sent now: a new one is not the stored authorization, so the PAID and DELIVERED
+        steps' proof would refuse it (docs/protocol/states.md, "A payment given back").
+        """
+        if record.state is State.PAID:
+            return await self.delivery.answer(record)  # step 10
+        if record.state is State.DELIVERED and record.revoked_at is None:
+            return self.offers.granted(record)
+        return record
 
     async def _given_back(self, record: ChallengeRecord, payment: SentPayment) -> bool:
         """Whether this PENDING challenge held ``payment`` before and gave it back.
