@@ -1,7 +1,7 @@
 """What a reconciler pass keeps and what it prunes, with the clock where the test wants it.
 
 Unpaid traffic must not cost storage without bound: records that never got a
-payment (stale PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks go after
+payment (EXPIRED, CANCELLED; a stale PENDING one is expired first) and unpaid A2A tasks go after
 ``unpaid_retention_hours``; delivered purchases stay ``retention_days``,
 because their replays must find the grant. Everything runs through the real
 reconciler over the configured store (memory here; every store passes the
@@ -20,7 +20,8 @@ from x402srv.access.records import ChallengeRecord, State
 from x402srv.cli import operations
 from x402srv.config.models import Config
 from x402srv.errors import ConfigError
-from x402srv.testing.builders import make_grant, make_record, new_tx_hash
+from x402srv.testing.builders import make_grant, make_payment, make_record, new_tx_hash
+from x402srv.testing.servers import free_port
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0
@@ -53,9 +54,9 @@ async def test_a_pass_prunes_unpaid_records_and_tasks_after_hours_and_purchases_
         aged(State.PENDING, 60),  # a live challenge
         aged(State.EXPIRED, HOUR),  # unpaid, but younger than the retention
         aged(State.DELIVERED, 3 * HOUR),  # bought: kept for days
+        aged(State.PENDING, 3 * HOUR),  # expired by this pass, pruned a retention later
     ]
     pruned = [
-        aged(State.PENDING, 3 * HOUR),
         aged(State.EXPIRED, 3 * HOUR),
         aged(State.CANCELLED, 3 * HOUR),
         aged(State.DELIVERED, 3 * DAY),
@@ -75,6 +76,8 @@ async def test_a_pass_prunes_unpaid_records_and_tasks_after_hours_and_purchases_
         assert report.pruned_tasks == 1
         for record in kept:
             assert await store.get_challenge(record.challenge_id) is not None, record.state
+        stale = await store.get_challenge(kept[-1].challenge_id)
+        assert stale is not None and stale.state is State.EXPIRED
         for record in pruned:
             assert await store.get_challenge(record.challenge_id) is None, record.state
             assert await store.get_by_request_id(record.request_id) is None
@@ -91,3 +94,33 @@ def test_unpaid_retention_must_outlive_a_challenge_and_its_payment_window() -> N
                 reconciler={"unpaid_retention_hours": 1},
             )
         )
+
+
+async def test_a_pending_record_whose_payment_given_back_the_chain_cannot_decide_is_kept() -> None:
+    """Regression: the never-paid prune deleted PENDING records by age, among them one that
+    holds a payment a settler gave back (docs/protocol/states.md, "A payment given back")
+    while the chain could not be read (here: an RPC URL where nothing listens, as a node
+    that is down). The payment may still be sent to the token; pruned, the record and its
+    claim were gone and that transfer would pay for nothing. It stays PENDING, with its
+    payment, and is listed as unresolved."""
+    down = f"http://127.0.0.1:{free_port()}"
+    data = config_dict(
+        store={"backend": "memory"},
+        settlement={
+            "strategy": "facilitator",
+            "facilitator_url": "http://127.0.0.1:9",
+            "rpc_url": down,
+        },
+        reconciler={"unpaid_retention_hours": 2, "retention_days": 2},
+    )
+    record = aged(State.PENDING, 3 * HOUR, payment=make_payment(lease_until=NOW - 3 * HOUR))
+    async with operations.opened(make_config(data), clock=lambda: NOW) as pipeline:
+        assert pipeline.resolver.chain_of(record) is not None, "the record's network is watched"
+        await pipeline.store.create_challenge(record)
+
+        report = await Reconciler(pipeline, pipeline.config.reconciler).run_once()
+
+        after = await pipeline.store.get_challenge(record.challenge_id)
+        assert after is not None and after.state is State.PENDING
+        assert after.payment == record.payment
+        assert report.unresolved == [record.challenge_id]

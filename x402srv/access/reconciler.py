@@ -18,8 +18,8 @@ traffic or beside another pass can only lose races, never double anything:
    that kept a payment a settler gave back only once the chain shows it can no
    longer move, and PAID, then delivered, if the chain shows it moved.
 4. Pruning: delivered records after ``retention_days``; never-paid ones
-   (PENDING, EXPIRED, CANCELLED) and unpaid A2A tasks after
-   ``unpaid_retention_hours``.
+   (EXPIRED, CANCELLED: a PENDING one expires first) and unpaid A2A tasks
+   after ``unpaid_retention_hours``.
 
 Each step pages through the store with a cursor on ``(updated_at,
 challenge_id)``, so records it cannot decide never keep it from the ones behind
@@ -64,8 +64,11 @@ STATUS_DOCUMENT = "x402srv.access.reconciler.last-pass"
 MAX_LISTED = 100
 #: Kept for ``retention_days``: replays of a purchase must still find their grant.
 PAID_FOR = (State.DELIVERED,)
-#: Kept for ``unpaid_retention_hours``: nothing was paid, so nothing is owed to anyone.
-UNPAID = (State.PENDING, State.EXPIRED, State.CANCELLED)
+#: Kept for ``unpaid_retention_hours``: nothing was paid, so nothing is owed to anyone. Not
+#: PENDING: a PENDING record expires first (step 3), and one that holds a payment given back
+#: only once the chain shows the payment can no longer move; pruned while it may, a
+#: transfer of that payment would pay for a purchase that is gone.
+UNPAID = (State.EXPIRED, State.CANCELLED)
 
 
 @dataclass(frozen=True, slots=True)

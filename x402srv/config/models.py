@@ -217,7 +217,8 @@ class ReconcilerConfig(_Model):
     interval_seconds: float = Field(default=30.0, ge=1, le=3600)
     grace_seconds: float = Field(default=60.0, ge=0, le=86_400)
     retention_days: float = Field(default=30.0, gt=0, le=3650)
-    # Never-paid records (expired, cancelled, stale PENDING) and unpaid A2A tasks.
+    # Never-paid records (expired, cancelled; a stale PENDING one expires first) and unpaid
+    # A2A tasks.
     unpaid_retention_hours: float = Field(default=6.0, gt=0, le=87_600)
     batch_size: int = Field(default=200, ge=1, le=10_000)
 

@@ -118,6 +118,11 @@ def is_auth_failure(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and str(exc).upper().startswith(_AUTH_REPLIES)
 
 
+#: What uvloop raises for a write on a connection the server closed meanwhile (a Redis
+#: stopping while redis-py sends a command on a socket it just opened): an outage too.
+_CLOSED_TRANSPORT = "unable to perform operation on <"
+
+
 @contextmanager
 def converted(op: str, url: Secret) -> Iterator[None]:
     """Redis and socket errors inside become ``StoreUnavailable`` (503, Retry-After)."""
@@ -125,6 +130,11 @@ def converted(op: str, url: Secret) -> Iterator[None]:
         yield
     except (RedisError, OSError) as exc:
         log.error("redis store %s: %s failed: %s", display_url(url), op, describe(exc))
+        raise unavailable() from None
+    except RuntimeError as exc:
+        if not str(exc).startswith(_CLOSED_TRANSPORT):
+            raise
+        log.error("redis store %s: %s failed: the connection closed", display_url(url), op)
         raise unavailable() from None
 
 
