@@ -7,6 +7,7 @@ than before), and the counts of a purchase land in the right hour.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -149,3 +150,39 @@ async def test_old_buckets_are_forgotten_by_the_next_flush() -> None:
     counters.add("unpaid")
     await counters.flush()
     assert await _everything(store) == {(hour_of(clock.now), "unpaid"): 1}
+
+
+class Slow(MemoryStore):
+    """A store whose counters answer only once ``go`` is set: a flush stays under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def add_counts(
+        self, counts: Mapping[tuple[int, str], int], *, forget_before: int
+    ) -> None:
+        self.waiting.set()
+        await self.go.wait()
+        await super().add_counts(counts, forget_before=forget_before)
+
+
+async def test_a_flush_waits_for_the_flush_under_way_before_its_caller_reads() -> None:
+    """Regression: the console flushes this process's counts, then reads the store. With the
+    background flush on its way to a networked store (Redis, PostgreSQL), the counts were
+    out of this process and not in the store yet: the console's flush found nothing to do,
+    returned, and the figures it read missed them."""
+    store = Slow()
+    counters = Counters(store, Clock(BASE_TIME))
+    counters.add("settled:hourly")
+    background = asyncio.create_task(counters.flush())
+    await store.waiting.wait()  # its counts are taken, its add is on the way
+
+    console = asyncio.create_task(counters.flush())
+    await asyncio.sleep(0)
+    assert not console.done(), "the console's flush returned before the counts were stored"
+    store.go.set()
+    await asyncio.gather(background, console)
+
+    assert await _everything(store) == {(hour_of(BASE_TIME), "settled:hourly"): 1}

@@ -87,6 +87,9 @@ class Counters:
         self._counts: dict[tuple[int, str], int] = {}
         self._reasons: dict[int, set[str]] = {}  # failure reasons seen per hour (the bound)
         self._kicked: asyncio.Task[None] | None = None
+        #: One flush at a time: a flush returns only once every count taken before it
+        #: reached the store (the console flushes, then reads what the store holds).
+        self._flushing = asyncio.Lock()
         #: Called after every flush that reached the store (tests wait on it).
         self.flushed: Callable[[], None] | None = None
 
@@ -132,7 +135,15 @@ class Counters:
     # ------------------------------------------------------------ flushing
 
     async def flush(self) -> None:
-        """Add what was counted to the store's counters; kept for the next try if it fails."""
+        """Add what was counted to the store's counters; kept for the next try if it fails.
+
+        A flush under way (the background one, a kick) is waited for first: its counts
+        were taken out of this process already, and the caller reads the store next.
+        """
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         if not self._counts:
             return
         counts, self._counts = self._counts, {}
