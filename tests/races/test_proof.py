@@ -28,6 +28,7 @@ from x402srv.access.records import State
 from x402srv.devchain import Devchain
 from x402srv.errors import ProblemError
 from x402srv.interfaces import Unknown
+from x402srv.wire.offers import PaymentOffer
 
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
@@ -250,3 +251,42 @@ async def test_a_challenge_id_and_a_payment_of_one_s_own_make_no_chain_read(
     assert await rig.record(before.challenge_id) == before
     grant = granted(await outcome(rig.pay(purchase.payment)))
     assert grant["challengeId"] == before.challenge_id
+
+
+async def test_a_discovery_first_buyer_s_own_header_gets_its_stuck_purchase_s_grant(
+    make_rig: MakeRig, buyer: LocalAccount
+) -> None:
+    """The gateway and MCP buy discovery-first: no body, only the header, whose
+    ``accepted.extra.requestId`` came with the 402. Left SETTLING (the facilitator timed
+    out, its transfer landed), the header rebuilt from the calldata makes no chain read
+    and changes nothing; a fresh authorization of the buyer's has the chain decide (no
+    grant: it is not the stored one), and the buyer's own header gets the grant."""
+    rig = await make_rig(settler=ScriptedSettler(Unknown("facilitator timed out")))
+    discovery = await rig.pay(None, plan_id=None)
+    assert isinstance(discovery, PaymentOffer)
+    payment = rig.sign(buyer, discovery.body["accepts"][0])
+    problem(await outcome(rig.pay(payment, plan_id=None)), 502, "SETTLEMENT_PENDING")
+    rig.settle_on_chain(payment)
+    request_id = discovery.body["accepts"][0]["extra"]["requestId"]
+    record = await rig.store.inner.get_by_request_id(request_id)
+    assert record is not None and record.state is State.SETTLING and record.implicit
+    reads = len(rig.rpc.methods)
+
+    copy_of_it = Payment.of(
+        {**payment.wire, "accepted": {**payment.wire["accepted"], "extra": {"planId": "hourly"}}}
+    )
+    problem(await outcome(rig.pay(copy_of_it, plan_id=None)), 409, "TX_ALREADY_REDEEMED")
+    assert len(rig.rpc.methods) == reads, rig.rpc.methods[reads:]
+    assert await rig.record(record.challenge_id) == record
+
+    # A fresh authorization of the buyer's, echoing the requestId (a client that signs
+    # again): the chain decides the stale attempt, but proof is the stored authorization.
+    fresh = rig.sign(buyer, discovery.body["accepts"][0])
+    problem(await outcome(rig.pay(fresh, plan_id=None)), 409, "TX_ALREADY_REDEEMED")
+    assert (await rig.record(record.challenge_id)).state is State.PAID
+    assert await rig.store.inner.get_by_payment(rig.key(fresh)) is None
+
+    grant = granted(await outcome(rig.pay(payment, plan_id=None)))
+    assert grant["challengeId"] == record.challenge_id
+    assert grant["requestId"] == request_id
+    assert (await rig.record(record.challenge_id)).state is State.DELIVERED
