@@ -274,27 +274,20 @@ def expire(
     record: ChallengeRecord, at: float, reason: str = "expired before payment"
 ) -> TransitionRequest:
     """PENDING -> EXPIRED; one that kept a payment given back expires with the payment it read."""
-    if record.payment is not None:
-        return _held(record, State.EXPIRED, at, reason, RecordChanges(clear_payment=True))
-    return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PENDING,
-        to=State.EXPIRED,
-        at=at,
-        reason=reason,
-    )
+    return _end(record, State.EXPIRED, at, reason)
 
 
 def cancel(record: ChallengeRecord, at: float, reason: str) -> TransitionRequest:
     """PENDING -> CANCELLED (an operator); on the payment it kept, read, as ``expire``."""
+    return _end(record, State.CANCELLED, at, reason)
+
+
+def _end(record: ChallengeRecord, to: State, at: float, reason: str) -> TransitionRequest:
+    """PENDING -> ``to``; a kept payment goes with it, on that payment's attempt as read."""
     if record.payment is not None:
-        return _held(record, State.CANCELLED, at, reason, RecordChanges(clear_payment=True))
+        return _held(record, to, at, reason, RecordChanges(clear_payment=True))
     return TransitionRequest(
-        challenge_id=record.challenge_id,
-        expect=State.PENDING,
-        to=State.CANCELLED,
-        at=at,
-        reason=reason,
+        challenge_id=record.challenge_id, expect=State.PENDING, to=to, at=at, reason=reason
     )
 
 
