@@ -97,34 +97,29 @@ class KeptPayments:
             current = await self.resolver.resolve(current)
         return current
 
-    async def end(
-        self, record: ChallengeRecord, to: State, reason: str
-    ) -> tuple[ChallengeRecord, Kept | None]:
+    async def end(self, record: ChallengeRecord, to: State, reason: str) -> ChallengeRecord:
         """PENDING -> ``to`` (EXPIRED or CANCELLED) unless its kept payment may still move.
 
-        Returns the record as it is now and, when it was not moved for the kept
-        payment, why (``Kept.OPEN``); a record whose payment moved is PAID or on
-        its way there, and the second item is None. A compare-and-set lost to a
+        Returns the record as it is now: still PENDING while the kept payment may
+        move, PAID (or on its way there) if it moved. A compare-and-set lost to a
         move that left the record PENDING (the buyer's new payment claimed, then
         given back) is made again on the record as it is now: that record may
         hold another payment, or none, and is decided on its own.
         """
         for _ in range(_TRIES):
-            kept: Kept | None = None
             if kept_payment(record):
                 looked = await self.look(record)
                 if isinstance(looked, ChallengeRecord):
                     if looked.state is not State.PENDING:
-                        return looked, None
+                        return looked
                     record = looked  # (its retake lost so: again on the record as it is)
                     continue
                 if looked is Kept.OPEN:
-                    return record, Kept.OPEN
-                kept = looked
+                    return record
             build = moves.expire if to is State.EXPIRED else moves.cancel
             result = await self.mover.apply(build(record, self.clock(), reason))
             current = await self.mover.current(record, result)
             if isinstance(result, TransitionApplied) or current.state is not State.PENDING:
-                return current, kept
+                return current
             record = current
-        return record, None
+        return record

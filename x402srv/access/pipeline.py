@@ -542,8 +542,7 @@ class AccessPipeline:
         payment can no longer move; it is PAID instead if the chain shows it moved
         (``x402srv.access.given_back``).
         """
-        current, _ = await self.kept.end(record, State.EXPIRED, "expired before payment")
-        return current
+        return await self.kept.end(record, State.EXPIRED, "expired before payment")
 
     async def cancel(self, record: ChallengeRecord, reason: str) -> ChallengeRecord:
         """PENDING -> CANCELLED (an operator); the record as it is now.
@@ -552,7 +551,7 @@ class AccessPipeline:
         move: cancelled, a transfer made after would pay for nothing. PAID if the
         chain shows that payment moved (delivered then, as the reconciler would).
         """
-        current, _ = await self.kept.end(record, State.CANCELLED, reason)
+        current = await self.kept.end(record, State.CANCELLED, reason)
         if current.state is State.PAID:
             with contextlib.suppress(CredentialPending):  # (the reconciler delivers it then)
                 current = await self.deliver(current, wait=False)
