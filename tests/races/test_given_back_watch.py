@@ -156,15 +156,14 @@ async def test_an_operator_cancels_a_challenge_only_once_its_payment_given_back_
     cancellation delivers the purchase instead."""
     rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE))
     challenge, payment = await given_back(rig, buyer)
-    record = await rig.record(challenge["challengeId"])
 
-    waiting = await rig.pipeline.cancel(record, "cancelled by test")
+    waiting, now = await rig.pipeline.cancel(challenge["challengeId"], "cancelled by test")
 
-    assert waiting.state is State.PENDING
+    assert (waiting.state, now) == (State.PENDING, False)
     assert payment.authorization["validBefore"] in cancel_waits(waiting)
     rig.settle_on_chain(payment)
-    delivered = await rig.pipeline.cancel(waiting, "cancelled by test")
-    assert delivered.state is State.DELIVERED
+    delivered, now = await rig.pipeline.cancel(challenge["challengeId"], "cancelled by test")
+    assert (delivered.state, now) == (State.DELIVERED, False)
 
 
 async def test_a_challenge_expires_only_once_the_chain_shows_its_payment_given_back_unused(
@@ -248,7 +247,6 @@ async def test_a_cancellation_lost_to_another_payment_given_back_is_decided_on_t
     validBefore."""
     rig = await make_rig(settler=ScriptedSettler(UNAVAILABLE), chain=False)
     challenge, payment = await given_back(rig, buyer)
-    stale = await rig.record(challenge["challengeId"])
     buyer_worker = rig.competitor(settler=ScriptedSettler(UNAVAILABLE), chain=False)
     fresh = rig.sign(buyer, challenge["accepts"][0])
 
@@ -258,9 +256,9 @@ async def test_a_cancellation_lost_to_another_payment_given_back_is_decided_on_t
 
     rig.store.before_transition(buyer_pays_again, when=moving(State.PENDING, State.CANCELLED))
 
-    cancelled = await rig.pipeline.cancel(stale, "cancelled by test")
+    cancelled, now = await rig.pipeline.cancel(challenge["challengeId"], "cancelled by test")
 
-    assert cancelled.state is State.CANCELLED
+    assert (cancelled.state, now) == (State.CANCELLED, True)
     assert payment.nonce != fresh.nonce
 
 

@@ -89,6 +89,7 @@ from x402srv.errors import (
     ChallengeExpired,
     CredentialPending,
     GrantRevoked,
+    NotFound,
     PaymentFailed,
     RateLimited,
     SettlementInProgress,
@@ -544,18 +545,25 @@ class AccessPipeline:
         """
         return await self.kept.end(record, State.EXPIRED, "expired before payment")
 
-    async def cancel(self, record: ChallengeRecord, reason: str) -> ChallengeRecord:
-        """PENDING -> CANCELLED (an operator); the record as it is now.
+    async def cancel(self, challenge_id: str, reason: str) -> tuple[ChallengeRecord, bool]:
+        """PENDING -> CANCELLED (an operator): the record as it is now, and whether it is
+        CANCELLED by this call; ``NotFound`` without one.
 
-        Still PENDING (``cancel_waits`` says why) while a payment it kept may still
-        move: cancelled, a transfer made after would pay for nothing. PAID if the
-        chain shows that payment moved (delivered then, as the reconciler would).
+        A record in another state is answered as it is. One still PENDING
+        (``cancel_waits`` says why) kept a payment that may still move: cancelled, a
+        transfer made after would pay for nothing. PAID if the chain shows that
+        payment moved (delivered then, as the reconciler would).
         """
+        record = await self.store.get_challenge(challenge_id)
+        if record is None:
+            raise NotFound(f"no challenge {challenge_id}")
+        if record.state is not State.PENDING:
+            return record, False
         current = await self.kept.end(record, State.CANCELLED, reason)
         if current.state is State.PAID:
             with contextlib.suppress(CredentialPending):  # (the reconciler delivers it then)
                 current = await self.deliver(current, wait=False)
-        return current
+        return current, current.state is State.CANCELLED
 
     async def deliver(self, record: ChallengeRecord, *, wait: bool = True) -> ChallengeRecord:
         """Step 10 for a PAID record (``delivery``); the reconciler's too."""

@@ -240,18 +240,11 @@ class AdminService:
 
     async def cancel(self, challenge_id: str, who: str) -> Page:
         """PENDING -> CANCELLED; cancelling a cancelled challenge again is a no-op."""
-        record = await self.store.get_challenge(challenge_id)
-        if record is None:
-            raise NotFound(f"no challenge {challenge_id}")
-        if record.state is State.PENDING:
-            cancelled = await self.pipeline.cancel(record, f"cancelled by {who}")
-            if cancelled.state is State.CANCELLED:
-                return {**challenge_view(cancelled, self._now()), "cancelledNow": True}
-            if cancelled.state is State.PENDING:
-                raise StateConflict(cancel_waits(cancelled))
-            record = cancelled
+        record, now = await self.pipeline.cancel(challenge_id, f"cancelled by {who}")
         if record.state is State.CANCELLED:
-            return {**challenge_view(record, self._now()), "cancelledNow": False}
+            return {**challenge_view(record, self._now()), "cancelledNow": now}
+        if record.state is State.PENDING:
+            raise StateConflict(cancel_waits(record))
         raise StateConflict(
             f"challenge {challenge_id} is {record.state.value}; only a PENDING "
             "challenge can be cancelled"

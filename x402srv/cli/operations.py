@@ -211,15 +211,11 @@ def credits_shown(grant_id: str, account: CreditAccount | None) -> dict[str, Any
 async def cancel(config: Config, challenge_id: str) -> ChallengeRecord:
     """PENDING -> CANCELLED; a later payment for it gets 410 CHALLENGE_EXPIRED."""
     async with opened(config) as pipeline:
-        record = await pipeline.store.get_challenge(challenge_id)
-        if record is None:
-            raise NotFound(f"no challenge {challenge_id}")
-        if record.state is State.PENDING:
-            record = await pipeline.cancel(record, "cancelled by operator")
-            if record.state is State.CANCELLED:
-                return record
-            if record.state is State.PENDING:
-                raise InvalidRequest(cancel_waits(record))
+        record, now = await pipeline.cancel(challenge_id, "cancelled by operator")
+    if now:
+        return record
+    if record.state is State.PENDING:
+        raise InvalidRequest(cancel_waits(record))
     if record.state is State.CANCELLED:
         raise ChallengeExpired(f"challenge {challenge_id} is already cancelled")
     state = record.state.value
