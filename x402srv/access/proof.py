@@ -82,11 +82,10 @@ class PurchaseProof:
         """
         if same_secret(caller.body.request_id, record.request_id):
             return True
-        if caller.payment is None:
+        if not self.knows_request_id(record, caller):
             return False
-        verified = self.payments.verify(record, caller.payment)
-        if not same_secret(verified.payload.request_id, record.request_id):
-            return False
+        assert caller.payment is not None  # (a requestId not in the body is the payment's)
+        verified = self.payments.verify(record, caller.payment)  # (as checked: kept on it)
         # A PENDING record has no payment of its purchase to compare (one it holds
         # was given back by a settler and may be replaced): the requestId is the proof.
         stored = record.payment
