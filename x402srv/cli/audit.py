@@ -107,33 +107,30 @@ async def _match(
             continue
         key = PaymentKey(network.chain_id, transfer.asset, transfer.payer, log.topics[2])
         claimed = await pipeline.store.get_by_payment(key)
-        if claimed is not None and claimed.challenge_id in taken:
+        if claimed is None or claimed.challenge_id in taken:
             continue
         if _accounts_for(claimed, transfer):
-            assert claimed is not None
             return True, claimed.challenge_id
-        if claimed is not None and kept_payment(claimed):
-            if _holds(claimed, transfer.payer, log.topics[2]):
+        if _holds(claimed, transfer.payer, log.topics[2]):
+            if kept_payment(claimed):
                 # (docs/protocol/states.md, "A payment given back": the chain decides it)
                 return False, (
                     f"its authorization was given back by challenge {claimed.challenge_id} "
                     "(PENDING) and sent to the token since: its buyer's next request "
                     "delivers it, or x402srv reconcile once the challenge is past expiresAt"
                 )
-        elif claimed is not None and _holds(claimed, transfer.payer, log.topics[2]):
             return False, (
                 f"its authorization is claimed by challenge {claimed.challenge_id} "
                 f"({claimed.state.value}); run x402srv reconcile"
             )
-        if claimed is not None:
-            # A settler gave it back and the challenge kept its claim, but no longer the
-            # payment (the buyer paid it with another one meanwhile, or it was given back
-            # by a version that kept no payment): no reconciler pass moves the money
-            # onto a purchase (docs/protocol/states.md, "A payment given back").
-            return False, (
-                f"its authorization was given back unsettled by challenge "
-                f"{claimed.challenge_id} ({claimed.state.value}): no purchase paid with it"
-            )
+        # A settler gave it back and the challenge kept its claim, but no longer the
+        # payment (the buyer paid it with another one meanwhile, or it was given back
+        # by a version that kept no payment): no reconciler pass moves the money
+        # onto a purchase (docs/protocol/states.md, "A payment given back").
+        return False, (
+            f"its authorization was given back unsettled by challenge "
+            f"{claimed.challenge_id} ({claimed.state.value}): no purchase paid with it"
+        )
     if record is not None and record.challenge_id in taken:
         return False, f"challenge {record.challenge_id} owns the txHash but accounts for another"
     if record is not None:
